@@ -1,0 +1,41 @@
+# tickd — the two commands a newcomer needs are `make run` and `make test`; everything else is a step of those.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+include Makefile.infra
+
+.PHONY: install lint test test-unit run migrate bench-api bench-fire clean
+
+install: $(STAMP)
+
+# Reinstall only when the dependencies change.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check schema service poller tests bench
+	$(BIN)/ruff format --check schema service poller tests bench
+	$(BIN)/mypy
+
+# Unit tests only: no Cassandra, no Kafka.
+test-unit: install
+	$(BIN)/pytest tests/unit
+
+# Everything: lint, then infra up, a fresh test keyspace, the whole suite; stops what it started.
+test: install lint
+	PYTHON=$(PYTHON) BIN=$(BIN) bash tests/run.sh
+
+migrate: install infra-up
+	$(BIN)/tickd-migrate
+
+run: install infra-up migrate
+	PYTHON=$(PYTHON) BIN=$(BIN) bash deploy/local/run.sh
+
+clean: infra-down
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,547 @@
+"""The one module that talks to Cassandra: the ``Store`` port implemented over cassandra-driver.
+
+Every call goes through ``_execute``, the bridge from the driver's ``execute_async`` callbacks (run on
+the driver's I/O thread) to an asyncio future, so nothing blocks the event loop. Statements are
+prepared once in ``connect``; paging is explicit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, date, datetime
+from typing import Any
+from uuid import UUID
+
+from cassandra import ConsistencyLevel, DriverException
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+
+from schema import queries, timing
+from schema.errors import Conflict, StoreUnavailable
+from schema.model import (
+    Checkpoint,
+    Claim,
+    Client,
+    DeadLetter,
+    FireOutcome,
+    HotMark,
+    InstanceKey,
+    Location,
+    NodeInfo,
+    Schedule,
+    ScheduleRef,
+    Status,
+    decode_callback,
+    encode_callback,
+)
+from schema.settings import StoreSettings
+
+Row = Any  # the driver's named tuples
+
+
+def utc(moment: datetime) -> datetime:
+    """The driver returns naive UTC datetimes; the model only holds aware ones."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def build_cluster(settings: StoreSettings) -> Cluster:
+    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc))
+    profile = ExecutionProfile(
+        load_balancing_policy=policy,
+        consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
+        serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
+        request_timeout=settings.request_timeout_s,
+    )
+    auth = None
+    if settings.username:
+        auth = PlainTextAuthProvider(settings.username, settings.password or "")
+    return Cluster(
+        contact_points=list(settings.hosts),
+        port=settings.port,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        auth_provider=auth,
+        connect_timeout=settings.connect_timeout_s,
+    )
+
+
+class _Page:
+    __slots__ = ("paging_state", "rows")
+
+    def __init__(self, rows: list[Row], paging_state: bytes | None) -> None:
+        self.rows = rows
+        self.paging_state = paging_state
+
+
+def _resolve(done: asyncio.Future[_Page], page: _Page) -> None:
+    if not done.done():
+        done.set_result(page)
+
+
+def _reject(done: asyncio.Future[_Page], exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
+
+
+class CassandraStore:
+    """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``."""
+
+    def __init__(self, settings: StoreSettings, cluster: Cluster, session: Session) -> None:
+        self.settings = settings
+        self._cluster = cluster
+        self._session = session
+        self._stmts: dict[str, PreparedStatement] = {}
+        # Highest minute this process has written per instance; the horizon write is skipped below it.
+        self._horizons: dict[InstanceKey, datetime] = {}
+
+    @classmethod
+    async def connect(cls, settings: StoreSettings) -> CassandraStore:
+        cluster = build_cluster(settings)
+        try:
+            session = await asyncio.to_thread(cluster.connect, settings.keyspace)
+        except DriverException as exc:
+            await asyncio.to_thread(cluster.shutdown)
+            raise StoreUnavailable(f"cannot connect to Cassandra at {settings.hosts}: {exc}") from exc
+        store = cls(settings, cluster, session)
+        await asyncio.to_thread(store._prepare_all)
+        return store
+
+    def _prepare_all(self) -> None:
+        for query in queries.load().values():
+            stmt = self._session.prepare(query.cql)
+            stmt.is_idempotent = query.idempotent
+            stmt.fetch_size = self.settings.page_size
+            self._stmts[query.name] = stmt
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._cluster.shutdown)
+
+    # -- the bridge ---------------------------------------------------------------------------------
+
+    def _execute(
+        self, statement: Any, params: Sequence[Any] | None = None, paging_state: bytes | None = None
+    ) -> asyncio.Future[_Page]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_Page] = loop.create_future()
+        future: ResponseFuture = self._session.execute_async(statement, params, paging_state=paging_state)
+
+        def on_rows(rows: list[Row]) -> None:
+            loop.call_soon_threadsafe(_resolve, done, _Page(rows or [], future._paging_state))
+
+        def on_error(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(_reject, done, exc)
+
+        future.add_callbacks(on_rows, on_error)
+        return done
+
+    async def _run(self, name: str, *params: Any) -> list[Row]:
+        try:
+            page = await self._execute(self._stmts[name], params)
+        except DriverException as exc:
+            raise StoreUnavailable(f"{name}: {type(exc).__name__}: {exc}") from exc
+        return page.rows
+
+    async def _pages(self, name: str, *params: Any) -> AsyncIterator[list[Row]]:
+        paging_state: bytes | None = None
+        while True:
+            try:
+                page = await self._execute(self._stmts[name], params, paging_state)
+            except DriverException as exc:
+                raise StoreUnavailable(f"{name}: {type(exc).__name__}: {exc}") from exc
+            yield page.rows
+            if page.paging_state is None:
+                return
+            paging_state = page.paging_state
+
+    async def _batch(self, items: Sequence[tuple[str, Sequence[Any]]], *, logged: bool) -> None:
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
+        for name, params in items:
+            batch.add(self._stmts[name], params)
+        batch.is_idempotent = all(self._stmts[name].is_idempotent for name, _ in items)
+        try:
+            await self._execute(batch)
+        except DriverException as exc:
+            raise StoreUnavailable(f"batch: {type(exc).__name__}: {exc}") from exc
+
+    async def _applied(self, name: str, *params: Any) -> tuple[bool, Row]:
+        """Run a lightweight transaction; (applied, the row as it now is or was)."""
+        rows = await self._run(name, *params)
+        return bool(rows[0][0]), rows[0]
+
+    async def ping(self) -> None:
+        try:
+            await self._execute("SELECT release_version FROM system.local")
+        except DriverException as exc:
+            raise StoreUnavailable(f"Cassandra does not answer: {exc}") from exc
+
+    # -- clients ------------------------------------------------------------------------------------
+
+    async def create_client(self, client: Client) -> bool:
+        applied, _ = await self._applied(
+            "insert_client",
+            client.client_id,
+            client.poller_count,
+            client.poller_span,
+            client.active,
+            client.api_key_hash,
+            set(client.kafka_topics),
+            client.created_at,
+            client.updated_at,
+            client.resized_at,
+        )
+        return applied
+
+    async def get_client(self, client_id: str) -> Client | None:
+        rows = await self._run("get_client", client_id)
+        return _client(rows[0]) if rows else None
+
+    async def list_clients(self) -> list[Client]:
+        return [_client(row) async for page in self._pages("list_clients") for row in page]
+
+    async def update_client(self, client: Client) -> None:
+        await self._run(
+            "update_client",
+            client.poller_count,
+            client.poller_span,
+            client.active,
+            client.api_key_hash,
+            set(client.kafka_topics),
+            client.updated_at,
+            client.resized_at,
+            client.client_id,
+        )
+
+    # -- schedules ----------------------------------------------------------------------------------
+
+    def _ttl(self, due_at: datetime, now: datetime) -> int:
+        return timing.row_ttl_s(due_at, now, self.settings.retention_s)
+
+    def _row_insert(self, s: Schedule, now: datetime) -> tuple[str, Sequence[Any]]:
+        loc = s.location
+        return "insert_schedule", (
+            s.client_id,
+            loc.poller_id,
+            loc.minute,
+            loc.due_at,
+            s.schedule_id,
+            s.fire_at,
+            s.version,
+            s.payload,
+            encode_callback(s.callback),
+            s.created_at,
+            self._ttl(loc.due_at, now),
+        )
+
+    def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[tuple[str, Sequence[Any]]]:
+        """The hot mark and horizon writes that must accompany a write at ``loc``."""
+        items: list[tuple[str, Sequence[Any]]] = []
+        if timing.is_hot(loc.due_at, now, self.settings.hot_window_s):
+            items.append(("mark_hot", (now, loc.minute, instance.client_id, instance.poller_id)))
+        known = self._horizons.get(instance)
+        if known is None or loc.minute > known:
+            items.append(
+                (
+                    "raise_horizon",
+                    (timing.horizon_timestamp(loc.minute), loc.minute, instance.client_id, instance.poller_id),
+                )
+            )
+        return items
+
+    def _note_horizon(self, instance: InstanceKey, minute: datetime) -> None:
+        known = self._horizons.get(instance)
+        if known is None or minute > known:
+            self._horizons[instance] = minute
+
+    async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
+        loc = schedule.location
+        items = [
+            self._row_insert(schedule, now),
+            (
+                "insert_ref",
+                (
+                    schedule.client_id,
+                    schedule.schedule_id,
+                    loc.poller_id,
+                    loc.due_at,
+                    schedule.version,
+                    self._ttl(loc.due_at, now),
+                ),
+            ),
+            *self._signals(schedule.instance, loc, now),
+        ]
+        await self._batch(items, logged=True)
+        self._note_horizon(schedule.instance, loc.minute)
+
+    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
+        applied, row = await self._applied("claim_idempotency_key", client_id, key, schedule_id)
+        existing: UUID = row.schedule_id
+        return schedule_id if applied else existing
+
+    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
+        rows = await self._run("get_ref", client_id, schedule_id)
+        if not rows:
+            return None
+        row = rows[0]
+        previous = None
+        if row.prev_poller_id is not None and row.prev_due_at is not None:
+            previous = Location(row.prev_poller_id, utc(row.prev_due_at))
+        return ScheduleRef(client_id, schedule_id, Location(row.poller_id, utc(row.due_at)), row.version, previous)
+
+    async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
+        rows = await self._run("get_schedule", client_id, loc.poller_id, loc.minute, loc.due_at, schedule_id)
+        return _schedule(rows[0]) if rows else None
+
+    async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
+        ref = await self.get_ref(client_id, schedule_id)
+        if ref is None:
+            return None
+        row = await self._row_at(client_id, schedule_id, ref.location)
+        if row is None and ref.previous is not None:
+            # A move was acknowledged by the pointer but its row write did not land: the old row
+            # is still the live one (and still fires), so that is the schedule's truth.
+            row = await self._row_at(client_id, schedule_id, ref.previous)
+        return row
+
+    async def _bump_ref(self, current: Schedule, new_loc: Location, version: int, now: datetime) -> None:
+        old = current.location
+        prev = old if old != new_loc else None
+        applied, _ = await self._applied(
+            "bump_ref",
+            self._ttl(new_loc.due_at, now),
+            new_loc.poller_id,
+            new_loc.due_at,
+            version,
+            prev.poller_id if prev else None,
+            prev.due_at if prev else None,
+            current.client_id,
+            current.schedule_id,
+            current.version,
+        )
+        if not applied:
+            raise Conflict("the schedule was changed concurrently; read it again and retry")
+
+    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        version = current.version + 1
+        await self._bump_ref(current, current.location, version, now)
+        loc = current.location
+        items: list[tuple[str, Sequence[Any]]] = [
+            (
+                "set_status",
+                (
+                    self.settings.retention_s,
+                    Status.CANCELLED.value,
+                    current.client_id,
+                    loc.poller_id,
+                    loc.minute,
+                    loc.due_at,
+                    current.schedule_id,
+                ),
+            )
+        ]
+        items += [i for i in self._signals(current.instance, loc, now) if i[0] == "mark_hot"]
+        await self._batch(items, logged=len(items) > 1)
+        return _replace(current, status=Status.CANCELLED, version=version)
+
+    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
+        new = _replace(updated, version=current.version + 1, status=Status.SCHEDULED, attempts=0)
+        await self._bump_ref(current, new.location, new.version, now)
+        items = [self._row_insert(new, now), *self._signals(new.instance, new.location, now)]
+        old = current.location
+        if old != new.location:
+            items.append(
+                (
+                    "set_status",
+                    (
+                        self.settings.retention_s,
+                        Status.MOVED.value,
+                        current.client_id,
+                        old.poller_id,
+                        old.minute,
+                        old.due_at,
+                        current.schedule_id,
+                    ),
+                )
+            )
+            items += [i for i in self._signals(current.instance, old, now) if i[0] == "mark_hot"]
+        await self._batch(items, logged=True)
+        self._note_horizon(new.instance, new.location.minute)
+        return new
+
+    async def read_minute(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[Schedule]]:
+        start = from_due if from_due is not None else minute
+        async for rows in self._pages("read_minute", instance.client_id, instance.poller_id, minute, start):
+            yield [_schedule(row) for row in rows]
+
+    async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
+        by_partition: dict[tuple[str, int, datetime], list[tuple[str, Sequence[Any]]]] = defaultdict(list)
+        ttl = self.settings.retention_s
+        for o in outcomes:
+            loc = o.location
+            by_partition[(o.client_id, loc.poller_id, loc.minute)].append(
+                (
+                    "record_outcome",
+                    (
+                        ttl,
+                        o.status.value,
+                        o.attempts,
+                        o.fired_at,
+                        o.last_error,
+                        o.client_id,
+                        loc.poller_id,
+                        loc.minute,
+                        loc.due_at,
+                        o.schedule_id,
+                    ),
+                )
+            )
+        await asyncio.gather(*(self._batch(items, logged=False) for items in by_partition.values()))
+
+    async def add_dead_letter(self, letter: DeadLetter) -> None:
+        day = letter.failed_at.astimezone(UTC).date()
+        await self._run(
+            "insert_dead_letter",
+            letter.client_id,
+            day,
+            letter.failed_at,
+            letter.schedule_id,
+            letter.fire_id,
+            letter.attempts,
+            letter.last_error,
+            encode_callback(letter.callback),
+            letter.payload,
+            self.settings.retention_s,
+        )
+
+    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
+        return [
+            DeadLetter(
+                client_id,
+                row.schedule_id,
+                row.fire_id,
+                utc(row.failed_at),
+                row.attempts,
+                row.last_error,
+                decode_callback(row.callback),
+                row.payload,
+            )
+            async for page in self._pages("read_dead_letters", client_id, day)
+            for row in page
+        ]
+
+    # -- coordination -------------------------------------------------------------------------------
+
+    async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
+        await self._run(
+            "heartbeat",
+            self.settings.cluster_name,
+            node.node_id,
+            node.address,
+            node.metrics_port,
+            node.started_at,
+            node.heartbeat_at,
+            ttl_s,
+        )
+
+    async def leave(self, node_id: str) -> None:
+        await self._run("leave_cluster", self.settings.cluster_name, node_id)
+
+    async def live_nodes(self) -> list[NodeInfo]:
+        rows = await self._run("live_nodes", self.settings.cluster_name)
+        return [NodeInfo(r.node_id, r.address, r.metrics_port, utc(r.started_at), utc(r.heartbeat_at)) for r in rows]
+
+    async def get_claim(self, instance: InstanceKey) -> Claim | None:
+        rows = await self._run("get_claim", instance.client_id, instance.poller_id)
+        return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
+
+    async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
+        if seen is None:
+            applied, _ = await self._applied("first_claim", instance.client_id, instance.poller_id, node_id, now)
+            return Claim(instance, node_id, 1) if applied else None
+        epoch = seen.epoch + 1
+        applied, _ = await self._applied(
+            "take_claim", node_id, epoch, now, instance.client_id, instance.poller_id, seen.epoch
+        )
+        return Claim(instance, node_id, epoch) if applied else None
+
+    async def release(self, claim: Claim) -> bool:
+        applied, _ = await self._applied(
+            "release_claim", claim.instance.client_id, claim.instance.poller_id, claim.owner, claim.epoch
+        )
+        return applied
+
+    async def get_checkpoint(self, instance: InstanceKey) -> Checkpoint | None:
+        rows = await self._run("get_checkpoint", instance.client_id, instance.poller_id)
+        if not rows or rows[0].minute is None:
+            return None
+        return Checkpoint(instance, utc(rows[0].minute), rows[0].epoch)
+
+    async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
+        instance = claim.instance
+        await self._run(
+            "write_checkpoint",
+            timing.fenced_timestamp(claim.epoch, minute),
+            minute,
+            claim.epoch,
+            instance.client_id,
+            instance.poller_id,
+        )
+
+    async def hot_marks(self, minute: datetime) -> list[HotMark]:
+        rows = await self._run("read_hot_marks", minute)
+        return [HotMark(minute, InstanceKey(r.client_id, r.poller_id), utc(r.touched_at)) for r in rows]
+
+    async def get_horizon(self, instance: InstanceKey) -> datetime | None:
+        rows = await self._run("get_horizon", instance.client_id, instance.poller_id)
+        return utc(rows[0].last_minute) if rows and rows[0].last_minute else None
+
+    async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None:
+        await self._run(
+            "record_skipped",
+            instance.client_id,
+            instance.poller_id,
+            minute,
+            reason,
+            rows,
+            self.settings.retention_s,
+        )
+
+
+def _client(row: Row) -> Client:
+    return Client(
+        client_id=row.client_id,
+        poller_count=row.poller_count,
+        poller_span=row.poller_span or row.poller_count,
+        active=bool(row.active),
+        api_key_hash=row.api_key_hash or "",
+        kafka_topics=frozenset(row.kafka_topics or ()),
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
+        resized_at=utc(row.resized_at) if row.resized_at else None,
+    )
+
+
+def _schedule(row: Row) -> Schedule:
+    return Schedule(
+        client_id=row.client_id,
+        schedule_id=row.schedule_id,
+        location=Location(row.poller_id, utc(row.due_at)),
+        fire_at=utc(row.fire_at),
+        payload=row.payload or b"",
+        callback=decode_callback(row.callback),
+        created_at=utc(row.created_at),
+        status=Status(row.status),
+        version=row.version or 1,
+        attempts=row.attempts or 0,
+        fired_at=utc(row.fired_at) if row.fired_at else None,
+        last_error=row.last_error,
+    )
+
+
+def _replace(schedule: Schedule, **changes: Any) -> Schedule:
+    return dataclasses.replace(schedule, **changes)

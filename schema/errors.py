@@ -1,0 +1,54 @@
+"""Every error tickd raises on purpose, in one place.
+
+The API maps them to HTTP status codes in one middleware; pollers use ``retriable`` to decide whether
+to try again. Lookups subclass ``LookupError`` so ``except LookupError`` reads naturally.
+"""
+
+from __future__ import annotations
+
+
+class TickdError(Exception):
+    """Base class. ``code`` is the stable machine-readable name shown to API clients."""
+
+    code = "internal"
+    retriable = False
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(TickdError, ValueError):
+    """A value from outside (body, header, query, setting) is not acceptable."""
+
+    code = "invalid"
+
+
+class NotFound(TickdError, LookupError):
+    """The thing does not exist, or belongs to another client (the two are not told apart)."""
+
+    code = "not_found"
+
+
+class AlreadyExists(TickdError):
+    code = "already_exists"
+
+
+class Conflict(TickdError):
+    """The request is valid but the current state forbids it (already fired, fire imminent, raced)."""
+
+    code = "conflict"
+
+
+class StoreUnavailable(TickdError):
+    """Cassandra did not answer in time or refused; the operation may be retried."""
+
+    code = "store_unavailable"
+    retriable = True
+
+
+class ConfigError(TickdError):
+    """A TICKD_* setting is malformed; raised at start-up only."""
+
+    code = "config"

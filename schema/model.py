@@ -1,0 +1,191 @@
+"""The domain model. Entities are frozen dataclasses; callbacks are msgspec Structs because they travel
+as JSON (API body, stored column, delivery) and one tagged definition serves all three."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+
+from schema import timing
+
+
+class Status(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    # The row was superseded by a reschedule; the schedule lives on at its new location.
+    MOVED = "moved"
+
+
+FINAL_STATUSES = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
+
+
+class HttpCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="http"):
+    url: str
+    method: str = "POST"
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout_s: float = 5.0
+
+
+class KafkaCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="kafka"):
+    topic: str
+
+
+Callback = HttpCallback | KafkaCallback
+
+_callback_decoder: msgspec.json.Decoder[Callback] = msgspec.json.Decoder(Callback)
+_encoder = msgspec.json.Encoder()
+
+
+def encode_callback(callback: Callback) -> str:
+    return _encoder.encode(callback).decode()
+
+
+def decode_callback(raw: str | bytes) -> Callback:
+    return _callback_decoder.decode(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    client_id: str
+    poller_count: int
+    active: bool
+    api_key_hash: str
+    created_at: datetime
+    updated_at: datetime
+    # Pollers that may still hold schedules: >= poller_count; it stays up after a decrease until drained.
+    poller_span: int = 0
+    kafka_topics: frozenset[str] = frozenset()
+    resized_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.poller_span < self.poller_count:
+            object.__setattr__(self, "poller_span", self.poller_count)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class InstanceKey:
+    """One poller instance: the unit of ownership, checkpointing and hash-ring placement."""
+
+    client_id: str
+    poller_id: int
+
+    def __str__(self) -> str:
+        return f"{self.client_id}/{self.poller_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a schedule row lives: its partition (instance, minute) and clustering (due_at, id)."""
+
+    poller_id: int
+    due_at: datetime
+
+    @property
+    def minute(self) -> datetime:
+        return timing.minute_bucket(self.due_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    client_id: str
+    schedule_id: UUID
+    location: Location
+    fire_at: datetime
+    payload: bytes
+    callback: Callback
+    created_at: datetime
+    status: Status = Status.SCHEDULED
+    version: int = 1
+    attempts: int = 0
+    fired_at: datetime | None = None
+    last_error: str | None = None
+
+    @property
+    def instance(self) -> InstanceKey:
+        return InstanceKey(self.client_id, self.location.poller_id)
+
+    @property
+    def fire_id(self) -> str:
+        return timing.fire_id(self.schedule_id, self.fire_at)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRef:
+    """The by-id pointer to a schedule's row; ``previous`` is kept while a move is in flight."""
+
+    client_id: str
+    schedule_id: UUID
+    location: Location
+    version: int
+    previous: Location | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FireOutcome:
+    """What a poller records for one fire; written in one batch per partition."""
+
+    client_id: str
+    schedule_id: UUID
+    location: Location
+    status: Status
+    attempts: int
+    fired_at: datetime
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    instance: InstanceKey
+    owner: str | None
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    instance: InstanceKey
+    minute: datetime
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: str
+    address: str
+    metrics_port: int
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HotMark:
+    """An instance whose partition for ``minute`` changed inside the poller's look-ahead window."""
+
+    minute: datetime
+    instance: InstanceKey
+    touched_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    client_id: str
+    schedule_id: UUID
+    fire_id: str
+    failed_at: datetime
+    attempts: int
+    last_error: str
+    callback: Callback
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing and the opaque cursor for the next (None at the end)."""
+
+    items: list[Schedule] = field(default_factory=list)
+    cursor: str | None = None

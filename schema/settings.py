@@ -1,0 +1,151 @@
+"""Settings for the data layer, read from TICKD_* environment variables in entry points only.
+
+``env_*`` helpers are shared by the service and poller settings so every setting is parsed, and
+refused, the same way: a malformed value stops start-up with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from schema.errors import ConfigError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+CONSISTENCY_LEVELS = frozenset({"ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"})
+SERIAL_LEVELS = frozenset({"SERIAL", "LOCAL_SERIAL"})
+
+
+def env_str(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, default).strip()
+    if not value:
+        raise ConfigError(f"{name} must not be empty", field=name)
+    return value
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}", field=name) from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}", field=name)
+    return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}", field=name) from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}", field=name)
+    return value
+
+
+def env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}", field=name)
+
+
+def env_choice(env: Mapping[str, str], name: str, default: str, choices: frozenset[str]) -> str:
+    value = env_str(env, name, default).upper()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(sorted(choices))}, got {value!r}", field=name)
+    return value
+
+
+def parse_replication(raw: str) -> dict[str, str]:
+    """``SimpleStrategy:1`` or ``NetworkTopologyStrategy:dc1=3,dc2=3`` -> a CQL replication map."""
+    strategy, _, rest = raw.partition(":")
+    if strategy == "SimpleStrategy" and rest.isdigit() and int(rest) >= 1:
+        return {"class": "SimpleStrategy", "replication_factor": rest}
+    if strategy == "NetworkTopologyStrategy" and rest:
+        options = {"class": "NetworkTopologyStrategy"}
+        for part in rest.split(","):
+            dc, _, factor = part.partition("=")
+            if not dc or not factor.isdigit() or int(factor) < 1:
+                break
+            options[dc.strip()] = factor
+        else:
+            return options
+    raise ConfigError(
+        f"TICKD_REPLICATION must be 'SimpleStrategy:<rf>' or 'NetworkTopologyStrategy:<dc>=<rf>,...', got {raw!r}",
+        field="TICKD_REPLICATION",
+    )
+
+
+def _hosts(raw: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in raw.split(",") if h.strip())
+    if not hosts:
+        raise ConfigError("TICKD_CASSANDRA_HOSTS must name at least one host", field="TICKD_CASSANDRA_HOSTS")
+    return hosts
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How to reach Cassandra and how long data is kept."""
+
+    hosts: tuple[str, ...] = ("127.0.0.1",)
+    port: int = 9042
+    keyspace: str = "tickd"
+    local_dc: str | None = None
+    username: str | None = None
+    password: str | None = None
+    consistency: str = "LOCAL_QUORUM"
+    serial_consistency: str = "LOCAL_SERIAL"
+    replication: str = "SimpleStrategy:1"
+    request_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    page_size: int = 5000
+    retention_s: int = 7 * 24 * 3600
+    cluster_name: str = "default"
+    # A write due sooner than this may land in a minute a poller has already loaded, so it leaves a
+    # hot mark. Must exceed the pollers' look-ahead plus clock skew; API and pollers must agree.
+    hot_window_s: float = 90.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StoreSettings:
+        env = os.environ if env is None else env
+        keyspace = env_str(env, "TICKD_KEYSPACE", cls.keyspace)
+        if not (keyspace.replace("_", "").isalnum() and keyspace[0].isalpha() and len(keyspace) <= 48):
+            raise ConfigError(
+                f"TICKD_KEYSPACE must be a letter then letters, digits or _ (max 48), got {keyspace!r}",
+                field="TICKD_KEYSPACE",
+            )
+        replication = env_str(env, "TICKD_REPLICATION", cls.replication)
+        parse_replication(replication)
+        return cls(
+            hosts=_hosts(env_str(env, "TICKD_CASSANDRA_HOSTS", "127.0.0.1")),
+            port=env_int(env, "TICKD_CASSANDRA_PORT", cls.port, low=1, high=65535),
+            keyspace=keyspace,
+            local_dc=env.get("TICKD_CASSANDRA_LOCAL_DC") or None,
+            username=env.get("TICKD_CASSANDRA_USERNAME") or None,
+            password=env.get("TICKD_CASSANDRA_PASSWORD") or None,
+            consistency=env_choice(env, "TICKD_CONSISTENCY", cls.consistency, CONSISTENCY_LEVELS),
+            serial_consistency=env_choice(env, "TICKD_SERIAL_CONSISTENCY", cls.serial_consistency, SERIAL_LEVELS),
+            replication=replication,
+            request_timeout_s=env_float(env, "TICKD_CASSANDRA_TIMEOUT_S", cls.request_timeout_s, low=0.1, high=120),
+            connect_timeout_s=env_float(
+                env, "TICKD_CASSANDRA_CONNECT_TIMEOUT_S", cls.connect_timeout_s, low=0.1, high=600
+            ),
+            page_size=env_int(env, "TICKD_PAGE_SIZE", cls.page_size, low=10, high=100_000),
+            retention_s=env_int(env, "TICKD_RETENTION_S", cls.retention_s, low=60, high=10 * 365 * 86400),
+            cluster_name=env_str(env, "TICKD_CLUSTER_NAME", cls.cluster_name),
+            hot_window_s=env_float(env, "TICKD_HOT_WINDOW_S", cls.hot_window_s, low=10, high=3600),
+        )

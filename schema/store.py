@@ -1,0 +1,104 @@
+"""The store port: what the API and the pollers need from storage, independent of Cassandra.
+
+The Cassandra adapter (``schema.cassandra.CassandraStore``) is the one implementation today; tests of
+code that is not about storage may pass a fake that satisfies this protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import date, datetime
+from typing import Protocol
+from uuid import UUID
+
+from schema.model import (
+    Checkpoint,
+    Claim,
+    Client,
+    DeadLetter,
+    FireOutcome,
+    HotMark,
+    InstanceKey,
+    NodeInfo,
+    Schedule,
+    ScheduleRef,
+)
+
+
+class ClientStore(Protocol):
+    async def create_client(self, client: Client) -> bool:
+        """Insert a new client; False (and nothing written) if the id is taken."""
+
+    async def get_client(self, client_id: str) -> Client | None: ...
+
+    async def list_clients(self) -> list[Client]: ...
+
+    async def update_client(self, client: Client) -> None:
+        """Overwrite a client's mutable fields with those of ``client``."""
+
+
+class ScheduleStore(Protocol):
+    async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
+        """Write a schedule's row and by-id pointer atomically; signal pollers if it is due soon."""
+
+    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
+        """Bind ``key`` to ``schedule_id`` unless already bound; returns the id the key is bound to."""
+
+    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None: ...
+
+    async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
+        """The schedule's current row, or None if unknown to this client."""
+
+    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        """Mark ``current`` cancelled. Raises ``Conflict`` if it changed since it was read."""
+
+    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
+        """Move/modify ``current`` into ``updated`` (a new version). Raises ``Conflict`` if it changed."""
+
+    def read_minute(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[Schedule]]:
+        """The rows of one partition in due-time order, a page at a time."""
+
+    async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
+        """Write fire results, one single-partition batch per partition, with the retention TTL."""
+
+    async def add_dead_letter(self, letter: DeadLetter) -> None: ...
+
+    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]: ...
+
+
+class CoordinationStore(Protocol):
+    async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None: ...
+
+    async def leave(self, node_id: str) -> None: ...
+
+    async def live_nodes(self) -> list[NodeInfo]: ...
+
+    async def get_claim(self, instance: InstanceKey) -> Claim | None: ...
+
+    async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
+        """Take ownership if the claim is still ``seen``; the new claim (epoch + 1) or None if lost."""
+
+    async def release(self, claim: Claim) -> bool:
+        """Give up ownership if still held at this epoch."""
+
+    async def get_checkpoint(self, instance: InstanceKey) -> Checkpoint | None: ...
+
+    async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
+        """Record ``minute`` as finished; ignored by storage if a newer epoch has written since."""
+
+    async def hot_marks(self, minute: datetime) -> list[HotMark]: ...
+
+    async def get_horizon(self, instance: InstanceKey) -> datetime | None: ...
+
+    async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None: ...
+
+
+class Store(ClientStore, ScheduleStore, CoordinationStore, Protocol):
+    """Everything tickd stores."""
+
+    async def ping(self) -> None:
+        """Raise ``StoreUnavailable`` unless storage answers a trivial query."""
+
+    async def close(self) -> None: ...

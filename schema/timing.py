@@ -1,0 +1,82 @@
+"""Pure time math shared by the API and the pollers. No clock is read here: callers pass ``now``.
+
+A schedule lives in the partition ``(client_id, poller_id, minute)`` where ``minute`` is its *due*
+time truncated to the minute. The due time is the nominal fire time, except that a time already past
+is due "now": storing it under a minute a poller has already finished would lose it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+# Cassandra refuses TTLs above 20 years.
+MAX_TTL_S = 20 * 365 * 24 * 3600
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def minute_bucket(moment: datetime) -> datetime:
+    """The start of the UTC minute holding ``moment``; time zones do not change the bucket."""
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime: tickd only handles aware times")
+    utc = moment.astimezone(UTC)
+    return utc.replace(second=0, microsecond=0)
+
+
+def due_time(fire_at: datetime, now: datetime) -> datetime:
+    """When a schedule is stored to fire: its nominal time, or ``now`` if that is already past."""
+    return fire_at if fire_at > now else now
+
+
+def poller_id_for(schedule_id: UUID, poller_count: int) -> int:
+    """The poller a schedule is assigned to: uniform over ``0..poller_count-1`` for random ids."""
+    if poller_count < 1:
+        raise ValueError(f"poller_count must be >= 1, got {poller_count}")
+    return schedule_id.int % poller_count
+
+
+def fire_id(schedule_id: UUID, nominal: datetime) -> str:
+    """The id a subscriber deduplicates on: the same for every retry of one nominal fire."""
+    return f"{schedule_id}:{to_epoch_ms(nominal)}"
+
+
+def to_epoch_ms(moment: datetime) -> int:
+    """Milliseconds since the Unix epoch (Cassandra's timestamp precision)."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def minute_index(minute: datetime) -> int:
+    """Whole minutes since the Unix epoch."""
+    return (minute_bucket(minute) - _EPOCH) // timedelta(minutes=1)
+
+
+def row_ttl_s(due_at: datetime, now: datetime, retention_s: int) -> int:
+    """TTL for a stored schedule row: it outlives its due time by the retention, capped to Cassandra's max."""
+    ahead = max(0.0, (due_at - now).total_seconds())
+    return min(MAX_TTL_S, math.ceil(ahead) + retention_s)
+
+
+def is_hot(due_at: datetime, now: datetime, hot_window_s: float) -> bool:
+    """Whether a write may land in a minute a poller has already loaded, so it must be signalled."""
+    return (due_at - now).total_seconds() < hot_window_s
+
+
+def fenced_timestamp(epoch: int, minute: datetime) -> int:
+    """A write timestamp ordering checkpoints by (epoch, minute): a lower epoch never overwrites a higher.
+
+    Cassandra keeps the cell with the largest write timestamp, so a stale owner's late write loses
+    against anything the current owner wrote, without a lightweight transaction per checkpoint.
+    """
+    if not 0 <= epoch < 2**30:
+        raise ValueError(f"epoch out of range: {epoch}")
+    return (epoch << 32) | minute_index(minute)
+
+
+def horizon_timestamp(minute: datetime) -> int:
+    """Write timestamp for an instance's horizon: the latest minute ever written wins (microseconds)."""
+    return to_epoch_ms(minute_bucket(minute)) * 1000

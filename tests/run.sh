@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the whole suite against the real Cassandra and Kafka. Starts them if they are not running and
+# then stops them again, even when tests fail; servers that were already up are left as they were.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+BIN=${BIN:-.venv/bin}
+INFRA="$PYTHON deploy/local/infra.py"
+
+started=0
+if ! $INFRA status >/dev/null 2>&1; then
+  started=1
+fi
+cleanup() {
+  if [ "$started" = 1 ]; then
+    $INFRA down
+  fi
+}
+trap cleanup EXIT
+
+$INFRA up || exit 1
+
+export TICKD_KEYSPACE=${TICKD_KEYSPACE:-tickd_test}
+export TICKD_CALLBACK_ALLOW_PRIVATE=${TICKD_CALLBACK_ALLOW_PRIVATE:-true}
+"$BIN/tickd-migrate" --drop && "$BIN/tickd-migrate" || exit 1
+
+"$BIN/pytest" "$@"

@@ -1,0 +1,68 @@
+import pytest
+
+from schema import queries
+from schema.errors import ConfigError
+from schema.migrate import replication_cql, statements
+from schema.settings import StoreSettings, parse_replication
+
+
+def test_every_query_parses_with_flags() -> None:
+    loaded = queries.load()
+    assert loaded["read_minute"].idempotent
+    assert not loaded["take_claim"].idempotent  # a lightweight transaction is never retried blindly
+    assert all(q.cql and not q.cql.endswith(";") and "--" not in q.cql for q in loaded.values())
+
+
+def test_duplicate_query_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate"):
+        queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+
+
+def test_migration_files_split_into_statements() -> None:
+    (version, name, text), *_ = queries.migrations()
+    assert version == 1 and name.startswith("001_")
+    parts = statements(text)
+    assert all(p.upper().startswith("CREATE TABLE IF NOT EXISTS") for p in parts)
+    assert len(parts) >= 10
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("SimpleStrategy:1", {"class": "SimpleStrategy", "replication_factor": "1"}),
+        ("NetworkTopologyStrategy:dc1=3,dc2=3", {"class": "NetworkTopologyStrategy", "dc1": "3", "dc2": "3"}),
+    ],
+)
+def test_replication_parses(raw: str, expected: dict[str, str]) -> None:
+    assert parse_replication(raw) == expected
+    assert replication_cql(raw).startswith("{'class': ")
+
+
+@pytest.mark.parametrize("raw", ["", "SimpleStrategy", "SimpleStrategy:0", "Foo:1", "NetworkTopologyStrategy:dc1"])
+def test_bad_replication_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError, match="TICKD_REPLICATION"):
+        parse_replication(raw)
+
+
+def test_settings_defaults_and_overrides() -> None:
+    assert StoreSettings.from_env({}) == StoreSettings()
+    s = StoreSettings.from_env({"TICKD_CASSANDRA_HOSTS": "a, b", "TICKD_CONSISTENCY": "quorum"})
+    assert s.hosts == ("a", "b") and s.consistency == "QUORUM"
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"TICKD_CASSANDRA_PORT": "x"}, "TICKD_CASSANDRA_PORT"),
+        ({"TICKD_CASSANDRA_PORT": "70000"}, "TICKD_CASSANDRA_PORT"),
+        ({"TICKD_CONSISTENCY": "MOST"}, "TICKD_CONSISTENCY"),
+        ({"TICKD_KEYSPACE": "1bad"}, "TICKD_KEYSPACE"),
+        ({"TICKD_KEYSPACE": "drop;table"}, "TICKD_KEYSPACE"),
+        ({"TICKD_CASSANDRA_HOSTS": " , "}, "TICKD_CASSANDRA_HOSTS"),
+        ({"TICKD_RETENTION_S": "5"}, "TICKD_RETENTION_S"),
+    ],
+)
+def test_bad_settings_name_the_variable(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        StoreSettings.from_env(env)
+    assert info.value.field == name and name in str(info.value)
