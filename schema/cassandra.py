@@ -232,6 +232,8 @@ class CassandraStore:
             s.version,
             s.payload,
             encode_callback(s.callback),
+            s.attempts,
+            s.last_error,
             s.created_at,
             self._ttl(loc.due_at, now),
         )
@@ -278,8 +280,10 @@ class CassandraStore:
 
     async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
         applied, row = await self._applied("claim_idempotency_key", client_id, key, schedule_id)
+        if applied:
+            return schedule_id
         existing: UUID = row.schedule_id
-        return schedule_id if applied else existing
+        return existing
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
         rows = await self._run("get_ref", client_id, schedule_id)
@@ -347,7 +351,7 @@ class CassandraStore:
         return _replace(current, status=Status.CANCELLED, version=version)
 
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
-        new = _replace(updated, version=current.version + 1, status=Status.SCHEDULED, attempts=0)
+        new = _replace(updated, version=current.version + 1, status=Status.SCHEDULED)
         await self._bump_ref(current, new.location, new.version, now)
         items = [self._row_insert(new, now), *self._signals(new.instance, new.location, now)]
         old = current.location
@@ -369,6 +373,29 @@ class CassandraStore:
             items += [i for i in self._signals(current.instance, old, now) if i[0] == "mark_hot"]
         await self._batch(items, logged=True)
         self._note_horizon(new.instance, new.location.minute)
+        return new
+
+    async def requeue_schedule(
+        self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
+    ) -> Schedule:
+        """Move a fire whose callback failed to a later due time (a durable retry): same nominal time,
+        so the same fire id. Raises ``Conflict`` if the client changed the schedule meanwhile."""
+        loc = Location(current.location.poller_id, due_at)
+        retry = _replace(current, location=loc, attempts=attempts, last_error=last_error)
+        new = await self.replace_schedule(current, retry, now)
+        await self._run(
+            "record_outcome",
+            self.settings.retention_s,
+            Status.MOVED.value,
+            attempts,
+            now,
+            last_error,
+            current.client_id,
+            current.location.poller_id,
+            current.location.minute,
+            current.location.due_at,
+            current.schedule_id,
+        )
         return new
 
     async def read_minute(

@@ -55,6 +55,11 @@ class ScheduleStore(Protocol):
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
         """Move/modify ``current`` into ``updated`` (a new version). Raises ``Conflict`` if it changed."""
 
+    async def requeue_schedule(
+        self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
+    ) -> Schedule:
+        """Durable retry: the fire moves to ``due_at`` keeping its fire id. ``Conflict`` if changed meanwhile."""
+
     def read_minute(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
     ) -> AsyncIterator[list[Schedule]]:

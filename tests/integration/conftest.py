@@ -70,7 +70,7 @@ def new_schedule(client_id: str) -> Callable[..., Schedule]:
             "fire_at": due_at,
             "payload": b'{"n": 1}',
             "callback": HttpCallback(url="http://127.0.0.1:9/cb"),
-            "created_at": datetime.now(UTC),
+            "created_at": later(0),
         }
         fields.update(changes)
         return Schedule(**fields)  # type: ignore[arg-type]

@@ -151,3 +151,19 @@ async def test_idempotency_key_binds_once(store: CassandraStore, new_schedule: F
     assert await store.claim_idempotency_key(client_id, "k1", first) == first
     assert await store.claim_idempotency_key(client_id, "k1", second) == first
     assert await store.claim_idempotency_key("other", "k1", second) == second
+
+
+async def test_requeue_keeps_the_fire_id_and_moves_the_row(
+    store: CassandraStore, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(later(30), poller_id=2)
+    await store.create_schedule(s, datetime.now(UTC))
+    retry_at = later(600)
+    retried = await store.requeue_schedule(s, retry_at, 2, "HTTP 503", datetime.now(UTC))
+    assert retried.fire_id == s.fire_id and retried.attempts == 2 and retried.location.due_at == retry_at
+
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location.due_at == retry_at and got.attempts == 2
+    assert got.last_error == "HTTP 503" and got.status is Status.SCHEDULED
+    old = [r async for page in store.read_minute(s.instance, s.location.minute) for r in page]
+    assert [(r.status, r.attempts) for r in old if r.schedule_id == s.schedule_id] == [(Status.MOVED, 2)]
