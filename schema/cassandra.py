@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, date, datetime
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast
 from uuid import UUID
 
 from cassandra import ConsistencyLevel, DriverException
@@ -31,8 +32,10 @@ from schema.model import (
     FireOutcome,
     HotMark,
     InstanceKey,
+    ListCursor,
     Location,
     NodeInfo,
+    Page,
     Schedule,
     ScheduleRef,
     Status,
@@ -66,6 +69,7 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         auth_provider=auth,
         connect_timeout=settings.connect_timeout_s,
+        protocol_version=settings.protocol_version,
     )
 
 
@@ -405,6 +409,61 @@ class CassandraStore:
         async for rows in self._pages("read_minute", instance.client_id, instance.poller_id, minute, start):
             yield [_schedule(row) for row in rows]
 
+    async def list_schedules(
+        self,
+        client: Client,
+        start: datetime,
+        end: datetime,
+        status: Status | None,
+        after: ListCursor | None,
+        limit: int,
+    ) -> Page:
+        begin = max(start, after.due_at) if after is not None else start
+        keep = _ListFilter(start, end, status, after)
+        step = max(1, _LIST_CONCURRENCY // client.poller_span)
+        minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()
+        while minute < end:
+            chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
+            found += sorted(await self._list_chunk(client, chunk, begin, keep, limit), key=_list_order)
+            minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
+            if len(found) >= limit:
+                items = found[:limit]
+                more = len(found) > limit or minute < end
+                last = items[-1]
+                return Page(items, ListCursor(last.location.due_at, last.schedule_id).encode() if more else None)
+            if reads >= _LIST_READ_BUDGET and minute < end:
+                return Page(found, ListCursor(minute).encode())
+        return Page(found, None)
+
+    async def _list_chunk(
+        self, client: Client, minutes: list[datetime], begin: datetime, keep: _ListFilter, limit: int
+    ) -> list[Schedule]:
+        gate = asyncio.Semaphore(_LIST_CONCURRENCY)
+
+        async def one(instance: InstanceKey, minute: datetime) -> list[Schedule]:
+            async with gate:
+                return await self._list_partition(instance, minute, max(minute, begin), keep, limit)
+
+        reads = [
+            one(InstanceKey(client.client_id, poller_id), minute)
+            for minute in minutes
+            for poller_id in range(client.poller_span)
+        ]
+        return [s for rows in await asyncio.gather(*reads) for s in rows]
+
+    async def _list_partition(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: _ListFilter, limit: int
+    ) -> list[Schedule]:
+        kept: list[Schedule] = []
+        # read_minute is an async generator: close it when stopping early so its query does not dangle.
+        pages = cast(AsyncGenerator[list[Schedule], None], self.read_minute(instance, minute, from_due=from_due))
+        async with aclosing(pages):
+            async for page in pages:
+                kept += filter(keep, page)
+                if len(kept) >= limit:
+                    break
+        return kept[:limit]
+
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         by_partition: dict[tuple[str, int, datetime], list[tuple[str, Sequence[Any]]]] = defaultdict(list)
         ttl = self.settings.retention_s
@@ -568,6 +627,35 @@ def _schedule(row: Row) -> Schedule:
         fired_at=utc(row.fired_at) if row.fired_at else None,
         last_error=row.last_error,
     )
+
+
+# Listing: partition reads in flight at once, and per page (a page may end early on the budget).
+_LIST_CONCURRENCY = 32
+_LIST_READ_BUDGET = 2048
+
+
+def _list_order(schedule: Schedule) -> tuple[datetime, UUID]:
+    return schedule.location.due_at, schedule.schedule_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ListFilter:
+    start: datetime
+    end: datetime
+    status: Status | None
+    after: ListCursor | None
+
+    def __call__(self, s: Schedule) -> bool:
+        due = s.location.due_at
+        if s.status is Status.MOVED or not self.start <= due < self.end:
+            return False
+        if self.status is not None and s.status is not self.status:
+            return False
+        if self.after is None:
+            return True
+        if self.after.schedule_id is None:
+            return due >= self.after.due_at
+        return (due, s.schedule_id) > (self.after.due_at, self.after.schedule_id)
 
 
 def _replace(schedule: Schedule, **changes: Any) -> Schedule:

@@ -3,6 +3,7 @@ as JSON (API body, stored column, delivery) and one tagged definition serves all
 
 from __future__ import annotations
 
+import base64
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -11,6 +12,7 @@ from uuid import UUID
 import msgspec
 
 from schema import timing
+from schema.errors import InvalidInput
 
 
 class Status(enum.StrEnum):
@@ -40,6 +42,11 @@ Callback = HttpCallback | KafkaCallback
 
 _callback_decoder: msgspec.json.Decoder[Callback] = msgspec.json.Decoder(Callback)
 _encoder = msgspec.json.Encoder()
+
+
+def callback_type(callback: Callback) -> str:
+    """``"http"`` or ``"kafka"``: the wire tag, for metrics and logs."""
+    return "http" if isinstance(callback, HttpCallback) else "kafka"
 
 
 def encode_callback(callback: Callback) -> str:
@@ -189,3 +196,28 @@ class Page:
 
     items: list[Schedule] = field(default_factory=list)
     cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListCursor:
+    """Where a listing resumes: after the row (due_at, schedule_id), or at ``due_at`` inclusive when
+    ``schedule_id`` is None (a page that ended on its read budget rather than on a row)."""
+
+    due_at: datetime
+    schedule_id: UUID | None = None
+
+    def encode(self) -> str:
+        raw = f"1:{timing.to_epoch_ms(self.due_at)}:{self.schedule_id.hex if self.schedule_id else ''}"
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> ListCursor:
+        """The cursor a listing handed out; ``InvalidInput`` (field ``cursor``) for anything else."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            version, ms, hex_id = raw.split(":")
+            if version != "1" or not ms.isdigit() or len(ms) > 15:
+                raise ValueError(raw)
+            return cls(timing.from_epoch_ms(int(ms)), UUID(hex=hex_id) if hex_id else None)
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidInput("cursor is not one this API handed out", field="cursor") from None

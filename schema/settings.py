@@ -111,6 +111,8 @@ class StoreSettings:
     serial_consistency: str = "LOCAL_SERIAL"
     replication: str = "SimpleStrategy:1"
     request_timeout_s: float = 10.0
+    # Native protocol v5 (Cassandra 4.0+); pinning it skips the driver's noisy downgrade probing.
+    protocol_version: int = 5
     connect_timeout_s: float = 10.0
     page_size: int = 5000
     retention_s: int = 7 * 24 * 3600
@@ -141,6 +143,7 @@ class StoreSettings:
             serial_consistency=env_choice(env, "TICKD_SERIAL_CONSISTENCY", cls.serial_consistency, SERIAL_LEVELS),
             replication=replication,
             request_timeout_s=env_float(env, "TICKD_CASSANDRA_TIMEOUT_S", cls.request_timeout_s, low=0.1, high=120),
+            protocol_version=env_int(env, "TICKD_CASSANDRA_PROTOCOL", cls.protocol_version, low=3, high=5),
             connect_timeout_s=env_float(
                 env, "TICKD_CASSANDRA_CONNECT_TIMEOUT_S", cls.connect_timeout_s, low=0.1, high=600
             ),

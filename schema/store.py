@@ -19,9 +19,12 @@ from schema.model import (
     FireOutcome,
     HotMark,
     InstanceKey,
+    ListCursor,
     NodeInfo,
+    Page,
     Schedule,
     ScheduleRef,
+    Status,
 )
 
 
@@ -64,6 +67,22 @@ class ScheduleStore(Protocol):
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
     ) -> AsyncIterator[list[Schedule]]:
         """The rows of one partition in due-time order, a page at a time."""
+
+    async def list_schedules(
+        self,
+        client: Client,
+        start: datetime,
+        end: datetime,
+        status: Status | None,
+        after: ListCursor | None,
+        limit: int,
+    ) -> Page:
+        """A client's schedules due in [start, end), in (due_at, schedule_id) order, ``limit`` at a time.
+
+        Reads the minute partitions of every poller id below ``client.poller_span``. A page may hold
+        fewer than ``limit`` items (even none) and still carry a cursor: each page reads a bounded
+        number of partitions. Rows superseded by a move are never listed.
+        """
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         """Write fire results, one single-partition batch per partition, with the retention TTL."""

@@ -1,0 +1,394 @@
+"""One poller instance running under a claim.
+
+It opens each minute partition ``preload_s`` before the minute (one paged read), fires every row at its
+own due time, re-reads the tail of an open minute when a hot mark says a late write landed there, writes
+outcomes in per-partition batches and, once a minute is closed and all its fires are recorded, advances
+the checkpoint (fenced by the claim's epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import structlog
+
+from poller import minutes
+from poller.delivery import CallbackRouter, DeliveryResult
+from poller.metrics import Metrics
+from poller.settings import PollerSettings
+from schema.errors import Conflict, StoreUnavailable
+from schema.model import Claim, Client, DeadLetter, FireOutcome, Schedule, Status, callback_type
+from schema.store import Store
+from schema.timing import minute_bucket
+
+log = structlog.get_logger("tickd.poller")
+Clock = Callable[[], datetime]
+RowKey = tuple[datetime, UUID]
+_rng = random.Random()
+
+
+@dataclass
+class OpenMinute:
+    """What an instance knows about one loaded minute."""
+
+    minute: datetime
+    pending: int = 0
+    inflight: int = 0
+    fired: set[RowKey] = field(default_factory=set)
+    last_touch: datetime | None = None
+    first_touch: datetime | None = None
+    hot_until: datetime | None = None
+
+
+class PollerInstance:
+    def __init__(
+        self,
+        claim: Claim,
+        client: Client,
+        store: Store,
+        router: CallbackRouter,
+        settings: PollerSettings,
+        metrics: Metrics,
+        clock: Clock,
+    ) -> None:
+        self.claim = claim
+        self.instance = claim.instance
+        self.client = client
+        self._store = store
+        self._router = router
+        self._s = settings
+        self._metrics = metrics
+        self._now = clock
+        self._heap: list[tuple[datetime, UUID]] = []
+        self._pending: dict[RowKey, Schedule] = {}
+        self._open: dict[datetime, OpenMinute] = {}
+        self._outcomes: list[FireOutcome] = []
+        self._flushed: asyncio.Future[None] | None = None
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._slots = asyncio.Semaphore(settings.instance_max_inflight)
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self._checkpoint: datetime | None = None
+        self.drained = False
+        self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Fire until cancelled; the caller stops it with ``stop()``."""
+        start = await self._resume()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._minutes_loop(start))
+            tg.create_task(self._fire_loop())
+            tg.create_task(self._flush_loop())
+            tg.create_task(self._reread_loop())
+            tg.create_task(self._close_loop())
+
+    async def drain(self, deadline_s: float) -> None:
+        """After the loops are cancelled: let in-flight callbacks finish, record them, checkpoint.
+
+        Fires still running at the deadline are abandoned unrecorded, so the next owner fires them
+        again (same fire id): the only duplicates a handover can cause."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_s
+        while self._deliveries and loop.time() < deadline:
+            await asyncio.wait(self._deliveries, timeout=min(self._s.outcome_flush_s, deadline - loop.time()))
+            await self._flush_once()
+        for task in list(self._deliveries):
+            task.cancel()
+        await self._flush_once()
+        with contextlib.suppress(InstanceDrained):
+            await self._close_ready_minutes()
+
+    async def _resume(self) -> datetime:
+        cp = await self._store.get_checkpoint(self.instance)
+        if cp is not None:
+            # Re-stamp under our epoch: from now on a stale owner's checkpoint writes are ignored.
+            await self._store.write_checkpoint(self.claim, cp.minute)
+            self._checkpoint = cp.minute
+        plan = minutes.plan_start(
+            cp.minute if cp else None, self.client.created_at, self._now(), self._s.catch_up_window_s
+        )
+        if plan.skip_from is not None:
+            await self._record_skipped(plan.skip_from, plan.start)
+        current = minute_bucket(self._now())
+        if cp is not None and plan.start < current:
+            self._log.info("catch_up", from_minute=plan.start.isoformat(), to_minute=current.isoformat())
+        return plan.start
+
+    async def _record_skipped(self, start: datetime, end: datetime) -> None:
+        reason = f"older than the catch-up window ({self._s.catch_up_window_s} s)"
+        for minute in minutes.minutes_between(start, end)[-1440:]:
+            rows = [r async for page in self._store.read_minute(self.instance, minute) for r in page]
+            live = [r for r in rows if r.status is Status.SCHEDULED]
+            if not live:
+                continue
+            now = self._now()
+            await self._store.record_outcomes(
+                [
+                    FireOutcome(
+                        r.client_id, r.schedule_id, r.location, Status.FAILED, r.attempts, now, f"skipped: {reason}"
+                    )
+                    for r in live
+                ]
+            )
+            await self._store.record_skipped(self.instance, minute, reason, len(live))
+            self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)
+
+    # -- loading --------------------------------------------------------------------------------------
+
+    async def _minutes_loop(self, start: datetime) -> None:
+        minute = start
+        while True:
+            await self._sleep_until(minutes.opens_at(minute, self._s.preload_s))
+            while len(self._open) >= 3:  # bound memory during catch-up
+                await self._wait(self._changed, 1.0)
+            await self._open_minute(minute)
+            minute += minutes.MINUTE
+
+    async def _open_minute(self, minute: datetime) -> None:
+        state = OpenMinute(minute)
+        now = self._now()
+        # A write racing this read shows up as a mark touched just before now: keep re-reading briefly.
+        state.first_touch = now
+        state.hot_until = now + timedelta(seconds=self._s.mark_settle_s)
+        self._open[minute] = state
+        rows = await self._read(minute, None)
+        self._log.debug("minute_loaded", minute=minute.isoformat(), rows=rows)
+
+    async def _read(self, minute: datetime, from_due: datetime | None) -> int:
+        count = 0
+        async for page in self._store.read_minute(self.instance, minute, from_due=from_due):
+            for row in page:
+                self._consider(row)
+            count += len(page)
+        return count
+
+    def _consider(self, row: Schedule) -> None:
+        """Take a row read from storage into the firing plan (new, changed, or gone)."""
+        state = self._open.get(row.location.minute)
+        key = (row.location.due_at, row.schedule_id)
+        if state is None or key in state.fired:
+            return
+        known = self._pending.get(key)
+        if row.status is not Status.SCHEDULED:
+            if known is not None:
+                del self._pending[key]
+                state.pending -= 1
+            return
+        if known is None:
+            heapq.heappush(self._heap, key)
+            state.pending += 1
+            self._wake.set()
+        if known is None or row.version >= known.version:
+            self._pending[key] = row
+
+    # -- hot marks ------------------------------------------------------------------------------------
+
+    def on_mark(self, minute: datetime, touched_at: datetime) -> None:
+        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh."""
+        state = self._open.get(minute)
+        if state is None or (state.last_touch is not None and touched_at <= state.last_touch):
+            return
+        state.last_touch = touched_at
+        if state.first_touch is None or touched_at < state.first_touch:
+            state.first_touch = touched_at
+        until = max(touched_at, self._now()) + timedelta(seconds=self._s.mark_settle_s)
+        state.hot_until = until if state.hot_until is None else max(state.hot_until, until)
+
+    async def _reread_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._s.mark_poll_s)
+            now = self._now()
+            for state in list(self._open.values()):
+                if state.hot_until is None or state.first_touch is None:
+                    continue
+                start = minutes.reread_from(state.minute, state.first_touch, now, self._s.reread_lag_s)
+                await self._read(state.minute, start)
+                if now > state.hot_until:
+                    state.hot_until = state.first_touch = None
+
+    # -- firing ---------------------------------------------------------------------------------------
+
+    async def _fire_loop(self) -> None:
+        while True:
+            if not self._heap:
+                await self._wait(self._wake, None)
+                continue
+            due, sid = self._heap[0]
+            delay = (due - self._now()).total_seconds()
+            if delay > 0:
+                await self._wait(self._wake, delay)
+                continue
+            heapq.heappop(self._heap)
+            row = self._pending.pop((due, sid), None)
+            if row is not None:
+                await self._slots.acquire()
+                self._dispatch(row)
+
+    def _dispatch(self, row: Schedule) -> None:
+        state = self._open[row.location.minute]
+        state.pending -= 1
+        state.inflight += 1
+        state.fired.add((row.location.due_at, row.schedule_id))
+        task = asyncio.create_task(self._deliver(row, state))
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, row: Schedule, state: OpenMinute) -> None:
+        try:
+            fired_at = self._now()
+            if row.attempts == 0:
+                self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
+            result = await self._router.deliver(row, row.attempts + 1, fired_at)
+            self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
+            await self._settle(row, result, fired_at)
+        except Exception:
+            self._log.exception("fire_crashed", schedule_id=str(row.schedule_id))
+        finally:
+            state.inflight -= 1
+            self._slots.release()
+            self._changed.set()
+
+    async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+        if result.ok:
+            await self._record(row, Status.SUCCEEDED, result, fired_at)
+        elif result.retriable and result.attempts < self._s.retry.max_attempts:
+            await self._retry_later(row, result)
+        else:
+            await self._record(row, Status.FAILED, result, fired_at)
+            await self._dead_letter(row, result, fired_at)
+
+    async def _retry_later(self, row: Schedule, result: DeliveryResult) -> None:
+        """A durable retry: the fire moves to a later due time in storage, surviving this node."""
+        now = self._now()
+        wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, _rng)
+        due = now + timedelta(seconds=max(wait_s, 0.05))
+        try:
+            await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", now)
+        except Conflict:
+            self._log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
+            return
+        self._log.info(
+            "callback_retry_scheduled",
+            schedule_id=str(row.schedule_id),
+            attempts=result.attempts,
+            due_at=due.isoformat(),
+            error=result.error,
+        )
+
+    async def _dead_letter(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+        letter = DeadLetter(
+            row.client_id,
+            row.schedule_id,
+            row.fire_id,
+            fired_at,
+            result.attempts,
+            result.error or "failed",
+            row.callback,
+            row.payload,
+        )
+        await self._store.add_dead_letter(letter)
+        self._log.warning(
+            "callback_dead_lettered",
+            schedule_id=str(row.schedule_id),
+            fire_id=row.fire_id,
+            attempts=result.attempts,
+            error=result.error,
+        )
+
+    async def _record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
+        """Queue the outcome for the next per-partition batch and wait until it is durable."""
+        self._outcomes.append(
+            FireOutcome(row.client_id, row.schedule_id, row.location, status, result.attempts, fired_at, result.error)
+        )
+        if self._flushed is None:
+            self._flushed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._flushed)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._s.outcome_flush_s)
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        if not self._outcomes:
+            return
+        batch, done = self._outcomes, self._flushed
+        self._outcomes, self._flushed = [], None
+        try:
+            await self._store.record_outcomes(batch)
+        except StoreUnavailable as exc:
+            self._log.warning("outcomes_not_written", rows=len(batch), error=str(exc))
+            self._outcomes = batch + self._outcomes
+            self._flushed = done if self._flushed is None else self._flushed
+            return
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    # -- closing minutes ------------------------------------------------------------------------------
+
+    async def _close_loop(self) -> None:
+        while True:
+            await self._wait(self._changed, 0.5)
+            await self._close_ready_minutes()
+
+    async def _close_ready_minutes(self) -> None:
+        now = self._now()
+        for minute in sorted(self._open):
+            state = self._open[minute]
+            if now < minutes.closes_at(minute, self._s.minute_close_s) or state.pending or state.inflight:
+                return
+            await self._store.write_checkpoint(self.claim, minute)
+            del self._open[minute]
+            self._checkpoint = minute
+            self._metrics.checkpoint_lag.labels(str(self.instance)).set((now - minute).total_seconds())
+            self._log.info("minute_fired", minute=minute.isoformat(), fired=len(state.fired))
+            self._changed.set()
+            await self._check_drained(now)
+
+    async def _check_drained(self, now: datetime) -> None:
+        """Beyond a lowered quota, an instance stops once nothing remains at or after its checkpoint."""
+        c = self.client
+        if self.instance.poller_id < c.poller_count or c.resized_at is None:
+            return
+        if (now - c.resized_at).total_seconds() < self._s.drain_grace_s:
+            return
+        horizon = await self._store.get_horizon(self.instance)
+        if horizon is None or (self._checkpoint is not None and self._checkpoint >= horizon):
+            self.drained = True
+            self._log.info("instance_drained", horizon=horizon.isoformat() if horizon else None)
+            raise InstanceDrained
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    async def _sleep_until(self, moment: datetime) -> None:
+        delay = (moment - self._now()).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _wait(event: asyncio.Event, timeout_s: float | None) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+        except TimeoutError:
+            pass
+        event.clear()
+
+
+class InstanceDrained(Exception):
+    """Raised inside an instance's task group to end it: its partitions are empty for good."""
+
+
+def _outcome(result: DeliveryResult) -> str:
+    if result.ok:
+        return "succeeded"
+    return "retry" if result.retriable else "failed"

@@ -1,0 +1,70 @@
+"""``tickd-poller``: one poller node. Reads settings, wires resources in one exit stack, runs the node
+until SIGTERM/SIGINT, then hands its instances over cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from contextlib import AsyncExitStack
+
+import structlog
+from aiohttp import web
+
+from poller.callbacks.http import HttpDispatcher
+from poller.callbacks.kafka import KafkaDispatcher
+from poller.delivery import CallbackRouter
+from poller.metrics import Metrics, status_app
+from poller.node import Node
+from poller.settings import PollerSettings
+from schema import logs
+from schema.cassandra import CassandraStore
+from schema.errors import ConfigError, StoreUnavailable
+
+log = structlog.get_logger("tickd.poller")
+
+
+async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
+    async with AsyncExitStack() as stack:
+        store = await CassandraStore.connect(settings.store)
+        stack.push_async_callback(store.close)
+        http = HttpDispatcher(settings.http, settings.retry)
+        await http.start()
+        kafka = KafkaDispatcher(settings.kafka, settings.retry)
+        router = CallbackRouter(http, kafka)
+        stack.push_async_callback(router.close)
+        await kafka.start()
+        metrics = Metrics()
+        node = Node(settings, store, router, metrics)
+        runner = web.AppRunner(status_app(metrics, node.status), access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
+        await node.run(stop)
+
+
+async def run(settings: PollerSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await serve(settings, stop)
+
+
+def main() -> int:
+    logs.configure()
+    try:
+        settings = PollerSettings.from_env()
+    except ConfigError as exc:
+        print(f"tickd-poller: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(run(settings))
+    except StoreUnavailable as exc:
+        log.error("node_failed", error=str(exc))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""A poller node's Prometheus metrics and its small HTTP side door (/metrics, /status, /healthz)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+LATENESS_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class Metrics:
+    """One registry per node, so tests can build several nodes in one process."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.lateness = Histogram(
+            "tickd_fire_lateness_seconds",
+            "fired_at - fire_at of first attempts",
+            buckets=LATENESS_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.callbacks = Counter(
+            "tickd_callbacks_total",
+            "Callback deliveries by type and outcome",
+            ["type", "outcome"],
+            registry=self.registry,
+        )
+        self.instances = Gauge("tickd_instances_owned", "Poller instances running on this node", registry=self.registry)
+        self.checkpoint_lag = Gauge(
+            "tickd_checkpoint_lag_seconds",
+            "Now minus the last finished minute, per instance",
+            ["instance"],
+            registry=self.registry,
+        )
+        self.claims = Counter("tickd_claims_total", "Ownership changes by kind", ["kind"], registry=self.registry)
+
+
+def status_app(metrics: Metrics, status: Callable[[], dict[str, object]]) -> web.Application:
+    async def get_metrics(_: web.Request) -> web.Response:
+        body = generate_latest(metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def get_status(_: web.Request) -> web.Response:
+        return web.json_response(status())
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/status", get_status)
+    app.router.add_get("/healthz", healthz)
+    return app

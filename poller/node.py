@@ -1,0 +1,285 @@
+"""A poller node: one process running many poller instances.
+
+Loops (one TaskGroup, so a crashed loop stops the node loudly):
+- heartbeat: a TTL'd row in ``nodes``; if it cannot be renewed in time the node fences itself (stops
+  every instance) before anyone else may consider it dead;
+- reconcile: live nodes + clients -> consistent-hash ring -> which instances belong here; stops the
+  ones that moved away (drain, checkpoint, release) and claims the new ones with an LWT (epoch + 1),
+  only when the previous owner released them or is dead;
+- marks: polls the hot marks of the open minutes and tells local instances to re-read;
+- verify: re-reads claims; an instance whose claim moved on is stopped at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from poller import ring
+from poller.delivery import CallbackRouter
+from poller.instance import InstanceDrained, PollerInstance
+from poller.metrics import Metrics
+from poller.settings import PollerSettings
+from schema.errors import StoreUnavailable
+from schema.model import Claim, Client, InstanceKey, NodeInfo
+from schema.store import Store
+from schema.timing import minute_bucket
+
+log = structlog.get_logger("tickd.poller")
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Running:
+    __slots__ = ("instance", "stopping", "task")
+
+    def __init__(self, instance: PollerInstance, task: asyncio.Task[None]) -> None:
+        self.instance = instance
+        self.task = task
+        self.stopping = False
+
+
+class Node:
+    def __init__(
+        self,
+        settings: PollerSettings,
+        store: Store,
+        router: CallbackRouter,
+        metrics: Metrics,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._s = settings
+        self._store = store
+        self._router = router
+        self._metrics = metrics
+        self._now = clock
+        self.node_id = settings.node_id
+        self._started_at = clock()
+        self._running: dict[InstanceKey, Running] = {}
+        self._clients: dict[str, Client] = {}
+        self._clients_read_at = 0.0
+        self._live: set[str] = set()
+        self._drained: set[InstanceKey] = set()
+        self._fenced = False
+        self._heartbeat_ok = time.monotonic()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._log = log.bind(node_id=self.node_id)
+
+    def status(self) -> dict[str, object]:
+        return {
+            "node_id": self.node_id,
+            "fenced": self._fenced,
+            "live_nodes": sorted(self._live),
+            "instances": {str(k): r.instance.claim.epoch for k, r in sorted(self._running.items())},
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._heartbeat()
+        self._log.info("node_started", metrics_port=self._s.metrics_port)
+        async with asyncio.TaskGroup() as tg:
+            loops = [
+                tg.create_task(self._every(self._s.heartbeat_interval_s, self._heartbeat_tick)),
+                tg.create_task(self._every(self._s.ring_refresh_s, self._reconcile)),
+                tg.create_task(self._every(self._s.mark_poll_s, self._poll_marks)),
+                tg.create_task(self._every(self._s.claim_verify_s, self._verify_claims)),
+            ]
+            await stop.wait()
+            for task in loops:
+                task.cancel()
+        await self._shutdown()
+
+    async def _every(self, interval_s: float, tick: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``tick`` forever; storage hiccups are logged and retried, anything else stops the node."""
+        while True:
+            try:
+                await tick()
+            except StoreUnavailable as exc:
+                self._log.warning("store_unavailable", loop=tick.__name__, error=str(exc))
+            await asyncio.sleep(interval_s)
+
+    # -- membership and fencing -----------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        now = self._now()
+        info = NodeInfo(self.node_id, self._s.metrics_host, self._s.metrics_port, self._started_at, now)
+        async with asyncio.timeout(self._s.heartbeat_interval_s * 2):
+            await self._store.heartbeat(info, self._s.node_ttl_s)
+        self._heartbeat_ok = time.monotonic()
+        if self._fenced:
+            self._fenced = False
+            self._log.warning("node_unfenced")
+
+    async def _heartbeat_tick(self) -> None:
+        try:
+            await self._heartbeat()
+        except (StoreUnavailable, TimeoutError) as exc:
+            self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
+        silent_s = time.monotonic() - self._heartbeat_ok
+        if not self._fenced and silent_s > self._s.node_ttl_s - self._s.fence_margin_s:
+            # Others will think us dead at node_ttl_s: stop firing before they may start.
+            self._fenced = True
+            self._log.error("node_fenced", silent_s=round(silent_s, 2))
+            await asyncio.gather(*(self._stop(k, "fenced", drain_s=0, release=False) for k in list(self._running)))
+
+    # -- ownership ------------------------------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        if self._fenced:
+            return
+        await self._refresh_clients()
+        self._live = {n.node_id for n in await self._store.live_nodes()} | {self.node_id}
+        candidates = [i for i in ring.instances_of(self._clients.values()) if i not in self._drained]
+        mine = ring.owned_by(self.node_id, candidates, self._live)
+        for key, running in list(self._running.items()):
+            if key not in mine and not running.stopping:
+                self._spawn(self._stop(key, "rebalanced", drain_s=self._s.shutdown_deadline_s, release=True))
+        await asyncio.gather(*(self._try_claim(k) for k in mine if k not in self._running))
+
+    async def _refresh_clients(self) -> None:
+        if time.monotonic() - self._clients_read_at < self._s.clients_refresh_s and self._clients:
+            return
+        self._clients = {c.client_id: c for c in await self._store.list_clients()}
+        self._clients_read_at = time.monotonic()
+        for key, running in self._running.items():
+            client = self._clients.get(key.client_id)
+            if client is not None:
+                running.instance.client = client
+
+    async def _try_claim(self, key: InstanceKey) -> None:
+        seen = await self._store.get_claim(key)
+        if seen is not None and seen.owner not in (None, self.node_id) and seen.owner in self._live:
+            return  # its owner is alive: it releases when it sees the ring moved
+        client = self._clients[key.client_id]
+        if await self._is_drained(key, client):
+            return
+        claim = await self._store.claim(key, self.node_id, seen, self._now())
+        if claim is None:
+            return
+        self._metrics.claims.labels("acquired").inc()
+        self._log.info(
+            "instance_claimed", instance=str(key), epoch=claim.epoch, previous_owner=seen.owner if seen else None
+        )
+        self._start(claim, client)
+
+    async def _is_drained(self, key: InstanceKey, client: Client) -> bool:
+        """Above a lowered quota, an instance with nothing left after its checkpoint is not run again."""
+        if key.poller_id < client.poller_count or client.resized_at is None:
+            return False
+        if (self._now() - client.resized_at).total_seconds() < self._s.drain_grace_s:
+            return False
+        horizon = await self._store.get_horizon(key)
+        checkpoint = await self._store.get_checkpoint(key)
+        drained = horizon is None or (checkpoint is not None and checkpoint.minute >= horizon)
+        if drained:
+            self._drained.add(key)
+        return drained
+
+    def _start(self, claim: Claim, client: Client) -> None:
+        instance = PollerInstance(claim, client, self._store, self._router, self._s, self._metrics, self._now)
+        task = asyncio.create_task(self._run_instance(instance))
+        self._running[claim.instance] = Running(instance, task)
+        self._metrics.instances.set(len(self._running))
+
+    async def _run_instance(self, instance: PollerInstance) -> None:
+        key = instance.instance
+        self._log.info("instance_started", instance=str(key), epoch=instance.claim.epoch)
+        try:
+            await instance.run()
+        except* InstanceDrained:
+            self._drained.add(key)
+            self._spawn(self._stop(key, "drained", drain_s=self._s.shutdown_deadline_s, release=True))
+        except* StoreUnavailable as group:
+            self._log.warning("instance_failed", instance=str(key), error=str(group.exceptions[0]))
+            self._spawn(self._stop(key, "store_unavailable", drain_s=self._s.shutdown_deadline_s, release=True))
+        except* Exception:
+            # Pollers never die of one bad instance: log it, hand it back; the ring gives it out again.
+            self._log.exception("instance_crashed", instance=str(key))
+            self._spawn(self._stop(key, "crashed", drain_s=self._s.shutdown_deadline_s, release=True))
+
+    async def _stop(self, key: InstanceKey, reason: str, *, drain_s: float, release: bool) -> None:
+        running = self._running.get(key)
+        if running is None or running.stopping:
+            return
+        running.stopping = True
+        running.task.cancel()
+        await asyncio.gather(running.task, return_exceptions=True)
+        instance = running.instance
+        try:
+            await instance.drain(drain_s)
+        except StoreUnavailable as exc:
+            self._log.warning("drain_incomplete", instance=str(key), error=str(exc))
+        self._log.info("instance_stopped", instance=str(key), epoch=instance.claim.epoch, reason=reason)
+        if release:
+            await self._release(instance.claim)
+        del self._running[key]
+        self._metrics.instances.set(len(self._running))
+
+    async def _release(self, claim: Claim) -> None:
+        try:
+            released = await self._store.release(claim)
+        except StoreUnavailable as exc:
+            self._log.warning("release_failed", instance=str(claim.instance), error=str(exc))
+            return
+        if released:
+            self._metrics.claims.labels("released").inc()
+            self._log.info("instance_released", instance=str(claim.instance), epoch=claim.epoch)
+
+    async def _verify_claims(self) -> None:
+        for key, running in list(self._running.items()):
+            current = await self._store.get_claim(key)
+            mine = running.instance.claim
+            if current is None or (current.owner, current.epoch) != (mine.owner, mine.epoch):
+                self._log.error(
+                    "claim_lost", instance=str(key), epoch=mine.epoch, now_owner=current.owner if current else None
+                )
+                await self._stop(key, "claim_lost", drain_s=0, release=False)
+
+    # -- hot marks ------------------------------------------------------------------------------------
+
+    async def _poll_marks(self) -> None:
+        if not self._running:
+            return
+        now = self._now()
+        current = minute_bucket(now)
+        watched = [current]
+        if (now - current).total_seconds() < self._s.minute_close_s + 1:
+            watched.append(current - timedelta(minutes=1))
+        if (current + timedelta(minutes=1) - now).total_seconds() < self._s.preload_s + 1:
+            watched.append(current + timedelta(minutes=1))
+        found = await asyncio.gather(*(self._store.hot_marks(m) for m in watched))
+        for minute, marks in zip(watched, found, strict=True):
+            for mark in marks:
+                running = self._running.get(mark.instance)
+                if running is not None and not running.stopping:
+                    running.instance.on_mark(minute, mark.touched_at)
+
+    # -- shutdown -------------------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """Stop claiming (the loops are gone), drain and release every instance, then leave the ring.
+
+        Releasing before leaving matters: while our heartbeat row exists nobody claims our instances,
+        so no instance can run twice during the handover."""
+        self._log.info("node_stopping", instances=len(self._running))
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(
+            *(self._stop(k, "shutdown", drain_s=self._s.shutdown_deadline_s, release=True) for k in list(self._running))
+        )
+        try:
+            await self._store.leave(self.node_id)
+        except StoreUnavailable as exc:
+            self._log.warning("leave_failed", error=str(exc))
+        self._log.info("node_stopped")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

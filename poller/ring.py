@@ -1,0 +1,27 @@
+"""Pure placement: which live node runs which poller instance (consistent hashing with uhashring)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from uhashring import HashRing
+
+from schema.model import Client, InstanceKey
+
+
+def instances_of(clients: Iterable[Client]) -> list[InstanceKey]:
+    """Every poller instance that may hold rows: ids below each client's span (not only its count)."""
+    return [InstanceKey(c.client_id, p) for c in clients for p in range(c.poller_span)]
+
+
+def assign(instances: Iterable[InstanceKey], node_ids: Iterable[str]) -> dict[InstanceKey, str]:
+    """Map each instance to one node. The same inputs give the same answer on every node."""
+    nodes = sorted(set(node_ids))
+    if not nodes:
+        return {}
+    ring = HashRing(nodes=nodes, hash_fn="ketama")
+    return {instance: ring.get_node(str(instance)) for instance in instances}
+
+
+def owned_by(node_id: str, instances: Iterable[InstanceKey], node_ids: Iterable[str]) -> set[InstanceKey]:
+    return {i for i, owner in assign(instances, node_ids).items() if owner == node_id}

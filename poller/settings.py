@@ -1,0 +1,94 @@
+"""Poller node settings, read from TICKD_* variables by ``tickd-poller`` only and passed down."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from poller.callbacks.backoff import RetryPolicy
+from poller.callbacks.http import HttpSettings
+from poller.callbacks.kafka import KafkaSettings
+from schema.errors import ConfigError
+from schema.settings import StoreSettings, env_float, env_int, env_str
+
+
+@dataclass(frozen=True)
+class PollerSettings:
+    node_id: str
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9108
+    heartbeat_interval_s: float = 1.0
+    # A node not heard from for this long is dead; it stops its own instances a little before.
+    node_ttl_s: int = 6
+    fence_margin_s: float = 2.0
+    ring_refresh_s: float = 1.0
+    clients_refresh_s: float = 5.0
+    claim_verify_s: float = 5.0
+    # A minute's partition is read this long before the minute starts.
+    preload_s: float = 5.0
+    # A minute stays open (late writes and hot marks still handled) this long after it ends.
+    minute_close_s: float = 10.0
+    mark_poll_s: float = 0.5
+    # After a hot mark, keep re-reading for this long (the mark may be seen before its row).
+    mark_settle_s: float = 2.0
+    # How far before the mark's time a re-read starts (covers API/poller clock skew).
+    reread_lag_s: float = 5.0
+    catch_up_window_s: int = 3600
+    shutdown_deadline_s: float = 10.0
+    drain_grace_s: float = 60.0
+    instance_max_inflight: int = 512
+    outcome_flush_s: float = 0.2
+    store: StoreSettings = field(default_factory=StoreSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PollerSettings:
+        env = os.environ if env is None else env
+        d = cls(node_id="-")
+        settings = cls(
+            node_id=env_str(env, "TICKD_NODE_ID", f"{socket.gethostname()}-{os.getpid()}"),
+            metrics_host=env_str(env, "TICKD_METRICS_HOST", d.metrics_host),
+            metrics_port=env_int(env, "TICKD_METRICS_PORT", d.metrics_port, low=0, high=65535),
+            heartbeat_interval_s=env_float(env, "TICKD_HEARTBEAT_INTERVAL_S", d.heartbeat_interval_s, low=0.1, high=60),
+            node_ttl_s=env_int(env, "TICKD_NODE_TTL_S", d.node_ttl_s, low=2, high=600),
+            ring_refresh_s=env_float(env, "TICKD_RING_REFRESH_S", d.ring_refresh_s, low=0.1, high=60),
+            clients_refresh_s=env_float(env, "TICKD_CLIENTS_REFRESH_S", d.clients_refresh_s, low=0.1, high=600),
+            claim_verify_s=env_float(env, "TICKD_CLAIM_VERIFY_S", d.claim_verify_s, low=0.5, high=600),
+            preload_s=env_float(env, "TICKD_PRELOAD_S", d.preload_s, low=0.5, high=50),
+            minute_close_s=env_float(env, "TICKD_MINUTE_CLOSE_S", d.minute_close_s, low=1, high=300),
+            mark_poll_s=env_float(env, "TICKD_MARK_POLL_S", d.mark_poll_s, low=0.05, high=10),
+            mark_settle_s=env_float(env, "TICKD_MARK_SETTLE_S", d.mark_settle_s, low=0, high=60),
+            reread_lag_s=env_float(env, "TICKD_REREAD_LAG_S", d.reread_lag_s, low=0, high=120),
+            catch_up_window_s=env_int(env, "TICKD_CATCH_UP_WINDOW_S", d.catch_up_window_s, low=60, high=30 * 86400),
+            shutdown_deadline_s=env_float(env, "TICKD_SHUTDOWN_DEADLINE_S", d.shutdown_deadline_s, low=0, high=600),
+            drain_grace_s=env_float(env, "TICKD_DRAIN_GRACE_S", d.drain_grace_s, low=0, high=86400),
+            instance_max_inflight=env_int(
+                env, "TICKD_INSTANCE_MAX_INFLIGHT", d.instance_max_inflight, low=1, high=100_000
+            ),
+            outcome_flush_s=env_float(env, "TICKD_OUTCOME_FLUSH_S", d.outcome_flush_s, low=0.01, high=10),
+            store=StoreSettings.from_env(env),
+            http=HttpSettings.from_env(env),
+            kafka=KafkaSettings.from_env(env),
+            retry=RetryPolicy.from_env(env),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Cross-setting rules: each alone can be fine and the pair still wrong."""
+        if self.heartbeat_interval_s * 2 >= self.node_ttl_s - self.fence_margin_s:
+            raise ConfigError(
+                "TICKD_HEARTBEAT_INTERVAL_S must be well under TICKD_NODE_TTL_S: at least two heartbeats "
+                "must fit before a node fences itself",
+                field="TICKD_HEARTBEAT_INTERVAL_S",
+            )
+        if self.preload_s + self.reread_lag_s >= self.store.hot_window_s:
+            raise ConfigError(
+                "TICKD_HOT_WINDOW_S must exceed TICKD_PRELOAD_S + TICKD_REREAD_LAG_S, or late writes "
+                "to a loaded minute would go unsignalled",
+                field="TICKD_HOT_WINDOW_S",
+            )
