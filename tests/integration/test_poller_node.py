@@ -1,0 +1,193 @@
+"""The engine in-process against the real Cassandra. Deliveries go to a recording router: the callback
+pools have their own tests; here the subject is when (and whether) the engine fires."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from poller.delivery import DeliveryResult
+from poller.metrics import Metrics
+from poller.node import Node
+from poller.settings import PollerSettings
+from schema import timing
+from schema.cassandra import CassandraStore
+from schema.migrate import drop, migrate
+from schema.model import HttpCallback, InstanceKey, Location, Schedule, Status
+from schema.settings import StoreSettings
+from tests.integration.conftest import later, make_client
+
+pytestmark = pytest.mark.integration
+
+
+class RecordingRouter:
+    """Records each delivery; fails the first ``fail_first`` attempts of a schedule when asked."""
+
+    def __init__(self) -> None:
+        self.fires: list[tuple[str, int, datetime]] = []
+        self.fail_first: dict[uuid.UUID, int] = {}
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        self.fires.append((schedule.fire_id, attempt, fired_at))
+        if attempt <= self.fail_first.get(schedule.schedule_id, 0):
+            return DeliveryResult(
+                ok=False, retriable=True, error="HTTP 503", retry_after_s=0.5, status_code=503, attempts=attempt
+            )
+        return DeliveryResult(
+            ok=True, retriable=False, error=None, retry_after_s=None, status_code=200, attempts=attempt
+        )
+
+    async def close(self) -> None:
+        return None
+
+    def fired(self, schedule: Schedule) -> list[tuple[int, datetime]]:
+        return [(a, t) for f, a, t in self.fires if f == schedule.fire_id]
+
+
+@pytest.fixture(scope="module")
+async def store(store_settings: StoreSettings) -> AsyncIterator[CassandraStore]:
+    """A keyspace of this module's own: a node runs every client it finds, so it must find only ours."""
+    settings = dataclasses.replace(store_settings, keyspace=f"{store_settings.keyspace}_node")
+    await asyncio.to_thread(drop, settings)
+    await asyncio.to_thread(migrate, settings)
+    s = await CassandraStore.connect(settings)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def cluster(store: CassandraStore, client_id: str) -> AsyncIterator[tuple[Node, RecordingRouter]]:
+    settings = dataclasses.replace(
+        PollerSettings.from_env({"TICKD_NODE_ID": f"node-{client_id}"}),
+        store=store.settings,
+        ring_refresh_s=0.2,
+        clients_refresh_s=0.2,
+        claim_verify_s=0.5,
+        preload_s=3.0,
+        mark_poll_s=0.2,
+        minute_close_s=2.0,
+    )
+    await store.create_client(make_client(client_id, pollers=2))
+    router = RecordingRouter()
+    node = Node(settings, store, router, Metrics())  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(node.run(stop))
+    mine = {f"{client_id}/0", f"{client_id}/1"}
+    await wait_for(lambda: mine <= set(node.status()["instances"]), 10)  # type: ignore[call-overload]
+    yield node, router
+    stop.set()
+    await asyncio.wait_for(task, 30)
+
+
+async def wait_for(predicate: object, timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+
+async def create(store: CassandraStore, client_id: str, in_s: float) -> Schedule:
+    sid, now = uuid.uuid4(), later(0)
+    fire_at = later(in_s)
+    s = Schedule(
+        client_id,
+        sid,
+        Location(timing.poller_id_for(sid, 2), timing.due_time(fire_at, now)),
+        fire_at,
+        b"{}",
+        HttpCallback(url="http://127.0.0.1:9/"),
+        now,
+    )
+    await store.create_schedule(s, now)
+    return s
+
+
+async def test_fires_each_row_once_not_before_its_time(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    _, router = cluster
+    made = [await create(store, client_id, 0.5 + i * 0.25) for i in range(24)]
+    past = await create(store, client_id, -3600)
+    await wait_for(lambda: all(router.fired(s) for s in [*made, past]), 30)
+    for s in made:
+        (attempt, fired_at), *rest = router.fired(s)
+        assert attempt == 1 and not rest and fired_at >= s.fire_at
+
+
+async def test_outcomes_are_recorded(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    _, router = cluster
+    s = await create(store, client_id, 1)
+    await wait_for(lambda: router.fired(s), 15)
+
+    async def status() -> Status | None:
+        got = await store.get_schedule(client_id, s.schedule_id)
+        return got.status if got else None
+
+    async with asyncio.timeout(10):
+        while await status() is not Status.SUCCEEDED:
+            await asyncio.sleep(0.1)
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.attempts == 1 and got.fired_at is not None
+
+
+async def test_late_create_and_cancel_in_a_loaded_minute(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    _, router = cluster
+    doomed = await create(store, client_id, 6)
+    await asyncio.sleep(1.0)  # the minute holding it may well be loaded by now
+    current = await store.get_schedule(client_id, doomed.schedule_id)
+    assert current is not None
+    await store.cancel_schedule(current, datetime.now(UTC))  # > 2 s before its time: must not fire
+    late = await create(store, client_id, 0.3)  # a create landing in an already-loaded minute
+    await wait_for(lambda: router.fired(late), 15)
+    await asyncio.sleep(max(0.0, (doomed.fire_at - datetime.now(UTC)).total_seconds()) + 2.0)
+    assert router.fired(doomed) == []
+
+
+async def test_failed_fire_is_retried_durably_with_the_same_fire_id(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    _, router = cluster
+    sid = uuid.uuid4()
+    router.fail_first[sid] = 1
+    now = datetime.now(UTC)
+    fire_at = now + timedelta(seconds=1)
+    s = Schedule(
+        client_id,
+        sid,
+        Location(timing.poller_id_for(sid, 2), fire_at),
+        fire_at,
+        b"{}",
+        HttpCallback(url="http://127.0.0.1:9/"),
+        now,
+    )
+    await store.create_schedule(s, now)
+    await wait_for(lambda: len(router.fired(s)) >= 2, 20)
+    assert [a for a, _ in router.fired(s)] == [1, 2]
+
+    async def done() -> bool:
+        got = await store.get_schedule(client_id, sid)
+        return got is not None and got.status is Status.SUCCEEDED and got.attempts == 2
+
+    async with asyncio.timeout(10):
+        while not await done():
+            await asyncio.sleep(0.1)
+
+
+async def test_an_instance_whose_claim_is_taken_stops(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    node, _ = cluster
+    key = InstanceKey(client_id, 0)
+    seen = await store.get_claim(key)
+    assert seen is not None and seen.owner == node.node_id
+    stolen = await store.claim(key, "thief", seen, datetime.now(UTC))
+    assert stolen is not None and stolen.epoch == seen.epoch + 1
+    await wait_for(lambda: str(key) not in node.status()["instances"], 10)  # type: ignore[operator]

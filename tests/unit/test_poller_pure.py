@@ -1,0 +1,83 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from poller import minutes, ring
+from poller.settings import PollerSettings
+from schema.errors import ConfigError
+from schema.model import Client, InstanceKey
+
+T0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+M = timedelta(minutes=1)
+
+
+def client(cid: str, count: int, span: int = 0) -> Client:
+    return Client(cid, count, True, "h", T0, T0, poller_span=span)
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "now", "window_s", "start", "skip_from"),
+    [
+        # Resumes right after the checkpoint.
+        (T0, T0 + 5 * M, 3600, T0 + M, None),
+        # No checkpoint: from the client's first minute (created at T0).
+        (None, T0 + 5 * M + timedelta(seconds=7), 3600, T0, None),
+        # Down longer than the window: minutes before it are skipped (and recorded).
+        (T0, T0 + 3 * 60 * M, 3600, T0 + 2 * 60 * M, T0 + M),
+        # No checkpoint and an old client: nothing was ever read, nothing to record as skipped.
+        (None, T0 + 3 * 60 * M, 3600, T0 + 2 * 60 * M, None),
+    ],
+)
+def test_plan_start(
+    checkpoint: datetime | None, now: datetime, window_s: int, start: datetime, skip_from: datetime | None
+) -> None:
+    assert minutes.plan_start(checkpoint, T0, now, window_s) == minutes.StartPlan(start, skip_from)
+
+
+def test_minute_windows() -> None:
+    assert minutes.opens_at(T0, 5) == T0 - timedelta(seconds=5)
+    assert minutes.closes_at(T0, 10) == T0 + M + timedelta(seconds=10)
+    assert minutes.minutes_between(T0, T0 + 3 * M) == [T0, T0 + M, T0 + 2 * M]
+    assert minutes.minutes_between(T0, T0) == []
+
+
+@given(st.floats(0, 59.999), st.floats(0, 59.999), st.floats(0, 30))
+def test_reread_window_covers_late_writes_and_unfired_rows(touch_s: float, now_s: float, lag_s: float) -> None:
+    touch, now = T0 + timedelta(seconds=touch_s), T0 + timedelta(seconds=now_s)
+    start = minutes.reread_from(T0, touch, now, lag_s)
+    assert T0 <= start <= min(touch, now)
+    assert start <= max(T0, min(touch, now) - timedelta(seconds=lag_s))
+
+
+def test_instances_cover_the_span_not_only_the_count() -> None:
+    keys = ring.instances_of([client("a", 2, span=5), client("b", 3)])
+    assert keys == [InstanceKey("a", p) for p in range(5)] + [InstanceKey("b", p) for p in range(3)]
+
+
+def test_assignment_is_total_deterministic_and_moves_about_one_nth() -> None:
+    keys = ring.instances_of([client(f"c{i}", 40) for i in range(10)])
+    three = ring.assign(keys, ["n1", "n2", "n3"])
+    assert set(three) == set(keys) and set(three.values()) == {"n1", "n2", "n3"}
+    assert ring.assign(keys, ["n3", "n1", "n2", "n1"]) == three  # order and repeats do not matter
+    four = ring.assign(keys, ["n1", "n2", "n3", "n4"])
+    moved = [k for k in keys if three[k] != four[k]]
+    assert all(four[k] == "n4" for k in moved)  # only moves onto the new node
+    assert 0.15 < len(moved) / len(keys) < 0.35
+    assert ring.assign(keys, []) == {}
+
+
+def test_owned_by_partitions_the_instances() -> None:
+    keys = ring.instances_of([client("a", 12)])
+    nodes = ["n1", "n2", "n3"]
+    owned = [ring.owned_by(n, keys, nodes) for n in nodes]
+    assert set().union(*owned) == set(keys) and sum(map(len, owned)) == len(keys)
+
+
+def test_settings_refuse_inconsistent_timing() -> None:
+    with pytest.raises(ConfigError, match="HEARTBEAT"):
+        PollerSettings.from_env({"TICKD_HEARTBEAT_INTERVAL_S": "3", "TICKD_NODE_TTL_S": "6"})
+    with pytest.raises(ConfigError, match="HOT_WINDOW"):
+        PollerSettings.from_env({"TICKD_PRELOAD_S": "40", "TICKD_REREAD_LAG_S": "60", "TICKD_HOT_WINDOW_S": "90"})
+    assert PollerSettings.from_env({"TICKD_NODE_ID": "n9"}).node_id == "n9"
