@@ -1,0 +1,72 @@
+"""The app factory: ``create_app(settings, store)``; ``service.main`` runs it, tests call it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+
+import structlog
+from aiohttp import web
+
+from schema.cassandra import CassandraStore
+from schema.settings import StoreSettings
+from schema.store import Store
+from service import keys
+from service.auth import Authenticator, ClientCache
+from service.errors import Handler, error_middleware
+from service.limits import RateLimiter
+from service.metrics import ApiMetrics
+from service.routes import clients, ops, schedules
+from service.settings import ApiSettings
+from service.targets import TargetGuard
+
+
+@web.middleware
+async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bind a request id to every log line of this request; echo it back."""
+    request_id = request.headers.get("X-Request-Id", "")[:64] or uuid.uuid4().hex
+    with structlog.contextvars.bound_contextvars(request_id=request_id):
+        response = await handler(request)
+    response.headers["X-Request-Id"] = request_id
+    return response
+
+
+def create_app(
+    settings: ApiSettings, store: Store | None = None, store_settings: StoreSettings | None = None
+) -> web.Application:
+    """The API app. With no ``store``, one is connected (from ``store_settings``) in a cleanup context."""
+    metrics = ApiMetrics()
+    app = web.Application(
+        middlewares=[metrics.middleware(), request_context, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[keys.SETTINGS] = settings
+    app[keys.METRICS] = metrics
+    app[keys.LIMITER] = RateLimiter(settings.create_rate_per_s, settings.create_burst)
+    app[keys.TARGETS] = TargetGuard(settings.callback_allow_private, settings.dns_cache_s)
+    app[keys.ADMIN_LOCKS] = defaultdict(asyncio.Lock)
+    if store is not None:
+        _use_store(app, store)
+    else:
+        app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
+    for routes in (clients, schedules, ops):
+        routes.setup(app)
+    return app
+
+
+def _use_store(app: web.Application, store: Store) -> None:
+    settings = app[keys.SETTINGS]
+    app[keys.STORE] = store
+    app[keys.AUTH] = Authenticator(settings.admin_token, ClientCache(store, settings.client_cache_s))
+
+
+def _connected_store(store_settings: StoreSettings) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def connect(app: web.Application) -> AsyncIterator[None]:
+        store = await CassandraStore.connect(store_settings)
+        _use_store(app, store)
+        yield
+        await store.close()
+
+    return connect

@@ -1,0 +1,123 @@
+"""The one place errors become HTTP responses: ``{"error": {"code", "message", "field"}}`` everywhere.
+
+Handlers raise ``schema.errors`` types (or the HTTP-only ones below); ``error_middleware`` maps them,
+aiohttp's own 404/405/413, and anything unexpected (a 500 that is logged, never leaked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import structlog
+from aiohttp import web
+
+from schema.errors import AlreadyExists, Conflict, InvalidInput, NotFound, StoreUnavailable, TickdError
+
+log = structlog.get_logger("tickd.api")
+_encoder = msgspec.json.Encoder()
+
+
+class Invalid(InvalidInput):
+    """Bad input with a specific code (``wrong_type``, ``unknown_field``, ``out_of_range``...)."""
+
+    def __init__(self, message: str, *, field: str | None = None, code: str = "invalid") -> None:
+        super().__init__(message, field=field)
+        self.code = code
+
+
+class HttpError(TickdError):
+    """An error that only exists at the HTTP layer; carries its own status and code."""
+
+    status = 400
+
+    def __init__(self, message: str, *, code: str, field: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message, field=field)
+        self.code = code
+        self.headers = headers or {}
+
+
+class Unauthorized(HttpError):
+    status = 401
+
+
+class Forbidden(HttpError):
+    status = 403
+
+
+class PayloadTooLarge(HttpError):
+    status = 413
+
+
+class UnsupportedMediaType(HttpError):
+    status = 415
+
+
+class TooManyRequests(HttpError):
+    status = 429
+
+
+class Unavailable(HttpError):
+    status = 503
+
+
+# The mapping of the data layer's errors; the most specific class wins (checked in this order).
+STATUS_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
+    (InvalidInput, 400),
+    (NotFound, 404),
+    (AlreadyExists, 409),
+    (Conflict, 409),
+    (StoreUnavailable, 503),
+)
+
+_HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "too_large", 400: "bad_request"}
+
+
+def status_of(exc: TickdError) -> int:
+    if isinstance(exc, HttpError):
+        return exc.status
+    return next((status for cls, status in STATUS_BY_ERROR if isinstance(exc, cls)), 500)
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "field": field}
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=_encoder.encode(body), status=status, content_type="application/json", headers=headers)
+
+
+def error_response(exc: TickdError) -> web.Response:
+    status = status_of(exc)
+    headers = dict(exc.headers) if isinstance(exc, HttpError) else {}
+    if isinstance(exc, StoreUnavailable):
+        headers["Retry-After"] = "1"
+    return json_response({"error": error_body(exc.code, exc.message, exc.field)}, status, headers)
+
+
+def _from_http(exc: web.HTTPException) -> web.Response:
+    code = _HTTP_CODES.get(exc.status, "http_error")
+    message = exc.reason if exc.status != 413 else "request body is too large"
+    headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+    return json_response({"error": error_body(code, message)}, exc.status, headers)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except TickdError as exc:
+        if status_of(exc) >= 500:
+            log.warning("request_failed", code=exc.code, error=exc.message)
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _from_http(exc)
+    except Exception:
+        log.exception("request_crashed", path=request.path, method=request.method)
+        return json_response({"error": error_body("internal", "internal error; it has been logged")}, 500)

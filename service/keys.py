@@ -1,0 +1,24 @@
+"""One ``web.AppKey`` per shared resource; handlers read them from ``request.app``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from aiohttp import web
+
+from schema.store import Store
+from service.auth import Authenticator
+from service.limits import RateLimiter
+from service.metrics import ApiMetrics
+from service.settings import ApiSettings
+from service.targets import TargetGuard
+
+SETTINGS = web.AppKey("settings", ApiSettings)
+STORE = web.AppKey("store", Store)
+AUTH = web.AppKey("auth", Authenticator)
+LIMITER = web.AppKey("limiter", RateLimiter)
+TARGETS = web.AppKey("targets", TargetGuard)
+METRICS = web.AppKey("metrics", ApiMetrics)
+# Admin changes to one client are serialised per replica: update_client overwrites the whole row.
+ADMIN_LOCKS = web.AppKey("admin_locks", defaultdict[str, asyncio.Lock])

@@ -1,0 +1,52 @@
+"""Prometheus metrics, one CollectorRegistry per app (so tests can build many apps)."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from service.errors import Handler
+
+_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "tickd_api_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "tickd_api_request_duration_seconds",
+            "Request latency by route",
+            ["method", "route"],
+            buckets=_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.schedules_created = Counter(
+            "tickd_api_schedules_created", "Schedules created (single and batch)", registry=self.registry
+        )
+
+    def middleware(self) -> web.middleware:  # type: ignore[valid-type]
+        @web.middleware
+        async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
+            started = time.perf_counter()
+            response = await handler(request)
+            route = request.match_info.route.resource
+            name = route.canonical if route is not None else "unmatched"
+            self.latency.labels(request.method, name).observe(time.perf_counter() - started)
+            self.requests.labels(request.method, name, str(response.status)).inc()
+            return response
+
+        return measure
+
+    def exposition(self) -> web.Response:
+        response = web.Response(body=generate_latest(self.registry))
+        response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        response.charset = "utf-8"
+        return response

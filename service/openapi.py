@@ -1,0 +1,295 @@
+"""The OpenAPI 3.1 document, built from the request/response Structs, and its self-contained HTML page.
+
+``OPERATIONS`` lists every route the app serves; a test compares it with ``app.router`` both ways.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from service import validation, views
+from service.settings import ApiSettings
+
+_REF = "#/components/schemas/{name}"
+
+
+@dataclass(frozen=True)
+class Op:
+    method: str
+    path: str
+    summary: str
+    tag: str
+    ok: int = 200
+    response: type[Any] | None = None
+    request: type[Any] | None = None
+    auth: str | None = "client"  # "client", "admin" or None
+    errors: tuple[int, ...] = ()
+    query: tuple[tuple[str, str, bool], ...] = ()  # (name, description, required)
+    headers: tuple[tuple[str, str], ...] = ()
+    description: str = ""
+    media: str = "application/json"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_V = (400, 401, 415)
+OPERATIONS: tuple[Op, ...] = (
+    Op(
+        "post",
+        "/v1/clients",
+        "Register a client; the API key is shown only here",
+        "clients",
+        201,
+        views.ClientView,
+        validation.ClientCreate,
+        "admin",
+        (*_V, 403, 409, 503),
+    ),
+    Op("get", "/v1/clients", "List clients", "clients", 200, views.ClientList, None, "admin", (401, 403, 503)),
+    Op(
+        "get",
+        "/v1/clients/{client_id}",
+        "Get a client",
+        "clients",
+        200,
+        views.ClientView,
+        None,
+        "admin",
+        (401, 403, 404, 503),
+    ),
+    Op(
+        "patch",
+        "/v1/clients/{client_id}",
+        "Change poller_count, active or kafka_topics",
+        "clients",
+        200,
+        views.ClientView,
+        validation.ClientPatch,
+        "admin",
+        (*_V, 403, 404, 503),
+        description="Lowering poller_count keeps poller_span at the old count so pollers drain the old ids.",
+    ),
+    Op(
+        "post",
+        "/v1/clients/{client_id}/api-keys",
+        "Rotate the client's API key (the old one stops working)",
+        "clients",
+        201,
+        views.ApiKeyView,
+        None,
+        "admin",
+        (401, 403, 404, 503),
+    ),
+    Op(
+        "post",
+        "/v1/schedules",
+        "Create a schedule",
+        "schedules",
+        201,
+        views.ScheduleView,
+        validation.ScheduleCreate,
+        "client",
+        (*_V, 403, 413, 429, 503),
+        headers=(("Idempotency-Key", "A retried create with the same key returns the original (200)."),),
+    ),
+    Op(
+        "post",
+        "/v1/schedules/batch",
+        "Create up to TICKD_MAX_BATCH schedules; results in request order",
+        "schedules",
+        200,
+        views.BatchResult,
+        validation.BatchCreate,
+        "client",
+        (*_V, 403, 413, 429, 503),
+    ),
+    Op(
+        "get",
+        "/v1/schedules",
+        "List schedules due in [from, to), paged",
+        "schedules",
+        200,
+        views.ScheduleList,
+        None,
+        "client",
+        (400, 401, 503),
+        query=(
+            ("from", "RFC 3339 with offset, or epoch seconds", True),
+            ("to", "end, exclusive", True),
+            ("status", "scheduled, succeeded, failed or cancelled", False),
+            ("limit", "1-1000, default 100", False),
+            ("cursor", "next_cursor of the previous page", False),
+        ),
+        description="A page may be short (even empty) and still have a next_cursor: keep paging until it is null.",
+    ),
+    Op(
+        "get",
+        "/v1/schedules/{schedule_id}",
+        "Get a schedule",
+        "schedules",
+        200,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 404, 503),
+    ),
+    Op(
+        "patch",
+        "/v1/schedules/{schedule_id}",
+        "Reschedule, or change payload/callback",
+        "schedules",
+        200,
+        views.ScheduleView,
+        validation.SchedulePatch,
+        "client",
+        (*_V, 404, 409, 413, 503),
+    ),
+    Op(
+        "delete",
+        "/v1/schedules/{schedule_id}",
+        "Cancel a schedule (idempotent)",
+        "schedules",
+        200,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 404, 409, 503),
+    ),
+    Op("get", "/healthz", "The process is up", "operations", 200, views.Health, None, None),
+    Op("get", "/readyz", "Cassandra answers", "operations", 200, views.Health, None, None, (503,)),
+    Op("get", "/metrics", "Prometheus metrics", "operations", 200, None, None, None, media="text/plain"),
+    Op("get", "/openapi.json", "This document", "operations", 200, None, None, None),
+    Op("get", "/docs", "This document as HTML", "operations", 200, None, None, None, media="text/html"),
+)
+
+_STATUS_TEXT = {
+    400: "Invalid input (the error names the field)",
+    401: "No or unknown key",
+    403: "Forbidden for this key",
+    404: "Unknown, or another client's",
+    409: "Conflict (exists, already fired, fire imminent, raced)",
+    413: "Body or payload too large",
+    415: "Not application/json",
+    429: "Rate limited (see Retry-After)",
+    503: "Store unavailable (see Retry-After), or admin disabled",
+}
+
+
+def _operation(op: Op) -> dict[str, Any]:
+    out: dict[str, Any] = {"summary": op.summary, "tags": [op.tag], "operationId": _op_id(op)}
+    if op.description:
+        out["description"] = op.description
+    params = [
+        {"name": n, "in": "query", "required": r, "description": d, "schema": {"type": "string"}}
+        for n, d, r in op.query
+    ]
+    params += [
+        {"name": n, "in": "header", "required": False, "description": d, "schema": {"type": "string"}}
+        for n, d in op.headers
+    ]
+    params += [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in _path_params(op)]
+    if params:
+        out["parameters"] = params
+    if op.request is not None:
+        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
+    ok: dict[str, Any] = {"description": "OK"}
+    if op.response is not None or op.media != "application/json":
+        ok["content"] = {op.media: {"schema": _ref(op.response) if op.response else {"type": "string"}}}
+    out["responses"] = {str(op.ok): ok, **{str(s): _error_response(s) for s in op.errors}}
+    out["security"] = [{op.auth: []}] if op.auth else []
+    return out
+
+
+def _op_id(op: Op) -> str:
+    return op.method + "".join(p.strip("{}").title() for p in op.path.replace("-", "_").split("/"))
+
+
+def _path_params(op: Op) -> list[str]:
+    return [p[1:-1] for p in op.path.split("/") if p.startswith("{")]
+
+
+def _ref(kind: type[Any]) -> dict[str, str]:
+    return {"$ref": _REF.format(name=kind.__name__)}
+
+
+def _error_response(status: int) -> dict[str, Any]:
+    return {"description": _STATUS_TEXT[status], "content": {"application/json": {"schema": _ref(views.ErrorBody)}}}
+
+
+def build_spec(settings: ApiSettings) -> dict[str, Any]:
+    kinds = {k for op in OPERATIONS for k in (op.request, op.response) if k is not None} | {views.ErrorBody}
+    _, components = msgspec.json.schema_components(sorted(kinds, key=lambda k: k.__name__), ref_template=_REF)
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.path, {})[op.method] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tickd",
+            "version": "1",
+            "description": "Multi-tenant scheduler: tickd calls you back over HTTP or Kafka at the time you ask. "
+            f"Payloads up to {settings.max_payload_bytes} bytes; batches up to {settings.max_batch}.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "admin": {"type": "http", "scheme": "bearer", "description": "TICKD_ADMIN_TOKEN"},
+                "client": {"type": "http", "scheme": "bearer", "description": "<client_id>.<secret>"},
+            },
+        },
+    }
+
+
+def encode(spec: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(spec)
+
+
+_STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;color:#222}
+h2{border-bottom:1px solid #ddd;margin-top:2em}.op{margin:1.2em 0;padding:.6em 1em;border-left:4px solid #4a7}
+.m{font:bold 13px monospace;text-transform:uppercase;margin-right:.6em}code,pre{background:#f4f4f4}
+pre{padding:.6em;overflow:auto;font-size:12px}.auth{color:#a50;font-size:13px}"""
+
+
+def _html_op(path: str, method: str, op: dict[str, Any]) -> str:
+    parts = [
+        f'<div class="op"><span class="m">{method}</span><code>{html.escape(path)}</code>',
+        f"<p>{html.escape(op['summary'])}</p>",
+    ]
+    if op.get("description"):
+        parts.append(f"<p>{html.escape(op['description'])}</p>")
+    if op["security"]:
+        parts.append(f'<p class="auth">Auth: bearer {html.escape(next(iter(op["security"][0])))} key</p>')
+    for p in op.get("parameters", []):
+        parts.append(
+            f"<p><code>{html.escape(p['name'])}</code> ({p['in']}) {html.escape(p.get('description', ''))}</p>"
+        )
+    if "requestBody" in op:
+        parts.append(f"<p>Body: {html.escape(op['requestBody']['content']['application/json']['schema']['$ref'])}</p>")
+    codes = ", ".join(f"{s} {html.escape(r['description'])}" for s, r in op["responses"].items())
+    parts.append(f"<p>Responses: {codes}</p></div>")
+    return "".join(parts)
+
+
+def render_html(spec: dict[str, Any]) -> str:
+    """The whole document as one HTML page (inline CSS, no scripts, no network)."""
+    body = [
+        f"<h1>{html.escape(spec['info']['title'])} API</h1><p>{html.escape(spec['info']['description'])}</p>",
+        '<p>Machine-readable: <a href="/openapi.json">/openapi.json</a></p><h2>Operations</h2>',
+    ]
+    for path, methods in spec["paths"].items():
+        body += [_html_op(path, method, op) for method, op in methods.items()]
+    body.append("<h2>Schemas</h2>")
+    for name, schema in spec["components"]["schemas"].items():
+        body.append(
+            f'<h3 id="{html.escape(name)}">{html.escape(name)}</h3>'
+            f"<pre>{html.escape(json.dumps(schema, indent=2))}</pre>"
+        )
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>tickd API</title><style>{_STYLE}</style>"
+        f"</head><body>{''.join(body)}</body></html>"
+    )

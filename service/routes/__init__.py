@@ -1,0 +1,1 @@
+"""HTTP handlers, one module per resource; ``service.app`` mounts them."""

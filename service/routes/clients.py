@@ -1,0 +1,127 @@
+"""Admin endpoints: register clients, list them, change quota/state/topics, rotate keys.
+
+Quota resize contract: raising ``poller_count`` spreads new schedules over more pollers at once.
+Lowering it sets ``poller_span = max(old poller_span, old poller_count)`` (never lowered here) and
+``resized_at = now``; pollers keep running instances ``[poller_count, poller_span)`` until drained,
+so a schedule already written to a poller id above the new count is never stranded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import structlog
+from aiohttp import web
+
+from schema.errors import AlreadyExists, NotFound
+from schema.model import Client
+from service import keys
+from service.auth import new_api_key
+from service.errors import Invalid, json_response
+from service.routes.common import now, read_json
+from service.settings import ApiSettings
+from service.validation import CLIENT_ID_PATTERN, ClientCreate, ClientPatch, decode, topic_grants
+from service.views import ApiKeyView, ClientList, client_view
+
+log = structlog.get_logger("tickd.api")
+_CLIENT_ID = re.compile(CLIENT_ID_PATTERN)
+_MAX_ADMIN_BODY = 64 * 1024
+
+
+def _poller_count(value: int, settings: ApiSettings) -> int:
+    if not settings.poller_count_min <= value <= settings.poller_count_max:
+        raise Invalid(
+            f"poller_count must be between {settings.poller_count_min} and {settings.poller_count_max}",
+            field="poller_count",
+            code="out_of_range",
+        )
+    return value
+
+
+async def create_client(request: web.Request) -> web.Response:
+    await request.app[keys.AUTH].admin(request)
+    body = decode(ClientCreate, await read_json(request, _MAX_ADMIN_BODY))
+    count = _poller_count(body.poller_count, request.app[keys.SETTINGS])
+    api_key, key_hash = new_api_key(body.client_id)
+    at = now()
+    client = Client(body.client_id, count, True, key_hash, at, at, kafka_topics=topic_grants(body.kafka_topics))
+    if not await request.app[keys.STORE].create_client(client):
+        raise AlreadyExists(f"client {body.client_id!r} already exists", field="client_id")
+    request.app[keys.AUTH].cache.put(client.client_id, client)
+    log.info("client_registered", client_id=client.client_id, poller_count=count)
+    return json_response(client_view(client, api_key), 201)
+
+
+async def list_clients(request: web.Request) -> web.Response:
+    await request.app[keys.AUTH].admin(request)
+    clients = sorted(await request.app[keys.STORE].list_clients(), key=lambda c: c.client_id)
+    return json_response(ClientList([client_view(c) for c in clients]))
+
+
+async def _load(request: web.Request) -> Client:
+    client_id = request.match_info["client_id"]
+    client = await request.app[keys.STORE].get_client(client_id) if _CLIENT_ID.match(client_id) else None
+    if client is None:
+        raise NotFound(f"no client {client_id!r}", field="client_id")
+    return client
+
+
+async def get_client(request: web.Request) -> web.Response:
+    await request.app[keys.AUTH].admin(request)
+    return json_response(client_view(await _load(request)))
+
+
+def _patched(client: Client, patch: ClientPatch, settings: ApiSettings) -> Client:
+    changes: dict[str, object] = {"updated_at": now()}
+    if isinstance(patch.active, bool):
+        changes["active"] = patch.active
+    if isinstance(patch.kafka_topics, list):
+        changes["kafka_topics"] = topic_grants(patch.kafka_topics)
+    if isinstance(patch.poller_count, int):
+        count = _poller_count(patch.poller_count, settings)
+        if count < client.poller_count:
+            changes["poller_span"] = max(client.poller_span, client.poller_count)
+            changes["resized_at"] = changes["updated_at"]
+        changes["poller_count"] = count
+    if len(changes) == 1:
+        raise Invalid("give at least one of poller_count, active, kafka_topics", code="missing_field")
+    return dataclasses.replace(client, **changes)  # type: ignore[arg-type]
+
+
+async def patch_client(request: web.Request) -> web.Response:
+    await request.app[keys.AUTH].admin(request)
+    patch = decode(ClientPatch, await read_json(request, _MAX_ADMIN_BODY))
+    async with request.app[keys.ADMIN_LOCKS][request.match_info["client_id"]]:
+        current = await _load(request)
+        client = _patched(current, patch, request.app[keys.SETTINGS])
+        await request.app[keys.STORE].update_client(client)
+    request.app[keys.AUTH].cache.put(client.client_id, client)
+    log.info(
+        "client_updated",
+        client_id=client.client_id,
+        poller_count=client.poller_count,
+        poller_span=client.poller_span,
+        active=client.active,
+    )
+    return json_response(client_view(client))
+
+
+async def rotate_key(request: web.Request) -> web.Response:
+    await request.app[keys.AUTH].admin(request)
+    async with request.app[keys.ADMIN_LOCKS][request.match_info["client_id"]]:
+        current = await _load(request)
+        api_key, key_hash = new_api_key(current.client_id)
+        client = dataclasses.replace(current, api_key_hash=key_hash, updated_at=now())
+        await request.app[keys.STORE].update_client(client)
+    request.app[keys.AUTH].cache.put(client.client_id, client)
+    log.info("api_key_rotated", client_id=client.client_id)
+    return json_response(ApiKeyView(client.client_id, api_key), 201)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/v1/clients", create_client)
+    app.router.add_get("/v1/clients", list_clients, allow_head=False)
+    app.router.add_get("/v1/clients/{client_id}", get_client, allow_head=False)
+    app.router.add_patch("/v1/clients/{client_id}", patch_client)
+    app.router.add_post("/v1/clients/{client_id}/api-keys", rotate_key)

@@ -1,0 +1,286 @@
+"""Client endpoints: create (single, batch), read, list, reschedule/modify, cancel.
+
+Change guarantee: a DELETE or PATCH answered 200 is seen by the poller before the old version's due
+time (pollers re-read partitions marked hot within TICKD_MUTATION_GUARD_S), so a cancelled schedule
+never fires and a rescheduled one fires only at its new time. Closer to the due time than the guard,
+the change is refused with 409 ``fire_imminent`` and the schedule fires as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import structlog
+from aiohttp import web
+from msgspec import UNSET, UnsetType
+
+from schema import timing
+from schema.errors import NotFound, TickdError
+from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Schedule, Status
+from service import keys
+from service.errors import Forbidden, Invalid, json_response, status_of
+from service.routes.common import conflict, now, read_json
+from service.validation import (
+    BatchCreate,
+    ScheduleCreate,
+    SchedulePatch,
+    check_http_shape,
+    check_kafka,
+    decode,
+    fire_time,
+    parse_time,
+    payload_bytes,
+)
+from service.views import BatchItem, BatchItemError, BatchResult, ScheduleList, schedule_view
+
+log = structlog.get_logger("tickd.api")
+_BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
+_MAX_IDEMPOTENCY_KEY = 255
+
+
+async def _callback(request: web.Request, client: Client, callback: Callback) -> Callback:
+    if isinstance(callback, HttpCallback):
+        checked, host = check_http_shape(callback, "callback.")
+        await request.app[keys.TARGETS].check(host, "callback.url")
+        return checked
+    return check_kafka(callback, client.kafka_topics, "callback.")
+
+
+async def _build(request: web.Request, client: Client, body: ScheduleCreate, at: datetime) -> Schedule:
+    """A validated, not yet written schedule; raises ``Invalid`` naming the field."""
+    settings = request.app[keys.SETTINGS]
+    fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
+    payload = payload_bytes(body.payload, settings)
+    callback = await _callback(request, client, body.callback)
+    return _placed(client, uuid.uuid4(), fire_at, payload, callback, at)
+
+
+def _placed(
+    client: Client, schedule_id: uuid.UUID, fire_at: datetime, payload: bytes, callback: Callback, at: datetime
+) -> Schedule:
+    poller_id = timing.poller_id_for(schedule_id, client.poller_count)
+    location = Location(poller_id, timing.due_time(fire_at, at))
+    return Schedule(client.client_id, schedule_id, location, fire_at, payload, callback, at)
+
+
+async def _creator(request: web.Request) -> Client:
+    client = await request.app[keys.AUTH].client(request)
+    if not client.active:
+        raise Forbidden("this client is deactivated and cannot create schedules", code="client_inactive")
+    return client
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not (0 < len(key) <= _MAX_IDEMPOTENCY_KEY and key.isprintable()):
+        raise Invalid(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} printable characters", field="Idempotency-Key")
+    return key
+
+
+async def create_schedule(request: web.Request) -> web.Response:
+    client = await _creator(request)
+    key = _idempotency_key(request)
+    settings = request.app[keys.SETTINGS]
+    body = decode(ScheduleCreate, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD))
+    at = now()
+    schedule = await _build(request, client, body, at)
+    request.app[keys.LIMITER].take(client.client_id)
+    store = request.app[keys.STORE]
+    if key is not None:
+        bound = await store.claim_idempotency_key(client.client_id, key, schedule.schedule_id)
+        if bound != schedule.schedule_id:
+            existing = await store.get_schedule(client.client_id, bound)
+            if existing is not None:
+                return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
+            # The first attempt claimed the key but its write did not land: write it under that id.
+            schedule = _placed(client, bound, schedule.fire_at, schedule.payload, schedule.callback, at)
+    await store.create_schedule(schedule, at)
+    request.app[keys.METRICS].schedules_created.inc()
+    log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
+    return json_response(schedule_view(schedule), 201)
+
+
+async def _batch_item(request: web.Request, client: Client, raw: msgspec.Raw, at: datetime) -> Schedule:
+    return await _build(request, client, decode(ScheduleCreate, bytes(raw)), at)
+
+
+def _item_error(index: int, exc: TickdError) -> BatchItem:
+    return BatchItem(index, error=BatchItemError(exc.code, exc.message, exc.field, status_of(exc)))
+
+
+async def create_batch(request: web.Request) -> web.Response:
+    client = await _creator(request)
+    settings = request.app[keys.SETTINGS]
+    body = decode(BatchCreate, await read_json(request, settings.max_body_bytes))
+    if not 1 <= len(body.schedules) <= settings.max_batch:
+        raise Invalid(f"send 1 to {settings.max_batch} schedules", field="schedules", code="out_of_range")
+    request.app[keys.LIMITER].take(client.client_id, len(body.schedules))
+    at = now()
+    built = await asyncio.gather(
+        *(_batch_item(request, client, raw, at) for raw in body.schedules), return_exceptions=True
+    )
+    results = await _write_batch(request, built, at)
+    created = sum(1 for r in results if r.schedule_id is not UNSET)
+    request.app[keys.METRICS].schedules_created.inc(created)
+    log.info("schedules_created", client_id=client.client_id, created=created, failed=len(results) - created)
+    return json_response(BatchResult(results))
+
+
+async def _write_batch(request: web.Request, built: list[Schedule | BaseException], at: datetime) -> list[BatchItem]:
+    store = request.app[keys.STORE]
+    gate = asyncio.Semaphore(request.app[keys.SETTINGS].batch_concurrency)
+
+    async def write(index: int, item: Schedule | BaseException) -> BatchItem:
+        if isinstance(item, TickdError):
+            return _item_error(index, item)
+        if isinstance(item, BaseException):
+            raise item
+        try:
+            async with gate:
+                await store.create_schedule(item, at)
+        except TickdError as exc:
+            return _item_error(index, exc)
+        return BatchItem(index, schedule_id=item.schedule_id, status=Status.SCHEDULED.value, fire_at=item.fire_at)
+
+    return list(await asyncio.gather(*(write(i, item) for i, item in enumerate(built))))
+
+
+def _schedule_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["schedule_id"])
+    except ValueError:
+        raise Invalid("schedule_id must be a UUID", field="schedule_id") from None
+
+
+async def _current(request: web.Request) -> tuple[Client, Schedule]:
+    client = await request.app[keys.AUTH].client(request)
+    found = await request.app[keys.STORE].get_schedule(client.client_id, _schedule_id(request))
+    if found is None:
+        raise NotFound("no such schedule", field="schedule_id")
+    return client, found
+
+
+async def get_schedule(request: web.Request) -> web.Response:
+    _, schedule = await _current(request)
+    return json_response(schedule_view(schedule))
+
+
+def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> None:
+    if schedule.status is Status.CANCELLED:
+        raise conflict("the schedule is cancelled", "already_cancelled")
+    if schedule.status in (Status.SUCCEEDED, Status.FAILED):
+        raise conflict("the schedule has already fired", "already_fired")
+    guard_s = request.app[keys.SETTINGS].mutation_guard_s
+    if (schedule.location.due_at - at).total_seconds() < guard_s:
+        raise conflict(f"the schedule fires in less than {guard_s:g} s; it can no longer change", "fire_imminent")
+
+
+async def cancel_schedule(request: web.Request) -> web.Response:
+    client, current = await _current(request)
+    if current.status is Status.CANCELLED:
+        return json_response(schedule_view(current))  # cancelling twice is not an error
+    at = now()
+    _check_mutable(request, current, at)
+    cancelled = await request.app[keys.STORE].cancel_schedule(current, at)
+    log.info("schedule_cancelled", client_id=client.client_id, schedule_id=str(current.schedule_id))
+    return json_response(schedule_view(cancelled))
+
+
+async def _changes(request: web.Request, client: Client, patch: SchedulePatch, at: datetime) -> dict[str, Any]:
+    settings = request.app[keys.SETTINGS]
+    changes: dict[str, Any] = {}
+    if patch.fire_at is not UNSET or patch.delay_s is not UNSET:
+        changes["fire_at"] = fire_time(patch.fire_at, patch.delay_s, at, settings)
+    if patch.payload is not UNSET:
+        changes["payload"] = payload_bytes(patch.payload, settings)
+    if not isinstance(patch.callback, UnsetType):
+        changes["callback"] = await _callback(request, client, patch.callback)
+    if not changes:
+        raise Invalid("give at least one of fire_at, delay_s, payload, callback", code="missing_field")
+    return changes
+
+
+def _updated(client: Client, current: Schedule, changes: dict[str, Any], at: datetime) -> Schedule:
+    if "fire_at" not in changes:
+        return dataclasses.replace(current, **changes)
+    poller_id = current.location.poller_id
+    if poller_id >= client.poller_count:  # leave a draining poller when the schedule moves anyway
+        poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
+    location = Location(poller_id, timing.due_time(changes["fire_at"], at))
+    return dataclasses.replace(current, location=location, attempts=0, last_error=None, **changes)
+
+
+async def patch_schedule(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    settings = request.app[keys.SETTINGS]
+    patch = decode(SchedulePatch, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD))
+    at = now()
+    changes = await _changes(request, client, patch, at)
+    client, current = await _current(request)
+    _check_mutable(request, current, at)
+    updated = await request.app[keys.STORE].replace_schedule(current, _updated(client, current, changes, at), at)
+    log.info("schedule_updated", client_id=client.client_id, schedule_id=str(current.schedule_id))
+    return json_response(schedule_view(updated))
+
+
+_LIST_PARAMS = frozenset({"from", "to", "status", "limit", "cursor"})
+_LISTABLE = {s.value: s for s in Status if s is not Status.MOVED}
+
+
+def _query_time(request: web.Request, name: str) -> datetime:
+    raw = request.query.get(name)
+    if raw is None:
+        raise Invalid(f"{name} is required", field=name, code="missing_field")
+    try:
+        value: datetime | int = int(raw) if raw.lstrip("-").isdigit() else msgspec.convert(raw, datetime)
+    except msgspec.ValidationError:
+        raise Invalid(f"{name} must be RFC 3339 with an offset or epoch seconds", field=name) from None
+    return parse_time(value, name)
+
+
+def _query_limit(request: web.Request) -> int:
+    raw = request.query.get("limit", "100")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise Invalid("limit must be an integer from 1 to 1000", field="limit", code="out_of_range")
+    return int(raw)
+
+
+def _query_status(request: web.Request) -> Status | None:
+    raw = request.query.get("status")
+    if raw is not None and raw not in _LISTABLE:
+        raise Invalid(f"status must be one of {', '.join(_LISTABLE)}", field="status")
+    return _LISTABLE[raw] if raw is not None else None
+
+
+def _list_query(request: web.Request) -> tuple[datetime, datetime, Status | None, ListCursor | None, int]:
+    unknown = sorted(set(request.query) - _LIST_PARAMS)
+    if unknown:
+        raise Invalid(f"unknown query parameter {unknown[0]!r}", field=unknown[0], code="unknown_field")
+    start, end = _query_time(request, "from"), _query_time(request, "to")
+    max_range_s = request.app[keys.SETTINGS].list_max_range_s
+    if not 0 < (end - start).total_seconds() <= max_range_s:
+        raise Invalid(f"to must be after from, at most {max_range_s} s later", field="to", code="out_of_range")
+    cursor = request.query.get("cursor")
+    after = ListCursor.decode(cursor) if cursor is not None else None
+    return start, end, _query_status(request), after, _query_limit(request)
+
+
+async def list_schedules(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    start, end, status, after, limit = _list_query(request)
+    page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, limit)
+    return json_response(ScheduleList([schedule_view(s) for s in page.items], page.cursor))
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/v1/schedules", create_schedule)
+    app.router.add_post("/v1/schedules/batch", create_batch)
+    app.router.add_get("/v1/schedules", list_schedules, allow_head=False)
+    app.router.add_get("/v1/schedules/{schedule_id}", get_schedule, allow_head=False)
+    app.router.add_patch("/v1/schedules/{schedule_id}", patch_schedule)
+    app.router.add_delete("/v1/schedules/{schedule_id}", cancel_schedule)

@@ -1,0 +1,63 @@
+"""API settings, read from TICKD_* environment variables by ``service.main`` only and passed down."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from schema.errors import ConfigError
+from schema.settings import env_bool, env_float, env_int
+
+_TEN_YEARS_S = 10 * 365 * 86400
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # None: admin endpoints answer 503 (the schedule API still works).
+    admin_token: str | None = None
+    callback_allow_private: bool = False
+    max_payload_bytes: int = 64 * 1024
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_batch: int = 1000
+    create_rate_per_s: float = 10_000.0
+    create_burst: int = 20_000
+    poller_count_min: int = 1
+    poller_count_max: int = 1024
+    max_horizon_s: int = _TEN_YEARS_S
+    mutation_guard_s: float = 2.0
+    list_max_range_s: int = 86400
+    client_cache_s: float = 2.0
+    # Concurrent store writes of one batch request.
+    batch_concurrency: int = 64
+    # How long a host name's "is it private?" answer is reused (only when private targets are denied).
+    dns_cache_s: float = 60.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
+        env = os.environ if env is None else env
+        token = env.get("TICKD_ADMIN_TOKEN", "").strip() or None
+        if token is not None and len(token) < 12:
+            raise ConfigError("TICKD_ADMIN_TOKEN must be at least 12 characters", field="TICKD_ADMIN_TOKEN")
+        count_min = env_int(env, "TICKD_POLLER_COUNT_MIN", cls.poller_count_min, low=1, high=65536)
+        return cls(
+            host=env.get("TICKD_API_HOST", cls.host).strip() or cls.host,
+            port=env_int(env, "TICKD_API_PORT", cls.port, low=0, high=65535),
+            admin_token=token,
+            callback_allow_private=env_bool(env, "TICKD_CALLBACK_ALLOW_PRIVATE", cls.callback_allow_private),
+            max_payload_bytes=env_int(env, "TICKD_MAX_PAYLOAD_BYTES", cls.max_payload_bytes, low=16, high=1 << 24),
+            max_body_bytes=env_int(env, "TICKD_MAX_BODY_BYTES", cls.max_body_bytes, low=1024, high=1 << 30),
+            max_batch=env_int(env, "TICKD_MAX_BATCH", cls.max_batch, low=1, high=10_000),
+            create_rate_per_s=env_float(env, "TICKD_CREATE_RATE_PER_S", cls.create_rate_per_s, low=0.01, high=1e7),
+            create_burst=env_int(env, "TICKD_CREATE_BURST", cls.create_burst, low=1, high=10_000_000),
+            poller_count_min=count_min,
+            poller_count_max=env_int(env, "TICKD_POLLER_COUNT_MAX", cls.poller_count_max, low=count_min, high=65536),
+            max_horizon_s=env_int(env, "TICKD_MAX_HORIZON_S", cls.max_horizon_s, low=60, high=_TEN_YEARS_S),
+            mutation_guard_s=env_float(env, "TICKD_MUTATION_GUARD_S", cls.mutation_guard_s, low=0, high=3600),
+            list_max_range_s=env_int(env, "TICKD_LIST_MAX_RANGE_S", cls.list_max_range_s, low=60, high=31 * 86400),
+            client_cache_s=env_float(env, "TICKD_CLIENT_CACHE_S", cls.client_cache_s, low=0, high=300),
+            batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),
+            dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
+        )

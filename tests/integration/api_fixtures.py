@@ -1,0 +1,48 @@
+"""Fixtures for the API tests: the app from ``create_app`` over the shared store, served by aiohttp's
+TestServer, and client registration. Test modules load this with ``pytest_plugins``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from schema.cassandra import CassandraStore
+from service.settings import ApiSettings
+from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, Register, serve
+
+
+@pytest.fixture
+def api_settings() -> ApiSettings:
+    return ApiSettings(
+        admin_token=ADMIN_TOKEN,
+        callback_allow_private=True,
+        create_rate_per_s=100_000,
+        create_burst=100_000,
+        client_cache_s=0.0,
+    )
+
+
+@pytest.fixture
+async def api(api_settings: ApiSettings, store: CassandraStore) -> AsyncIterator[Api]:
+    async for client in serve(api_settings, store):
+        yield client
+
+
+@pytest.fixture
+def register(api: Api) -> Register:
+    """Register a fresh client; returns (client_id, its auth headers)."""
+
+    async def register(poller_count: int = 4, kafka_topics: list[str] | None = None) -> tuple[str, dict[str, str]]:
+        client_id = f"t{uuid.uuid4().hex[:12]}"
+        body: dict[str, Any] = {"client_id": client_id, "poller_count": poller_count}
+        if kafka_topics is not None:
+            body["kafka_topics"] = kafka_topics
+        resp = await api.post("/v1/clients", json=body, headers=ADMIN)
+        assert resp.status == 201, await resp.text()
+        key = (await resp.json())["api_key"]
+        return client_id, {"Authorization": f"Bearer {key}"}
+
+    return register
