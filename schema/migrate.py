@@ -71,9 +71,9 @@ def migrate(settings: StoreSettings) -> list[str]:
 
 
 def drop(settings: StoreSettings) -> None:
-    """Drop the keyspace (tests only: refused unless the name contains 'test')."""
-    if "test" not in settings.keyspace:
-        raise ConfigError(f"refusing to drop keyspace {settings.keyspace!r}: only test keyspaces")
+    """Drop the keyspace (tests and benchmarks only: refused unless the name contains 'test' or 'bench')."""
+    if "test" not in settings.keyspace and "bench" not in settings.keyspace:
+        raise ConfigError(f"refusing to drop keyspace {settings.keyspace!r}: only test or bench keyspaces")
     cluster = build_cluster(settings)
     try:
         cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)

@@ -150,7 +150,7 @@ async def test_idempotency_key_binds_once(store: CassandraStore, new_schedule: F
     first, second = new_schedule(later(60)).schedule_id, new_schedule(later(60)).schedule_id
     assert await store.claim_idempotency_key(client_id, "k1", first) == first
     assert await store.claim_idempotency_key(client_id, "k1", second) == first
-    assert await store.claim_idempotency_key("other", "k1", second) == second
+    assert await store.claim_idempotency_key(f"{client_id}-other", "k1", second) == second
 
 
 async def test_requeue_keeps_the_fire_id_and_moves_the_row(

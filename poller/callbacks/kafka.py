@@ -1,0 +1,296 @@
+"""Kafka callbacks: one idempotent, compressing aiokafka producer per node.
+
+``deliver`` enqueues a record and awaits its ack; concurrent deliveries share the producer's batches
+(``linger_ms``), so throughput comes from concurrency, not from sending one record at a time.
+``deliver_many`` enqueues a whole list and then awaits every ack.
+
+A broker outage (connection refused, timeouts, leader elections) is retried in memory within the
+policy's inline budget and then handed back retriable, however many attempts it took: an outage is
+tickd's problem, not the subscriber's, so it never ends in FAILED. Only errors a retry cannot fix (a
+record too large, an invalid or forbidden topic) fail at once. An attempt that times out may still be
+delivered later, so a retry can duplicate a record: subscribers deduplicate on the fire id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.codec import has_lz4
+from aiokafka.errors import (
+    InvalidTopicError,
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+)
+
+from poller.callbacks.backoff import RetryPolicy
+from poller.callbacks.outbox import Outbox, Placed
+from poller.callbacks.retry import Retrier, fire_logger
+from poller.delivery import DeliveryResult, kafka_record
+from schema.errors import ConfigError
+from schema.model import KafkaCallback, Schedule
+from schema.settings import env_float, env_int, env_str
+
+logger: structlog.typing.FilteringBoundLogger = structlog.get_logger("tickd.callbacks")
+
+PERMANENT_ERRORS: tuple[type[Exception], ...] = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    RecordListTooLargeError,
+    InvalidTopicError,
+    TopicAuthorizationFailedError,
+)
+_COMPRESSIONS = frozenset({"auto", "lz4", "gzip", "zstd", "snappy", "none"})
+Item = tuple[Schedule, int, datetime]
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """The node's callback producer. ``compression="auto"``: lz4 when its codec is installed, else gzip."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    client_id: str = "tickd-poller"
+    compression: str = "auto"
+    linger_ms: int = 10
+    max_batch_size: int = 256 * 1024
+    max_request_size: int = 1024 * 1024
+    request_timeout_ms: int = 15_000
+    # Bound on one attempt (connect, metadata, enqueue, ack) as this dispatcher sees it.
+    attempt_timeout_s: float = 5.0
+    # After a failed producer start, attempts fail fast for this long instead of each dialling again.
+    restart_cooldown_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.compression not in _COMPRESSIONS:
+            raise ConfigError(f"compression must be one of {sorted(_COMPRESSIONS)}", field="compression")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
+        env = os.environ if env is None else env
+        return cls(
+            bootstrap=env_str(env, "TICKD_KAFKA_BOOTSTRAP", cls.bootstrap),
+            client_id=env_str(env, "TICKD_KAFKA_CLIENT_ID", cls.client_id),
+            compression=env_str(env, "TICKD_KAFKA_COMPRESSION", cls.compression).lower(),
+            linger_ms=env_int(env, "TICKD_KAFKA_LINGER_MS", cls.linger_ms, low=0, high=1000),
+            max_batch_size=env_int(env, "TICKD_KAFKA_MAX_BATCH_BYTES", cls.max_batch_size, low=1024, high=16 << 20),
+            request_timeout_ms=env_int(
+                env, "TICKD_KAFKA_REQUEST_TIMEOUT_MS", cls.request_timeout_ms, low=100, high=300_000
+            ),
+            attempt_timeout_s=env_float(env, "TICKD_KAFKA_ATTEMPT_TIMEOUT_S", cls.attempt_timeout_s, low=0.1, high=300),
+        )
+
+
+def compression_type(setting: str) -> str | None:
+    if setting == "auto":
+        return "lz4" if has_lz4() else "gzip"
+    return None if setting == "none" else setting
+
+
+def key_partitioner(key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:
+    """The partition for a record: crc32 of the key, so each schedule's fires keep one partition.
+
+    Not Java's murmur2: aiokafka's murmur2 is pure Python (~50 µs a record, the largest per-fire cost
+    measured) and no tickd consumer depends on which partition a key lands on, only that it is stable.
+    """
+    if key is None:
+        return random.choice(list(available) or list(all_partitions))
+    ordered = sorted(all_partitions)
+    return ordered[zlib.crc32(key) % len(ordered)]
+
+
+def producer_config(settings: KafkaSettings) -> dict[str, Any]:
+    """AIOKafkaProducer arguments: durable (acks=all, idempotent) and batched (linger, large batches)."""
+    return {
+        "bootstrap_servers": settings.bootstrap,
+        "client_id": settings.client_id,
+        "acks": "all",
+        "enable_idempotence": True,
+        "compression_type": compression_type(settings.compression),
+        "linger_ms": settings.linger_ms,
+        "max_batch_size": settings.max_batch_size,
+        "max_request_size": settings.max_request_size,
+        "request_timeout_ms": settings.request_timeout_ms,
+        "partitioner": key_partitioner,
+    }
+
+
+def classify_kafka_error(exc: BaseException, attempt: int) -> DeliveryResult:
+    retriable = not isinstance(exc, PERMANENT_ERRORS)
+    reason = "timeout" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+    return DeliveryResult.failed(attempt, reason, retriable=retriable)
+
+
+def _topic(schedule: Schedule) -> str:
+    callback = schedule.callback
+    if not isinstance(callback, KafkaCallback):
+        raise TypeError(f"KafkaDispatcher cannot deliver a {type(callback).__name__}")
+    return callback.topic
+
+
+class KafkaDispatcher:
+    """Delivers fires as Kafka records; one per node. The producer starts on first use (or ``start()``),
+    so a node comes up while Kafka is down and its fires are retried, not lost."""
+
+    def __init__(self, settings: KafkaSettings, policy: RetryPolicy, *, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self._retrier = Retrier(policy, give_up=False, rng=rng)
+        self._producer: Any = None
+        self._lock = asyncio.Lock()
+        self._outbox = Outbox()
+        self._closed = False
+        self._start_failed_at = -float("inf")
+        self._start_error: BaseException | None = None
+
+    async def start(self) -> None:
+        """Start the producer now; a failure is logged, not raised (deliveries retry it)."""
+        try:
+            await self._ready_producer()
+        except (KafkaError, OSError, TimeoutError) as exc:
+            logger.warning("kafka_producer_unavailable", error=str(exc), bootstrap=self.settings.bootstrap)
+
+    async def close(self) -> None:
+        """Flush what is queued and close; safe to call twice."""
+        self._closed = True
+        await self._outbox.close()
+        async with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def __aenter__(self) -> KafkaDispatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        return await self._retry((schedule, attempt, fired_at), None, None)
+
+    async def deliver_many(self, items: Sequence[Item]) -> list[DeliveryResult]:
+        """Deliver ``(schedule, attempt, fired_at)`` items: enqueue all, await all acks, then retry the
+        failures individually within the inline budget. Results are in the order of ``items``."""
+        started = time.monotonic()
+        results = await self._first_pass(items)
+        failed = [i for i, result in enumerate(results) if not result.ok]
+        retried = await asyncio.gather(*(self._retry(items[i], results[i], started) for i in failed))
+        for i, result in zip(failed, retried, strict=True):
+            results[i] = result
+        return results
+
+    async def _retry(self, item: Item, first: DeliveryResult | None, started: float | None) -> DeliveryResult:
+        schedule, attempt, fired_at = item
+        topic = _topic(schedule)
+
+        async def attempt_once(n: int) -> DeliveryResult:
+            return await self._attempt(schedule, topic, n, fired_at)
+
+        log = fire_logger(schedule, "kafka")
+        return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
+
+    async def _attempt(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:
+        try:
+            async with asyncio.timeout(self.settings.attempt_timeout_s):
+                producer = await self._ready_producer()
+                await producer.partitions_for(topic)  # wait for metadata here, not in the shared outbox
+                ack = await self._outbox.submit(producer, topic, kafka_record(schedule, attempt, fired_at))
+                await ack
+        except (KafkaError, OSError, TimeoutError) as exc:
+            return classify_kafka_error(exc, attempt)
+        return DeliveryResult.delivered(attempt)
+
+    async def _first_pass(self, items: Sequence[Item]) -> list[DeliveryResult]:
+        """One attempt for every item: all records submitted, then all acks awaited together."""
+        try:
+            async with asyncio.timeout(self.settings.attempt_timeout_s):
+                producer = await self._ready_producer()
+                broken = await self._broken_topics(producer, {_topic(item[0]) for item in items})
+        except (KafkaError, OSError, TimeoutError) as exc:
+            return [classify_kafka_error(exc, attempt) for _, attempt, _ in items]
+        pending = [self._submit(producer, item, broken) for item in items]
+        placed = [p for p in pending if isinstance(p, asyncio.Future)]
+        await self._wait(placed)
+        await self._wait([p.result() for p in placed if p.done() and not p.cancelled() and p.exception() is None])
+        return [_settle(p, item[1]) for p, item in zip(pending, items, strict=True)]
+
+    @staticmethod
+    async def _broken_topics(producer: Any, topics: set[str]) -> dict[str, BaseException]:
+        """Topics whose metadata cannot be had, with the error; the others are ready to send to."""
+        names = sorted(topics)
+        outcomes = await asyncio.gather(*(producer.partitions_for(t) for t in names), return_exceptions=True)
+        return {t: o for t, o in zip(names, outcomes, strict=True) if isinstance(o, BaseException)}
+
+    def _submit(self, producer: Any, item: Item, broken: dict[str, BaseException]) -> Placed | DeliveryResult:
+        schedule, attempt, fired_at = item
+        topic = _topic(schedule)
+        if topic in broken:
+            return classify_kafka_error(broken[topic], attempt)
+        return self._outbox.submit(producer, topic, kafka_record(schedule, attempt, fired_at))
+
+    async def _wait(self, futures: list[Any]) -> None:
+        if futures:
+            await asyncio.wait(futures, timeout=self.settings.attempt_timeout_s)
+
+    async def _ready_producer(self) -> Any:
+        if self._producer is not None:
+            return self._producer
+        if self._closed:
+            raise KafkaConnectionError("callback dispatcher closed")  # retriable: the next owner delivers it
+        async with self._lock:
+            if self._producer is None:
+                self._producer = await self._start_producer()
+            return self._producer
+
+    async def _start_producer(self) -> Any:
+        if time.monotonic() - self._start_failed_at < self.settings.restart_cooldown_s:
+            raise KafkaConnectionError(f"producer unavailable: {self._start_error}")
+        producer = AIOKafkaProducer(**producer_config(self.settings))
+        try:
+            await producer.start()
+        except BaseException as exc:
+            self._start_failed_at, self._start_error = time.monotonic(), exc
+            await producer.stop()
+            raise
+        logger.info(
+            "kafka_producer_started",
+            bootstrap=self.settings.bootstrap,
+            compression=producer_config(self.settings)["compression_type"],
+        )
+        return producer
+
+
+def _settle(pending: Placed | DeliveryResult, attempt: int) -> DeliveryResult:
+    """The outcome of a ``deliver_many`` item once its waits are over; unfinished waits are timeouts."""
+    if isinstance(pending, DeliveryResult):
+        return pending
+    outcome = _finished(pending)
+    if isinstance(outcome, BaseException):
+        return classify_kafka_error(outcome, attempt)
+    ack = _finished(outcome)
+    return classify_kafka_error(ack, attempt) if isinstance(ack, BaseException) else DeliveryResult.delivered(attempt)
+
+
+def _finished(future: asyncio.Future[Any]) -> Any:
+    """The future's result, or its error; one not done (stops our wait only) or cancelled is a timeout."""
+    if not future.done():
+        future.cancel()
+        return TimeoutError()
+    if future.cancelled():
+        return TimeoutError()
+    return future.exception() or future.result()

@@ -1,0 +1,180 @@
+"""The delivery contract both callback channels share: what a subscriber receives and what the engine
+gets back.
+
+A delivery is at-least-once. Every attempt of one nominal fire carries the same fire id (schedule id +
+nominal fire time), so a subscriber deduplicates on it; the attempt number changes, the id never does.
+
+Body (JSON, the same bytes over HTTP and Kafka)::
+
+    {"schedule_id": "...", "fire_id": "<uuid>:<epoch ms>", "client_id": "...",
+     "fire_at": "2025-01-01T00:00:00.000Z", "fired_at": "...", "attempt": 1, "payload": <verbatim>}
+
+Metadata: HTTP headers ``X-Tickd-Schedule-Id``, ``X-Tickd-Fire-Id``, ``X-Tickd-Attempt``; Kafka record
+headers of the same names (bytes values) and the schedule id as the record key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import msgspec
+
+from schema.model import HttpCallback, KafkaCallback, Schedule
+
+SCHEDULE_ID_HEADER = "X-Tickd-Schedule-Id"
+FIRE_ID_HEADER = "X-Tickd-Fire-Id"
+ATTEMPT_HEADER = "X-Tickd-Attempt"
+_RESERVED_PREFIX = "x-tickd-"
+# Headers a schedule may not set: they describe the body or the connection, which tickd owns.
+_RESERVED_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection"})
+_JSON_NULL = msgspec.Raw(b"null")
+
+
+class _Body(msgspec.Struct, gc=False):
+    schedule_id: str
+    fire_id: str
+    client_id: str
+    fire_at: str
+    fired_at: str
+    attempt: int
+    payload: msgspec.Raw
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def rfc3339_ms(moment: datetime) -> str:
+    """``2025-01-01T00:00:00.123Z``: UTC, milliseconds (truncated, as the fire id's epoch ms)."""
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime: tickd only handles aware times")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def encode_body(schedule: Schedule, attempt: int, fired_at: datetime) -> bytes:
+    """The JSON body of one delivery attempt; the payload is embedded as stored, never re-parsed."""
+    return _encode(schedule, str(schedule.schedule_id), schedule.fire_id, attempt, fired_at)
+
+
+def _encode(schedule: Schedule, schedule_id: str, fire_id: str, attempt: int, fired_at: datetime) -> bytes:
+    body = _Body(
+        schedule_id=schedule_id,
+        fire_id=fire_id,
+        client_id=schedule.client_id,
+        fire_at=rfc3339_ms(schedule.fire_at),
+        fired_at=rfc3339_ms(fired_at),
+        attempt=attempt,
+        payload=msgspec.Raw(schedule.payload) if schedule.payload else _JSON_NULL,
+    )
+    return _encoder.encode(body)
+
+
+def _is_reserved(name: str) -> bool:
+    lowered = name.lower()
+    return lowered.startswith(_RESERVED_PREFIX) or lowered in _RESERVED_HEADERS
+
+
+def http_headers(schedule: Schedule, callback: HttpCallback, attempt: int) -> dict[str, str]:
+    """The schedule's own headers, then tickd's; a schedule can neither override nor duplicate ours."""
+    headers = {name: value for name, value in callback.headers.items() if not _is_reserved(name)}
+    headers["Content-Type"] = "application/json"
+    headers[SCHEDULE_ID_HEADER] = str(schedule.schedule_id)
+    headers[FIRE_ID_HEADER] = schedule.fire_id
+    headers[ATTEMPT_HEADER] = str(attempt)
+    return headers
+
+
+def kafka_headers(schedule: Schedule, attempt: int) -> list[tuple[str, bytes]]:
+    return [
+        (SCHEDULE_ID_HEADER, str(schedule.schedule_id).encode()),
+        (FIRE_ID_HEADER, schedule.fire_id.encode()),
+        (ATTEMPT_HEADER, str(attempt).encode()),
+    ]
+
+
+def kafka_key(schedule: Schedule) -> bytes:
+    """The record key: all fires of one schedule land on one partition, in order."""
+    return str(schedule.schedule_id).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def kafka_record(schedule: Schedule, attempt: int, fired_at: datetime) -> KafkaRecord:
+    """Key, body and headers of one Kafka delivery attempt, deriving each id once (this runs per fire)."""
+    schedule_id, fire_id = str(schedule.schedule_id), schedule.fire_id
+    key = schedule_id.encode()
+    headers = [(SCHEDULE_ID_HEADER, key), (FIRE_ID_HEADER, fire_id.encode()), (ATTEMPT_HEADER, str(attempt).encode())]
+    return KafkaRecord(key, _encode(schedule, schedule_id, fire_id, attempt, fired_at), headers)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """The outcome of delivering one fire, after any in-memory retries.
+
+    ``ok``: delivered. Otherwise ``retriable`` says whether the engine should store a durable retry
+    (after ``retry_after_s`` when given) or mark the fire failed and dead-letter it. ``attempts`` counts
+    every attempt of this fire so far, including those made before this call.
+    """
+
+    ok: bool
+    retriable: bool
+    attempts: int
+    error: str | None = None
+    retry_after_s: float | None = None
+    status_code: int | None = None
+
+    @classmethod
+    def delivered(cls, attempts: int, status_code: int | None = None) -> DeliveryResult:
+        return cls(ok=True, retriable=False, attempts=attempts, status_code=status_code)
+
+    @classmethod
+    def failed(
+        cls,
+        attempts: int,
+        error: str,
+        *,
+        retriable: bool,
+        retry_after_s: float | None = None,
+        status_code: int | None = None,
+    ) -> DeliveryResult:
+        return cls(False, retriable, attempts, error, retry_after_s, status_code)
+
+
+class Dispatcher(Protocol):
+    """Delivers fires over one channel. ``attempt`` is the 1-based number of the first attempt made
+    by this call (a durable retry passes the stored attempt count + 1)."""
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult: ...
+
+    async def close(self) -> None: ...
+
+
+class CallbackRouter:
+    """The engine's one dispatcher: sends each fire to the HTTP or the Kafka dispatcher by its callback."""
+
+    def __init__(self, http: Dispatcher, kafka: Dispatcher) -> None:
+        self.http = http
+        self.kafka = kafka
+
+    def route(self, schedule: Schedule) -> Dispatcher:
+        callback = schedule.callback
+        if isinstance(callback, HttpCallback):
+            return self.http
+        if isinstance(callback, KafkaCallback):
+            return self.kafka
+        raise TypeError(f"unknown callback type {type(callback).__name__}")
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        return await self.route(schedule).deliver(schedule, attempt, fired_at)
+
+    async def close(self) -> None:
+        try:
+            await self.http.close()
+        finally:
+            await self.kafka.close()
