@@ -57,6 +57,7 @@ class PollerInstance:
         settings: PollerSettings,
         metrics: Metrics,
         clock: Clock,
+        node_slots: asyncio.Semaphore,
     ) -> None:
         self.claim = claim
         self.instance = claim.instance
@@ -74,6 +75,7 @@ class PollerInstance:
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._slots = asyncio.Semaphore(settings.instance_max_inflight)
+        self._node_slots = node_slots
         self._deliveries: set[asyncio.Task[None]] = set()
         self._checkpoint: datetime | None = None
         self.drained = False
@@ -231,6 +233,7 @@ class PollerInstance:
             row = self._pending.pop((due, sid), None)
             if row is not None:
                 await self._slots.acquire()
+                await self._node_slots.acquire()
                 self._dispatch(row)
 
     def _dispatch(self, row: Schedule) -> None:
@@ -255,6 +258,7 @@ class PollerInstance:
         finally:
             state.inflight -= 1
             self._slots.release()
+            self._node_slots.release()
             self._changed.set()
 
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:

@@ -71,6 +71,7 @@ class Node:
         self._fenced = False
         self._heartbeat_ok = time.monotonic()
         self._background: set[asyncio.Task[Any]] = set()
+        self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
         self._log = log.bind(node_id=self.node_id)
 
     def status(self) -> dict[str, object]:
@@ -183,7 +184,9 @@ class Node:
         return drained
 
     def _start(self, claim: Claim, client: Client) -> None:
-        instance = PollerInstance(claim, client, self._store, self._router, self._s, self._metrics, self._now)
+        instance = PollerInstance(
+            claim, client, self._store, self._router, self._s, self._metrics, self._now, self._fire_slots
+        )
         task = asyncio.create_task(self._run_instance(instance))
         self._running[claim.instance] = Running(instance, task)
         self._metrics.instances.set(len(self._running))

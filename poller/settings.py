@@ -39,6 +39,9 @@ class PollerSettings:
     shutdown_deadline_s: float = 10.0
     drain_grace_s: float = 60.0
     instance_max_inflight: int = 512
+    # Across all instances of the node: a callback's timeout includes time queued in the Kafka producer,
+    # so the node must not hand it more than it can send within that timeout.
+    node_max_inflight: int = 4096
     outcome_flush_s: float = 0.2
     store: StoreSettings = field(default_factory=StoreSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
@@ -69,6 +72,7 @@ class PollerSettings:
             instance_max_inflight=env_int(
                 env, "TICKD_INSTANCE_MAX_INFLIGHT", d.instance_max_inflight, low=1, high=100_000
             ),
+            node_max_inflight=env_int(env, "TICKD_NODE_MAX_INFLIGHT", d.node_max_inflight, low=1, high=1_000_000),
             outcome_flush_s=env_float(env, "TICKD_OUTCOME_FLUSH_S", d.outcome_flush_s, low=0.01, high=10),
             store=StoreSettings.from_env(env),
             http=HttpSettings.from_env(env),
