@@ -31,6 +31,10 @@ test-unit: install
 test: install lint
 	PYTHON=$(PYTHON) BIN=$(BIN) bash tests/run.sh
 
+# The API's create rates next to the raw driver rate of the same rows (100k single + 200k batch; < 5 min).
+bench-api: install infra-up
+	$(BIN)/python -m bench.api --schedules 100000 --batch-schedules 200000 --raw-schedules 100000 --phase-cap-s 50
+
 migrate: install infra-up
 	$(BIN)/tickd-migrate
 

@@ -262,9 +262,9 @@ class CassandraStore:
         if known is None or minute > known:
             self._horizons[instance] = minute
 
-    async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
+    def _creation(self, schedule: Schedule, now: datetime) -> list[tuple[str, Sequence[Any]]]:
         loc = schedule.location
-        items = [
+        return [
             self._row_insert(schedule, now),
             (
                 "insert_ref",
@@ -279,8 +279,17 @@ class CassandraStore:
             ),
             *self._signals(schedule.instance, loc, now),
         ]
+
+    async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
+        await self.create_schedules([schedule], now)
+
+    async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
+        # One logged batch for the group: a Cassandra request costs far more than a statement in it
+        # (bench-api: 4 schedules per batch cut driver and Cassandra CPU per schedule about in half).
+        items = [item for schedule in schedules for item in self._creation(schedule, now)]
         await self._batch(items, logged=True)
-        self._note_horizon(schedule.instance, loc.minute)
+        for schedule in schedules:
+            self._note_horizon(schedule.instance, schedule.location.minute)
 
     async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
         applied, row = await self._applied("claim_idempotency_key", client_id, key, schedule_id)

@@ -44,6 +44,10 @@ class ScheduleStore(Protocol):
     async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
         """Write a schedule's row and by-id pointer atomically; signal pollers if it is due soon."""
 
+    async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
+        """``create_schedule`` for a few schedules in one atomic write (all or none): cheaper per
+        schedule. Keep groups small (the write is one Cassandra batch)."""
+
     async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
         """Bind ``key`` to ``schedule_id`` unless already bound; returns the id the key is bound to."""
 

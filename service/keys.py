@@ -9,6 +9,7 @@ from aiohttp import web
 
 from schema.store import Store
 from service.auth import Authenticator
+from service.creates import CreateCombiner
 from service.limits import RateLimiter
 from service.metrics import ApiMetrics
 from service.settings import ApiSettings
@@ -17,6 +18,7 @@ from service.targets import TargetGuard
 SETTINGS = web.AppKey("settings", ApiSettings)
 STORE = web.AppKey("store", Store)
 AUTH = web.AppKey("auth", Authenticator)
+CREATES = web.AppKey("creates", CreateCombiner)
 LIMITER = web.AppKey("limiter", RateLimiter)
 TARGETS = web.AppKey("targets", TargetGuard)
 METRICS = web.AppKey("metrics", ApiMetrics)

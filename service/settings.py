@@ -30,8 +30,11 @@ class ApiSettings:
     mutation_guard_s: float = 2.0
     list_max_range_s: int = 86400
     client_cache_s: float = 2.0
-    # Concurrent store writes of one batch request.
+    # Concurrent store writes of one batch request (each a group of up to write_group schedules).
     batch_concurrency: int = 64
+    # Creates written in one atomic Cassandra batch: a batch request's items, and single creates that
+    # arrive together (see service.creates). 1: one write per schedule.
+    write_group: int = 8
     # How long a host name's "is it private?" answer is reused (only when private targets are denied).
     dns_cache_s: float = 60.0
 
@@ -59,5 +62,6 @@ class ApiSettings:
             list_max_range_s=env_int(env, "TICKD_LIST_MAX_RANGE_S", cls.list_max_range_s, low=60, high=31 * 86400),
             client_cache_s=env_float(env, "TICKD_CLIENT_CACHE_S", cls.client_cache_s, low=0, high=300),
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),
+            write_group=env_int(env, "TICKD_WRITE_GROUP", cls.write_group, low=1, high=64),
             dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
         )

@@ -7,6 +7,7 @@ Every failure is an ``Invalid`` naming the field (``callback.url``, ``schedules`
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -219,20 +220,30 @@ def check_headers(headers: dict[str, str], prefix: str) -> None:
             raise Invalid("header values must not contain CR, LF or NUL", field=f"{field}.{name}")
 
 
-def check_http_shape(callback: HttpCallback, prefix: str) -> tuple[HttpCallback, str]:
-    """Everything about an HTTP callback except where its host points; returns it and the host."""
-    field = f"{prefix}url"
-    if len(callback.url) > MAX_URL_LENGTH or any(c.isspace() or ord(c) < 32 for c in callback.url):
-        raise Invalid(f"url must be at most {MAX_URL_LENGTH} characters without spaces", field=field)
+@functools.lru_cache(maxsize=4096)
+def url_host(url: str) -> str:
+    """The host of a valid callback URL; ``ValueError`` saying what is wrong otherwise. Cached: a
+    client sends the same few URLs, and the checks were ~3% of the API's CPU per create."""
+    if len(url) > MAX_URL_LENGTH or any(c.isspace() or ord(c) < 32 for c in url):
+        raise ValueError(f"url must be at most {MAX_URL_LENGTH} characters without spaces")
     try:
-        parts = urlsplit(callback.url)
+        parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise Invalid("url is not a valid URL", field=field) from None
+        raise ValueError("url is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Invalid("url must be http(s)://host/...", field=field)
+        raise ValueError("url must be http(s)://host/...")
     if "@" in parts.netloc:
-        raise Invalid("url must not carry credentials; use headers", field=field)
+        raise ValueError("url must not carry credentials; use headers")
+    return parts.hostname
+
+
+def check_http_shape(callback: HttpCallback, prefix: str) -> tuple[HttpCallback, str]:
+    """Everything about an HTTP callback except where its host points; returns it and the host."""
+    try:
+        host = url_host(callback.url)
+    except ValueError as exc:
+        raise Invalid(str(exc), field=f"{prefix}url") from None
     method = callback.method.upper()
     if method not in HTTP_METHODS:
         raise Invalid(f"method must be one of {', '.join(sorted(HTTP_METHODS))}", field=f"{prefix}method")
@@ -245,4 +256,4 @@ def check_http_shape(callback: HttpCallback, prefix: str) -> tuple[HttpCallback,
     check_headers(callback.headers, prefix)
     if method != callback.method:
         callback = msgspec.structs.replace(callback, method=method)
-    return callback, parts.hostname
+    return callback, host

@@ -23,6 +23,7 @@ from schema import timing
 from schema.errors import NotFound, TickdError
 from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Schedule, Status
 from service import keys
+from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
 from service.routes.common import conflict, now, read_json
 from service.validation import (
@@ -41,6 +42,7 @@ from service.views import BatchItem, BatchItemError, BatchResult, ScheduleList, 
 log = structlog.get_logger("tickd.api")
 _BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
 _MAX_IDEMPOTENCY_KEY = 255
+_SCHEDULED = Status.SCHEDULED.value
 
 
 async def _callback(request: web.Request, client: Client, callback: Callback) -> Callback:
@@ -99,7 +101,7 @@ async def create_schedule(request: web.Request) -> web.Response:
                 return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
             # The first attempt claimed the key but its write did not land: write it under that id.
             schedule = _placed(client, bound, schedule.fire_at, schedule.payload, schedule.callback, at)
-    await store.create_schedule(schedule, at)
+    await request.app[keys.CREATES].create(schedule, at)
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
     return json_response(schedule_view(schedule), 201)
@@ -131,23 +133,42 @@ async def create_batch(request: web.Request) -> web.Response:
     return json_response(BatchResult(results))
 
 
-async def _write_batch(request: web.Request, built: list[Schedule | BaseException], at: datetime) -> list[BatchItem]:
-    store = request.app[keys.STORE]
-    gate = asyncio.Semaphore(request.app[keys.SETTINGS].batch_concurrency)
-
-    async def write(index: int, item: Schedule | BaseException) -> BatchItem:
+def _split(built: list[Schedule | BaseException]) -> tuple[list[tuple[int, Schedule]], dict[int, BatchItem]]:
+    """The items to write, and the answers of those that failed validation."""
+    valid: list[tuple[int, Schedule]] = []
+    failed: dict[int, BatchItem] = {}
+    for index, item in enumerate(built):
         if isinstance(item, TickdError):
-            return _item_error(index, item)
-        if isinstance(item, BaseException):
+            failed[index] = _item_error(index, item)
+        elif isinstance(item, BaseException):
             raise item
+        else:
+            valid.append((index, item))
+    return valid, failed
+
+
+def _second(item: tuple[int, Schedule]) -> Schedule:
+    return item[1]
+
+
+async def _write_batch(request: web.Request, built: list[Schedule | BaseException], at: datetime) -> list[BatchItem]:
+    """Write the valid items in small atomic groups, concurrently; a failed write fails its group only."""
+    store, settings = request.app[keys.STORE], request.app[keys.SETTINGS]
+    valid, answers = _split(built)
+    gate = asyncio.Semaphore(settings.batch_concurrency)
+
+    async def write(group: list[tuple[int, Schedule]]) -> None:
         try:
             async with gate:
-                await store.create_schedule(item, at)
+                await store.create_schedules([schedule for _, schedule in group], at)
         except TickdError as exc:
-            return _item_error(index, exc)
-        return BatchItem(index, schedule_id=item.schedule_id, status=Status.SCHEDULED.value, fire_at=item.fire_at)
+            answers.update((index, _item_error(index, exc)) for index, _ in group)
+            return
+        for index, s in group:
+            answers[index] = BatchItem(index, schedule_id=s.schedule_id, status=_SCHEDULED, fire_at=s.fire_at)
 
-    return list(await asyncio.gather(*(write(i, item) for i, item in enumerate(built))))
+    await asyncio.gather(*(write(group) for group in groups(valid, settings.write_group, _second)))
+    return [answers[index] for index in range(len(built))]
 
 
 def _schedule_id(request: web.Request) -> uuid.UUID:

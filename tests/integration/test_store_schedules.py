@@ -34,6 +34,13 @@ async def test_create_read_cancel(store: CassandraStore, new_schedule: Factory, 
     assert ref is not None and ref.version == 2
 
 
+async def test_create_schedules_writes_a_group(store: CassandraStore, new_schedule: Factory, client_id: str) -> None:
+    group = [new_schedule(later(60 * i), poller_id=i % 3) for i in range(1, 6)]
+    await store.create_schedules(group, datetime.now(UTC))
+    for s in group:
+        assert await store.get_schedule(client_id, s.schedule_id) == s
+
+
 async def test_unknown_and_foreign_schedules_are_not_found(
     store: CassandraStore, new_schedule: Factory, client_id: str
 ) -> None:
