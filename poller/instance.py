@@ -264,7 +264,8 @@ class PollerInstance:
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         if result.ok:
             await self._record(row, Status.SUCCEEDED, result, fired_at)
-        elif result.retriable and result.attempts < self._s.retry.max_attempts:
+        elif result.retriable:
+            # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
             await self._retry_later(row, result)
         else:
             await self._record(row, Status.FAILED, result, fired_at)

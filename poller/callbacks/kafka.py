@@ -28,10 +28,14 @@ import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.codec import has_lz4
 from aiokafka.errors import (
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
     InvalidTopicError,
     KafkaConnectionError,
     KafkaError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
     RecordListTooLargeError,
     RecordTooLargeError,
     TopicAuthorizationFailedError,
@@ -53,6 +57,14 @@ PERMANENT_ERRORS: tuple[type[Exception], ...] = (
     RecordListTooLargeError,
     InvalidTopicError,
     TopicAuthorizationFailedError,
+)
+# The idempotent producer's sequence state no longer matches the broker's (seen after a broker restart
+# with lost producer state): that producer instance stays broken, so it is replaced by a new one.
+PRODUCER_STATE_ERRORS: tuple[type[Exception], ...] = (
+    OutOfOrderSequenceNumber,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    ProducerFenced,
 )
 _COMPRESSIONS = frozenset({"auto", "lz4", "gzip", "zstd", "snappy", "none"})
 Item = tuple[Schedule, int, datetime]
@@ -154,6 +166,7 @@ class KafkaDispatcher:
         self._closed = False
         self._start_failed_at = -float("inf")
         self._start_error: BaseException | None = None
+        self._stopping: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         """Start the producer now; a failure is logged, not raised (deliveries retry it)."""
@@ -170,6 +183,7 @@ class KafkaDispatcher:
             producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
+        await asyncio.gather(*self._stopping, return_exceptions=True)
 
     async def __aenter__(self) -> KafkaDispatcher:
         await self.start()
@@ -205,15 +219,31 @@ class KafkaDispatcher:
         return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
 
     async def _attempt(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:
+        producer: Any = None
         try:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
                 producer = await self._ready_producer()
                 await producer.partitions_for(topic)  # wait for metadata here, not in the shared outbox
                 ack = await self._outbox.submit(producer, topic, kafka_record(schedule, attempt, fired_at))
                 await ack
+        except PRODUCER_STATE_ERRORS as exc:
+            await self._replace_producer(producer, exc)
+            return classify_kafka_error(exc, attempt)
         except (KafkaError, OSError, TimeoutError) as exc:
             return classify_kafka_error(exc, attempt)
         return DeliveryResult.delivered(attempt)
+
+    async def _replace_producer(self, broken: Any, exc: BaseException) -> None:
+        """Drop a producer whose idempotence state is broken; the next attempt starts a fresh one.
+        Only the first of many failing attempts on the same producer replaces it."""
+        async with self._lock:
+            if broken is None or self._producer is not broken:
+                return
+            self._producer = None
+        logger.warning("kafka_producer_replaced", error=f"{type(exc).__name__}: {exc}")
+        task = asyncio.create_task(broken.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def _first_pass(self, items: Sequence[Item]) -> list[DeliveryResult]:
         """One attempt for every item: all records submitted, then all acks awaited together."""
