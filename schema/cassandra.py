@@ -20,7 +20,7 @@ from cassandra import ConsistencyLevel, DriverException
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from schema import queries, timing
 from schema.errors import Conflict, StoreUnavailable
@@ -45,6 +45,12 @@ from schema.model import (
 from schema.settings import StoreSettings
 
 Row = Any  # the driver's named tuples
+
+
+def unset_if_none(value: Any) -> Any:
+    """Bind "leave as is" instead of null: a null bound in a write is a tombstone in the partition,
+    and schedule partitions must stay tombstone-free for the pollers' reads."""
+    return UNSET_VALUE if value is None else value
 
 
 def utc(moment: datetime) -> datetime:
@@ -195,7 +201,7 @@ class CassandraStore:
             set(client.kafka_topics),
             client.created_at,
             client.updated_at,
-            client.resized_at,
+            unset_if_none(client.resized_at),
         )
         return applied
 
@@ -215,7 +221,7 @@ class CassandraStore:
             client.api_key_hash,
             set(client.kafka_topics),
             client.updated_at,
-            client.resized_at,
+            unset_if_none(client.resized_at),
             client.client_id,
         )
 
@@ -237,7 +243,7 @@ class CassandraStore:
             s.payload,
             encode_callback(s.callback),
             s.attempts,
-            s.last_error,
+            unset_if_none(s.last_error),
             s.created_at,
             self._ttl(loc.due_at, now),
         )
@@ -332,8 +338,8 @@ class CassandraStore:
             new_loc.poller_id,
             new_loc.due_at,
             version,
-            prev.poller_id if prev else None,
-            prev.due_at if prev else None,
+            prev.poller_id if prev else UNSET_VALUE,
+            prev.due_at if prev else UNSET_VALUE,
             current.client_id,
             current.schedule_id,
             current.version,
@@ -486,7 +492,7 @@ class CassandraStore:
                         o.status.value,
                         o.attempts,
                         o.fired_at,
-                        o.last_error,
+                        unset_if_none(o.last_error),
                         o.client_id,
                         loc.poller_id,
                         loc.minute,

@@ -174,3 +174,25 @@ async def test_requeue_keeps_the_fire_id_and_moves_the_row(
     assert got.last_error == "HTTP 503" and got.status is Status.SCHEDULED
     old = [r async for page in store.read_minute(s.instance, s.location.minute) for r in page]
     assert [(r.status, r.attempts) for r in old if r.schedule_id == s.schedule_id] == [(Status.MOVED, 2)]
+
+
+async def test_minute_partitions_hold_no_tombstones(
+    store: CassandraStore, new_schedule: Factory, cql: Session, client_id: str
+) -> None:
+    """Creates, outcomes and cancels must not write null cells: a poller's read would wade through them."""
+    minute = timing.minute_bucket(later(7200))
+    made = [new_schedule(minute + timedelta(seconds=i), poller_id=3) for i in range(6)]
+    for s in made:
+        await store.create_schedule(s, datetime.now(UTC))
+    await store.record_outcomes(
+        [FireOutcome(client_id, s.schedule_id, s.location, Status.SUCCEEDED, 1, datetime.now(UTC)) for s in made[:3]]
+    )
+    await store.cancel_schedule(made[3], datetime.now(UTC))
+    result = cql.execute(
+        "SELECT * FROM schedules WHERE client_id=%s AND poller_id=3 AND minute=%s", (client_id, minute), trace=True
+    )
+    assert len(result.current_rows) == 6
+    events = [e.description for e in result.get_query_trace(max_wait_sec=10).events]
+    reads = [e for e in events if "tombstone cells" in e]
+    assert reads, events
+    assert all(" 0 tombstone cells" in e for e in reads), reads
