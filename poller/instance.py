@@ -39,6 +39,7 @@ class OpenMinute:
     """What an instance knows about one loaded minute."""
 
     minute: datetime
+    rows: int = 0
     pending: int = 0
     inflight: int = 0
     fired: set[RowKey] = field(default_factory=set)
@@ -187,6 +188,7 @@ class PollerInstance:
             return
         if known is None:
             heapq.heappush(self._heap, key)
+            state.rows += 1
             state.pending += 1
             self._wake.set()
         if known is None or row.version >= known.version:
@@ -355,7 +357,7 @@ class PollerInstance:
             del self._open[minute]
             self._checkpoint = minute
             self._metrics.checkpoint_lag.labels(str(self.instance)).set((now - minute).total_seconds())
-            self._log.info("minute_fired", minute=minute.isoformat(), fired=len(state.fired))
+            self._log.info("minute_fired", minute=minute.isoformat(), rows=state.rows, fired=len(state.fired))
             self._changed.set()
             await self._check_drained(now)
 

@@ -111,7 +111,9 @@ class Node:
     async def _heartbeat(self) -> None:
         now = self._now()
         info = NodeInfo(self.node_id, self._s.metrics_host, self._s.metrics_port, self._started_at, now)
-        async with asyncio.timeout(self._s.heartbeat_interval_s * 2):
+        # A busy node's write may be slow to come back; give it half the time left before fencing.
+        budget_s = max(self._s.heartbeat_interval_s * 2, (self._s.node_ttl_s - self._s.fence_margin_s) / 2)
+        async with asyncio.timeout(budget_s):
             await self._store.heartbeat(info, self._s.node_ttl_s)
         self._heartbeat_ok = time.monotonic()
         if self._fenced:

@@ -21,8 +21,8 @@ class PollerSettings:
     metrics_port: int = 9108
     heartbeat_interval_s: float = 1.0
     # A node not heard from for this long is dead; it stops its own instances a little before.
-    node_ttl_s: int = 6
-    fence_margin_s: float = 2.0
+    node_ttl_s: int = 10
+    fence_margin_s: float = 3.0
     ring_refresh_s: float = 1.0
     clients_refresh_s: float = 5.0
     claim_verify_s: float = 5.0

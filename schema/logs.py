@@ -32,8 +32,23 @@ def configure(env: Mapping[str, str] | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # One write per line under a lock: the driver's I/O thread logs too, and lines must not splice.
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
-    # The driver and aiokafka log through the standard library; keep their warnings, not their chatter.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    # The driver and aiokafka log through the standard library: keep their warnings, rendered by the
+    # same structlog pipeline (one JSON object per line), not their chatter.
+    root = logging.getLogger()
+    root.handlers[:] = [_IntoStructlog()]
+    root.setLevel(logging.WARNING)
+
+
+class _IntoStructlog(logging.Handler):
+    """Forwards standard-library records to structlog, so every line has one format and one writer."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed foreign log call must not take the process down
+            message = str(record.msg)
+        structlog.get_logger(record.name).log(record.levelno, message, logger=record.name)
