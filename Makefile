@@ -43,3 +43,7 @@ run: install infra-up migrate
 
 clean: infra-down
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# 100,000 fires due in one minute across a client's pollers, to Kafka and to HTTP (bounded; stops itself).
+bench-fire: install infra-up
+	$(BIN)/python -m bench.fire
