@@ -144,7 +144,7 @@ class Node:
         for key, running in list(self._running.items()):
             if key not in mine and not running.stopping:
                 self._spawn(self._stop(key, "rebalanced", drain_s=self._s.shutdown_deadline_s, release=True))
-        await asyncio.gather(*(self._try_claim(k) for k in mine if k not in self._running))
+        await self._claim_new([k for k in mine if k not in self._running])
 
     async def _refresh_clients(self) -> None:
         if time.monotonic() - self._clients_read_at < self._s.clients_refresh_s and self._clients:
@@ -156,8 +156,18 @@ class Node:
             if client is not None:
                 running.instance.client = client
 
-    async def _try_claim(self, key: InstanceKey) -> None:
-        seen = await self._store.get_claim(key)
+    async def _claim_new(self, keys: list[InstanceKey]) -> None:
+        """Claim instances the ring gives us. Claims are read *before* membership: every node heartbeats
+        before it claims, so an owner missing from a membership read made after its claim was read is
+        really dead, while one missing from an older read may just be new (two owners at once)."""
+        if not keys:
+            return
+        claims = await asyncio.gather(*(self._store.get_claim(k) for k in keys))
+        if any(c is not None and c.owner not in (None, self.node_id) for c in claims):
+            self._live = {n.node_id for n in await self._store.live_nodes()} | {self.node_id}
+        await asyncio.gather(*(self._try_claim(k, seen) for k, seen in zip(keys, claims, strict=True)))
+
+    async def _try_claim(self, key: InstanceKey, seen: Claim | None) -> None:
         if seen is not None and seen.owner not in (None, self.node_id) and seen.owner in self._live:
             return  # its owner is alive: it releases when it sees the ring moved
         client = self._clients[key.client_id]

@@ -18,7 +18,7 @@ from poller.settings import PollerSettings
 from schema import timing
 from schema.cassandra import CassandraStore
 from schema.migrate import drop, migrate
-from schema.model import HttpCallback, InstanceKey, Location, Schedule, Status
+from schema.model import HttpCallback, InstanceKey, Location, NodeInfo, Schedule, Status
 from schema.settings import StoreSettings
 from tests.integration.conftest import later, make_client
 
@@ -195,3 +195,55 @@ async def test_an_instance_whose_claim_is_taken_stops(
     await wait_for(lambda: node.status()["instances"].get(str(key)) != seen.epoch, 10)  # type: ignore[attr-defined]
     current = node.status()["instances"].get(str(key))  # type: ignore[attr-defined]
     assert current is None or current > stolen.epoch
+
+
+class GhostArrivesAfterFirstLook:
+    """The real store, except that right after the node's first membership read another node ("ghost":
+    heartbeat rows and claims, no process) joins and claims every instance: the window in which a
+    node holding a stale membership view must still not take over a live node's claim."""
+
+    def __init__(self, store: CassandraStore, keys: list[InstanceKey]) -> None:
+        self._store = store
+        self._keys = keys
+        self.arrived = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def live_nodes(self) -> list[NodeInfo]:
+        nodes = await self._store.live_nodes()
+        if not self.arrived:
+            self.arrived = True
+            now = datetime.now(UTC)
+            await self._store.heartbeat(NodeInfo("ghost", "127.0.0.1", 1, now, now), ttl_s=60)
+            await asyncio.gather(*(self._store.claim(k, "ghost", None, now) for k in self._keys))
+        return nodes
+
+
+async def test_a_claim_held_by_a_live_node_is_never_taken_over(store: CassandraStore, client_id: str) -> None:
+    await store.create_client(make_client(client_id, pollers=6))
+    keys = [InstanceKey(client_id, p) for p in range(6)]
+    settings = dataclasses.replace(
+        PollerSettings.from_env({"TICKD_NODE_ID": f"node-{client_id}"}),
+        store=store.settings,
+        ring_refresh_s=0.2,
+        clients_refresh_s=0.2,
+        claim_verify_s=0.5,
+    )
+    proxy = GhostArrivesAfterFirstLook(store, keys)
+    node = Node(settings, proxy, RecordingRouter(), Metrics())  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(node.run(stop))
+    try:
+        await asyncio.sleep(3)
+        assert proxy.arrived
+        assert not {str(k) for k in keys} & set(node.status()["instances"])  # type: ignore[arg-type]
+        claims = await asyncio.gather(*(store.get_claim(k) for k in keys))
+        assert [(c.owner, c.epoch) for c in claims if c] == [("ghost", 1)] * len(keys)
+
+        await store.leave("ghost")  # now it is gone: the node takes everything over
+        mine = {str(k) for k in keys}
+        await wait_for(lambda: mine <= set(node.status()["instances"]), 15)  # type: ignore[call-overload]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
