@@ -248,20 +248,22 @@ class CassandraStore:
             self._ttl(loc.due_at, now),
         )
 
-    def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[tuple[str, Sequence[Any]]]:
-        """The hot mark and horizon writes that must accompany a write at ``loc``."""
-        items: list[tuple[str, Sequence[Any]]] = []
-        if timing.is_hot(loc.due_at, now, self.settings.hot_window_s):
-            items.append(("mark_hot", (now, loc.minute, instance.client_id, instance.poller_id)))
+    def _hot_mark(self, instance: InstanceKey, loc: Location, now: datetime) -> list[tuple[str, Sequence[Any]]]:
+        """The hot mark a write at ``loc`` needs if a poller may already have loaded its minute."""
+        if not timing.is_hot(loc.due_at, now, self.settings.hot_window_s):
+            return []
+        return [("mark_hot", (now, loc.minute, instance.client_id, instance.poller_id))]
+
+    def _raise_horizon(self, instance: InstanceKey, loc: Location) -> list[tuple[str, Sequence[Any]]]:
+        """The horizon write a new row at ``loc`` needs, unless this process already wrote a later one."""
         known = self._horizons.get(instance)
-        if known is None or loc.minute > known:
-            items.append(
-                (
-                    "raise_horizon",
-                    (timing.horizon_timestamp(loc.minute), loc.minute, instance.client_id, instance.poller_id),
-                )
-            )
-        return items
+        if known is not None and loc.minute <= known:
+            return []
+        stamp = timing.horizon_timestamp(loc.minute)
+        return [("raise_horizon", (stamp, loc.minute, instance.client_id, instance.poller_id))]
+
+    def _new_row_signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[tuple[str, Sequence[Any]]]:
+        return self._hot_mark(instance, loc, now) + self._raise_horizon(instance, loc)
 
     def _note_horizon(self, instance: InstanceKey, minute: datetime) -> None:
         known = self._horizons.get(instance)
@@ -283,7 +285,7 @@ class CassandraStore:
                     self._ttl(loc.due_at, now),
                 ),
             ),
-            *self._signals(schedule.instance, loc, now),
+            *self._new_row_signals(schedule.instance, loc, now),
         ]
 
     async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
@@ -365,14 +367,14 @@ class CassandraStore:
                 ),
             )
         ]
-        items += [i for i in self._signals(current.instance, loc, now) if i[0] == "mark_hot"]
+        items += self._hot_mark(current.instance, loc, now)
         await self._batch(items, logged=len(items) > 1)
-        return _replace(current, status=Status.CANCELLED, version=version)
+        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
 
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
-        new = _replace(updated, version=current.version + 1, status=Status.SCHEDULED)
+        new = dataclasses.replace(updated, version=current.version + 1, status=Status.SCHEDULED)
         await self._bump_ref(current, new.location, new.version, now)
-        items = [self._row_insert(new, now), *self._signals(new.instance, new.location, now)]
+        items = [self._row_insert(new, now), *self._new_row_signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location:
             items.append(
@@ -389,7 +391,7 @@ class CassandraStore:
                     ),
                 )
             )
-            items += [i for i in self._signals(current.instance, old, now) if i[0] == "mark_hot"]
+            items += self._hot_mark(current.instance, old, now)
         await self._batch(items, logged=True)
         self._note_horizon(new.instance, new.location.minute)
         return new
@@ -400,7 +402,7 @@ class CassandraStore:
         """Move a fire whose callback failed to a later due time (a durable retry): same nominal time,
         so the same fire id. Raises ``Conflict`` if the client changed the schedule meanwhile."""
         loc = Location(current.location.poller_id, due_at)
-        retry = _replace(current, location=loc, attempts=attempts, last_error=last_error)
+        retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
         new = await self.replace_schedule(current, retry, now)
         await self._run(
             "record_outcome",
@@ -671,7 +673,3 @@ class _ListFilter:
         if self.after.schedule_id is None:
             return due >= self.after.due_at
         return (due, s.schedule_id) > (self.after.due_at, self.after.schedule_id)
-
-
-def _replace(schedule: Schedule, **changes: Any) -> Schedule:
-    return dataclasses.replace(schedule, **changes)

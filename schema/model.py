@@ -24,9 +24,6 @@ class Status(enum.StrEnum):
     MOVED = "moved"
 
 
-FINAL_STATUSES = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
-
-
 class HttpCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="http"):
     url: str
     method: str = "POST"
