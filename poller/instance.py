@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -32,6 +32,8 @@ log = structlog.get_logger("tickd.poller")
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]
 _rng = random.Random()
+# Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
+_MAX_STORE_RETRY_S = 5.0
 
 
 @dataclass
@@ -264,22 +266,35 @@ class PollerInstance:
             self._changed.set()
 
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+        """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
+        so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
         if result.ok:
             await self._record(row, Status.SUCCEEDED, result, fired_at)
         elif result.retriable:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
-            await self._retry_later(row, result)
+            wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, _rng)
+            due = self._now() + timedelta(seconds=max(wait_s, 0.05))
+            await self._durably("requeue", lambda: self._retry_later(row, result, due))
         else:
             await self._record(row, Status.FAILED, result, fired_at)
-            await self._dead_letter(row, result, fired_at)
+            await self._durably("dead_letter", lambda: self._dead_letter(row, result, fired_at))
 
-    async def _retry_later(self, row: Schedule, result: DeliveryResult) -> None:
-        """A durable retry: the fire moves to a later due time in storage, surviving this node."""
-        now = self._now()
-        wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, _rng)
-        due = now + timedelta(seconds=max(wait_s, 0.05))
+    async def _durably(self, what: str, write: Callable[[], Awaitable[None]]) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await write()
+                return
+            except StoreUnavailable as exc:
+                self._log.warning("store_write_retried", what=what, error=str(exc), wait_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_STORE_RETRY_S)
+
+    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> None:
+        """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
+        it again with the same ``due`` after a storage error is safe (the store finishes its own move)."""
         try:
-            await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", now)
+            await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", self._now())
         except Conflict:
             self._log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
             return

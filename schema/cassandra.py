@@ -374,6 +374,11 @@ class CassandraStore:
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
         new = dataclasses.replace(updated, version=current.version + 1, status=Status.SCHEDULED)
         await self._bump_ref(current, new.location, new.version, now)
+        await self._write_replacement(current, new, now)
+        return new
+
+    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
+        """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED."""
         items = [self._row_insert(new, now), *self._new_row_signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location:
@@ -394,16 +399,26 @@ class CassandraStore:
             items += self._hot_mark(current.instance, old, now)
         await self._batch(items, logged=True)
         self._note_horizon(new.instance, new.location.minute)
-        return new
 
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
     ) -> Schedule:
         """Move a fire whose callback failed to a later due time (a durable retry): same nominal time,
-        so the same fire id. Raises ``Conflict`` if the client changed the schedule meanwhile."""
-        loc = Location(current.location.poller_id, due_at)
+        so the same fire id. Raises ``Conflict`` if the client changed the schedule meanwhile.
+
+        Safe to call again with the same arguments after ``StoreUnavailable``: if the earlier call moved
+        the pointer but its rows did not land, this call finds its own move there and writes the rows.
+        """
+        loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
         retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
-        new = await self.replace_schedule(current, retry, now)
+        try:
+            new = await self.replace_schedule(current, retry, now)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.version != current.version + 1 or ref.location != loc:
+                raise
+            new = dataclasses.replace(retry, version=ref.version, status=Status.SCHEDULED)
+            await self._write_replacement(current, new, now)
         await self._run(
             "record_outcome",
             self.settings.retention_s,

@@ -50,6 +50,11 @@ def from_epoch_ms(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
+def truncate_ms(moment: datetime) -> datetime:
+    """``moment`` as Cassandra stores it: sub-millisecond digits dropped."""
+    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000)
+
+
 def minute_index(minute: datetime) -> int:
     """Whole minutes since the Unix epoch."""
     return (minute_bucket(minute) - _EPOCH) // timedelta(minutes=1)

@@ -14,6 +14,7 @@ delivered later, so a retry can duplicate a record: subscribers deduplicate on t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import time
@@ -85,6 +86,11 @@ class KafkaSettings:
     attempt_timeout_s: float = 5.0
     # After a failed producer start, attempts fail fast for this long instead of each dialling again.
     restart_cooldown_s: float = 1.0
+    # A broker outage is retried in memory (the fire stays in flight) for up to ``outage_budget_s``, with
+    # waits of at most ``outage_retry_cap_s`` between attempts, so fires go out within seconds of the
+    # broker's return instead of each sitting out its own exponential backoff.
+    outage_retry_cap_s: float = 2.0
+    outage_budget_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.compression not in _COMPRESSIONS:
@@ -103,6 +109,17 @@ class KafkaSettings:
                 env, "TICKD_KAFKA_REQUEST_TIMEOUT_MS", cls.request_timeout_ms, low=100, high=300_000
             ),
             attempt_timeout_s=env_float(env, "TICKD_KAFKA_ATTEMPT_TIMEOUT_S", cls.attempt_timeout_s, low=0.1, high=300),
+            outage_retry_cap_s=env_float(
+                env, "TICKD_KAFKA_OUTAGE_RETRY_CAP_S", cls.outage_retry_cap_s, low=0.01, high=600
+            ),
+            outage_budget_s=env_float(env, "TICKD_KAFKA_OUTAGE_BUDGET_S", cls.outage_budget_s, low=0.0, high=3600),
+        )
+
+    def retry_policy(self, policy: RetryPolicy) -> RetryPolicy:
+        """The node's retry policy as Kafka fires use it: short waits, a longer in-memory budget."""
+        cap = self.outage_retry_cap_s
+        return dataclasses.replace(
+            policy, base_s=min(policy.base_s, cap), cap_s=cap, inline_budget_s=self.outage_budget_s
         )
 
 
@@ -159,7 +176,7 @@ class KafkaDispatcher:
 
     def __init__(self, settings: KafkaSettings, policy: RetryPolicy, *, rng: random.Random | None = None) -> None:
         self.settings = settings
-        self._retrier = Retrier(policy, give_up=False, rng=rng)
+        self._retrier = Retrier(settings.retry_policy(policy), give_up=False, rng=rng)
         self._producer: Any = None
         self._lock = asyncio.Lock()
         self._outbox = Outbox()

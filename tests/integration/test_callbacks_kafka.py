@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import uuid
 from collections import Counter
@@ -109,7 +110,13 @@ async def test_deliver_many(dispatcher: KafkaDispatcher, kafka_settings: KafkaSe
 
 async def test_unreachable_broker_is_retriable_within_budget(topic: str) -> None:
     policy = RetryPolicy(max_attempts=2, base_s=0.05, cap_s=0.2, inline_budget_s=1.0)
-    settings = KafkaSettings(bootstrap="127.0.0.1:1", attempt_timeout_s=1.0, restart_cooldown_s=0.0)
+    settings = KafkaSettings(
+        bootstrap="127.0.0.1:1",
+        attempt_timeout_s=1.0,
+        restart_cooldown_s=0.0,
+        outage_retry_cap_s=0.2,
+        outage_budget_s=1.0,
+    )
     async with KafkaDispatcher(settings, policy) as dispatcher:
         async with asyncio.timeout(20):
             one = await dispatcher.deliver(schedules(topic, 1)[0], 1, datetime.now(UTC))
@@ -138,7 +145,7 @@ def test_settings_fixture_reads_env(kafka_settings: KafkaSettings, monkeypatch: 
 
 
 async def test_delivery_after_close_is_retriable(kafka_settings: KafkaSettings, topic: str) -> None:
-    dispatcher = KafkaDispatcher(kafka_settings, RetryPolicy(inline_budget_s=0.0))
+    dispatcher = KafkaDispatcher(dataclasses.replace(kafka_settings, outage_budget_s=0.0), RetryPolicy())
     await dispatcher.close()
     result = await dispatcher.deliver(schedules(topic, 1)[0], 1, datetime.now(UTC))
     assert (result.ok, result.retriable) == (False, True)

@@ -176,6 +176,28 @@ async def test_requeue_keeps_the_fire_id_and_moves_the_row(
     assert [(r.status, r.attempts) for r in old if r.schedule_id == s.schedule_id] == [(Status.MOVED, 2)]
 
 
+async def test_requeue_finishes_its_own_half_done_move(
+    store: CassandraStore, new_schedule: Factory, client_id: str
+) -> None:
+    """A requeue whose pointer bump landed but whose row batch did not (a timeout between the two) is
+    finished by calling it again: the retried fire must not be dropped as a concurrent change."""
+    s = new_schedule(later(30), poller_id=1)
+    await store.create_schedule(s, datetime.now(UTC))
+    retry_at = datetime.now(UTC) + timedelta(seconds=600, microseconds=123)  # sub-ms digits: dropped
+    loc = Location(s.location.poller_id, timing.truncate_ms(retry_at))
+    await store._bump_ref(s, loc, s.version + 1, datetime.now(UTC))  # the first call got this far
+    assert await store.get_schedule(client_id, s.schedule_id) == s  # the pointer alone changes nothing
+
+    retried = await store.requeue_schedule(s, retry_at, 3, "timeout", datetime.now(UTC))
+    assert retried.location == loc and retried.version == s.version + 1 and retried.attempts == 3
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location == loc and got.status is Status.SCHEDULED and got.fire_id == s.fire_id
+
+    elsewhere = later(900)  # a different move under the same old version is someone else's: a conflict
+    with pytest.raises(Conflict):
+        await store.requeue_schedule(s, elsewhere, 4, "timeout", datetime.now(UTC))
+
+
 async def test_minute_partitions_hold_no_tombstones(
     store: CassandraStore, new_schedule: Factory, cql: Session, client_id: str
 ) -> None:
