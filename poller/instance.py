@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import heapq
 import random
 from collections.abc import Awaitable, Callable
@@ -23,8 +25,21 @@ from poller import minutes
 from poller.delivery import CallbackRouter, DeliveryResult
 from poller.metrics import Metrics
 from poller.settings import PollerSettings
+from schema import recurrence as rec
+from schema import timing
 from schema.errors import Conflict, StoreUnavailable
-from schema.model import Claim, Client, DeadLetter, FireOutcome, Schedule, Status, callback_type
+from schema.model import (
+    Chain,
+    Claim,
+    Client,
+    DeadLetter,
+    FireOutcome,
+    Location,
+    Repeat,
+    Schedule,
+    Status,
+    callback_type,
+)
 from schema.store import Store
 from schema.timing import minute_bucket
 
@@ -144,6 +159,10 @@ class PollerInstance:
                     for r in live
                 ]
             )
+            for r in live:
+                if r.repeat is not None and r.attempts == 0:
+                    # A recurring schedule lives on: its timeline resumes at the first occurrence after now.
+                    await self._store.chain_schedule(r, self._following(r, r.repeat, now, now), now)
             await self._store.record_skipped(self.instance, minute, reason, len(live))
             self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)
 
@@ -251,6 +270,8 @@ class PollerInstance:
 
     async def _deliver(self, row: Schedule, state: OpenMinute) -> None:
         try:
+            if row.repeat is not None and row.attempts == 0 and not await self._chain(row):
+                return
             fired_at = self._now()
             if row.attempts == 0:
                 self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
@@ -264,6 +285,48 @@ class PollerInstance:
             self._slots.release()
             self._node_slots.release()
             self._changed.set()
+
+    # -- recurring schedules ----------------------------------------------------------------------------
+
+    def _following(self, row: Schedule, repeat: Repeat, after: datetime, now: datetime) -> Schedule | None:
+        """The occurrence after nominal time ``after`` as a row to write, or None when the timeline ends."""
+        nominal = rec.next_fire(_recurrence(repeat), after, fired=row.seq)
+        if nominal is None:
+            return None
+        poller_id = row.location.poller_id
+        if poller_id >= self.client.poller_count:  # leave a draining poller
+            poller_id = timing.poller_id_for(row.schedule_id, self.client.poller_count)
+        jitter_ms = row.options.jitter_ms if row.options is not None else 0
+        due = timing.truncate_ms(timing.due_time(nominal + timing.jitter(row.schedule_id, nominal, jitter_ms), now))
+        return dataclasses.replace(
+            row,
+            location=Location(poller_id, due),
+            fire_at=nominal,
+            seq=row.seq + 1,
+            status=Status.SCHEDULED,
+            attempts=0,
+            fired_at=None,
+            last_error=None,
+        )
+
+    async def _chain(self, row: Schedule) -> bool:
+        """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
+        (computed from this one's nominal time, so a late fire never shifts the timeline). False if the
+        client changed or cancelled the schedule since this row was written: then it must not fire."""
+        assert row.repeat is not None
+        following = self._following(row, row.repeat, row.fire_at, self._now())
+        outcome: list[Chain] = []
+
+        async def write() -> None:
+            outcome.append(await self._store.chain_schedule(row, following, self._now()))
+
+        await self._durably("chain", write)
+        if outcome[-1] is Chain.CHANGED:
+            self._log.info("occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+            return False
+        if outcome[-1] is Chain.CHAINED and following is not None:
+            self._consider(dataclasses.replace(following, version=row.version + 1))
+        return True
 
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
@@ -328,8 +391,19 @@ class PollerInstance:
 
     async def _record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
         """Queue the outcome for the next per-partition batch and wait until it is durable."""
+        run_at = row.fire_at if row.repeat is not None else None
         self._outcomes.append(
-            FireOutcome(row.client_id, row.schedule_id, row.location, status, result.attempts, fired_at, result.error)
+            FireOutcome(
+                row.client_id,
+                row.schedule_id,
+                row.location,
+                status,
+                result.attempts,
+                fired_at,
+                result.error,
+                nominal_at=run_at,
+                seq=row.seq,
+            )
         )
         if self._flushed is None:
             self._flushed = asyncio.get_running_loop().create_future()
@@ -404,6 +478,12 @@ class PollerInstance:
         except TimeoutError:
             pass
         event.clear()
+
+
+@functools.lru_cache(maxsize=4096)
+def _recurrence(repeat: Repeat) -> rec.Recurrence:
+    """The pure recurrence of a stored rule, built once per distinct rule (not per fire)."""
+    return repeat.recurrence()
 
 
 class InstanceDrained(Exception):

@@ -25,6 +25,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStat
 from schema import queries, timing
 from schema.errors import Conflict, StoreUnavailable
 from schema.model import (
+    Chain,
     Checkpoint,
     Claim,
     Client,
@@ -36,11 +37,14 @@ from schema.model import (
     Location,
     NodeInfo,
     Page,
+    Run,
     Schedule,
     ScheduleRef,
     Status,
     decode_callback,
+    decode_options,
     encode_callback,
+    encode_options,
 )
 from schema.settings import StoreSettings
 
@@ -245,6 +249,8 @@ class CassandraStore:
             s.attempts,
             unset_if_none(s.last_error),
             s.created_at,
+            encode_options(s.options) if s.options is not None else UNSET_VALUE,
+            s.seq or UNSET_VALUE,
             self._ttl(loc.due_at, now),
         )
 
@@ -314,7 +320,8 @@ class CassandraStore:
         previous = None
         if row.prev_poller_id is not None and row.prev_due_at is not None:
             previous = Location(row.prev_poller_id, utc(row.prev_due_at))
-        return ScheduleRef(client_id, schedule_id, Location(row.poller_id, utc(row.due_at)), row.version, previous)
+        location = Location(row.poller_id, utc(row.due_at))
+        return ScheduleRef(client_id, schedule_id, location, row.version, previous, row.changed_version or 0)
 
     async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
         rows = await self._run("get_schedule", client_id, loc.poller_id, loc.minute, loc.due_at, schedule_id)
@@ -331,21 +338,28 @@ class CassandraStore:
             row = await self._row_at(client_id, schedule_id, ref.previous)
         return row
 
-    async def _bump_ref(self, current: Schedule, new_loc: Location, version: int, now: datetime) -> None:
+    async def _bump_ref(
+        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
+    ) -> None:
+        """Move the pointer to ``new_loc`` at ``version`` if it is still at ``current.version``.
+
+        ``by_client``: the change is the client's (it also becomes the last client-changed version);
+        a poller's own moves (retries, next occurrences) leave that alone."""
         old = current.location
         prev = old if old != new_loc else None
-        applied, _ = await self._applied(
-            "bump_ref",
+        head = (
             self._ttl(new_loc.due_at, now),
             new_loc.poller_id,
             new_loc.due_at,
             version,
             prev.poller_id if prev else UNSET_VALUE,
             prev.due_at if prev else UNSET_VALUE,
-            current.client_id,
-            current.schedule_id,
-            current.version,
         )
+        tail = (current.client_id, current.schedule_id, current.version)
+        if by_client:
+            applied, _ = await self._applied("bump_ref", *head, version, *tail)
+        else:
+            applied, _ = await self._applied("move_ref", *head, *tail)
         if not applied:
             raise Conflict("the schedule was changed concurrently; read it again and retry")
 
@@ -411,8 +425,17 @@ class CassandraStore:
         """
         loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
         retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
+        if current.repeat is not None:
+            # The pointer of a recurring schedule has moved on to its next occurrence: a retry of this
+            # one is a row of its own, and its run shows it waiting.
+            new = dataclasses.replace(retry, status=Status.SCHEDULED)
+            await self._write_replacement(current, new, now)
+            await self._run_write(new, Status.SCHEDULED, now, None)
+            return new
         try:
-            new = await self.replace_schedule(current, retry, now)
+            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
+            await self._bump_ref(current, loc, new.version, now, by_client=False)
+            await self._write_replacement(current, new, now)
         except Conflict:
             ref = await self.get_ref(current.client_id, current.schedule_id)
             if ref is None or ref.version != current.version + 1 or ref.location != loc:
@@ -433,6 +456,60 @@ class CassandraStore:
             current.schedule_id,
         )
         return new
+
+    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
+        """Move a recurring schedule on from ``current`` (the occurrence about to fire) to ``following``
+        (its next occurrence, or None when the timeline ends), if nobody changed it since ``current``
+        was written: the compare-and-set that keeps a changed or cancelled schedule's old occurrences
+        from firing. Safe to call again with the same arguments after ``StoreUnavailable``."""
+        version = current.version + 1
+        target = following.location if following is not None else current.location
+        try:
+            await self._bump_ref(current, target, version, now, by_client=False)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.changed_version > current.version:
+                return Chain.CHANGED
+            if following is None or ref.version != version or ref.location != target:
+                return Chain.ALREADY
+            # This call's own earlier try moved the pointer; its row may not have landed.
+        if following is not None:
+            new = dataclasses.replace(following, version=version, status=Status.SCHEDULED)
+            await self._batch(
+                [self._row_insert(new, now), *self._new_row_signals(new.instance, target, now)], logged=True
+            )
+            self._note_horizon(new.instance, target.minute)
+        return Chain.CHAINED
+
+    async def _run_write(self, s: Schedule, status: Status, fired_at: datetime | None, error: str | None) -> None:
+        await self._run(
+            "record_run",
+            s.client_id,
+            s.schedule_id,
+            s.fire_at,
+            s.seq or UNSET_VALUE,
+            status.value,
+            s.attempts,
+            fired_at if fired_at is not None else UNSET_VALUE,
+            unset_if_none(error),
+            self.settings.retention_s,
+        )
+
+    async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
+        """A recurring schedule's fires, newest first, with nominal time before ``before`` (exclusive)."""
+        upper = before if before is not None else _FAR_FUTURE
+        rows = await self._run("list_runs", client_id, schedule_id, upper, limit)
+        return [
+            Run(
+                utc(r.nominal_at),
+                Status(r.status),
+                r.attempts or 0,
+                utc(r.fired_at) if r.fired_at else None,
+                r.last_error,
+                r.seq or 0,
+            )
+            for r in rows
+        ]
 
     async def read_minute(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
@@ -518,7 +595,23 @@ class CassandraStore:
                     ),
                 )
             )
-        await asyncio.gather(*(self._batch(items, logged=False) for items in by_partition.values()))
+        runs = [
+            self._run(
+                "record_run",
+                o.client_id,
+                o.schedule_id,
+                o.nominal_at,
+                o.seq or UNSET_VALUE,
+                o.status.value,
+                o.attempts,
+                o.fired_at,
+                unset_if_none(o.last_error),
+                ttl,
+            )
+            for o in outcomes
+            if o.nominal_at is not None
+        ]
+        await asyncio.gather(*(self._batch(items, logged=False) for items in by_partition.values()), *runs)
 
     async def add_dead_letter(self, letter: DeadLetter) -> None:
         day = letter.failed_at.astimezone(UTC).date()
@@ -658,8 +751,12 @@ def _schedule(row: Row) -> Schedule:
         attempts=row.attempts or 0,
         fired_at=utc(row.fired_at) if row.fired_at else None,
         last_error=row.last_error,
+        options=decode_options(row.options) if row.options else None,
+        seq=row.seq or 0,
     )
 
+
+_FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
 # Listing: partition reads in flight at once, and per page (a page may end early on the budget).
 _LIST_CONCURRENCY = 32

@@ -11,6 +11,7 @@ from uuid import UUID
 
 import msgspec
 
+from schema import recurrence as rec
 from schema import timing
 from schema.errors import InvalidInput
 
@@ -52,6 +53,62 @@ def encode_callback(callback: Callback) -> str:
 
 def decode_callback(raw: str | bytes) -> Callback:
     return _callback_decoder.decode(raw)
+
+
+class Repeat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A schedule's recurrence as stored (validated and normalised by ``from_recurrence``)."""
+
+    cron: str | None = None
+    timezone: str = "UTC"
+    every_s: int | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_fires: int | None = None
+    on_gap: rec.GapPolicy = "shift"
+    on_overlap: rec.OverlapPolicy = "first"
+
+    @classmethod
+    def from_recurrence(cls, r: rec.Recurrence) -> Repeat:
+        if isinstance(r.rule, rec.EveryRule):
+            return cls(every_s=r.rule.interval_s, start_at=r.start_at, end_at=r.end_at, max_fires=r.max_fires)
+        rule = r.rule
+        return cls(
+            cron=rule.expr,
+            timezone=rule.timezone,
+            start_at=r.start_at,
+            end_at=r.end_at,
+            max_fires=r.max_fires,
+            on_gap=rule.on_gap,
+            on_overlap=rule.on_overlap,
+        )
+
+    def recurrence(self) -> rec.Recurrence:
+        rule: rec.Rule
+        if self.every_s is not None:
+            rule = rec.EveryRule(self.every_s)
+        else:
+            assert self.cron is not None
+            rule = rec.CronRule(self.cron, self.timezone, self.on_gap, self.on_overlap)
+        return rec.Recurrence(rule, self.start_at, self.end_at, self.max_fires)
+
+
+class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a schedule asks beyond one fire at one time; stored as JSON, absent for plain schedules."""
+
+    repeat: Repeat | None = None
+    # Each fire's due time is moved later by a deterministic offset in [0, jitter_ms) (its fire id's hash).
+    jitter_ms: int = 0
+
+
+_options_decoder: msgspec.json.Decoder[Options] = msgspec.json.Decoder(Options)
+
+
+def encode_options(options: Options) -> str:
+    return _encoder.encode(options).decode()
+
+
+def decode_options(raw: str | bytes) -> Options:
+    return _options_decoder.decode(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +166,9 @@ class Schedule:
     attempts: int = 0
     fired_at: datetime | None = None
     last_error: str | None = None
+    options: Options | None = None
+    # Recurring schedules: which occurrence this row is (1 = the first). 0 for one-time schedules.
+    seq: int = 0
 
     @property
     def instance(self) -> InstanceKey:
@@ -117,6 +177,10 @@ class Schedule:
     @property
     def fire_id(self) -> str:
         return timing.fire_id(self.schedule_id, self.fire_at)
+
+    @property
+    def repeat(self) -> Repeat | None:
+        return self.options.repeat if self.options is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +192,19 @@ class ScheduleRef:
     location: Location
     version: int
     previous: Location | None = None
+    # The version of the client's last change (create = 0): versions above it are the pollers' own moves.
+    changed_version: int = 0
+
+
+class Chain(enum.Enum):
+    """What became of a poller's attempt to move a recurring schedule on to its next occurrence."""
+
+    # The pointer moved from this occurrence (the next one is written, or the timeline ended).
+    CHAINED = "chained"
+    # An earlier owner (or an earlier try) already chained from this occurrence: fire it, do not chain.
+    ALREADY = "already"
+    # The client changed or cancelled the schedule after this occurrence was queued: do not fire it.
+    CHANGED = "changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +218,21 @@ class FireOutcome:
     attempts: int
     fired_at: datetime
     last_error: str | None = None
+    # Set for fires kept in a schedule's run history (recurring schedules): the occurrence's nominal time.
+    nominal_at: datetime | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One fire of a schedule as its history shows it: the nominal time and what became of it."""
+
+    nominal_at: datetime
+    status: Status
+    attempts: int
+    fired_at: datetime | None
+    last_error: str | None = None
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,15 +216,26 @@ def parse_timezone(key: str | None) -> str:
 
 def parse_every(text: str, *, min_interval_s: int = 1) -> int:
     """Seconds in ``<int><unit>``, unit one of s, m, h, d: "20s", "15m", "2h", "1d"."""
+    return parse_duration(text, "every", min_interval_s, MAX_INTERVAL_S)
+
+
+def parse_duration(text: str, field: str, low_s: int, high_s: int) -> int:
+    """Seconds in ``<int><unit>`` (s, m, h, d) within ``[low_s, high_s]``; ``InvalidInput`` names ``field``."""
     match = _EVERY_RE.fullmatch(text)
     if match is None:
-        raise InvalidInput(f"every must look like 20s, 15m, 2h or 1d, got {text!r}", field="every")
+        raise InvalidInput(f"{field} must look like 20s, 15m, 2h or 1d, got {text!r}", field=field)
     seconds = int(match[1]) * UNIT_S[match[2]]
-    if not min_interval_s <= seconds <= MAX_INTERVAL_S:
-        raise InvalidInput(
-            f"every must be between {min_interval_s}s and {MAX_INTERVAL_S // 86400}d, got {text!r}", field="every"
-        )
+    if not low_s <= seconds <= high_s:
+        raise InvalidInput(f"{field} must be between {low_s}s and {format_duration(high_s)}, got {text!r}", field=field)
     return seconds
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest ``<int><unit>`` for ``seconds`` ("1d", "90m", "20s"): how the API shows ``every``."""
+    for unit in ("d", "h", "m"):
+        if seconds % UNIT_S[unit] == 0:
+            return f"{seconds // UNIT_S[unit]}{unit}"
+    return f"{seconds}s"
 
 
 def _choice(value: str | None, allowed: tuple[str, ...], field: str) -> str:

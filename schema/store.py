@@ -12,6 +12,7 @@ from typing import Protocol
 from uuid import UUID
 
 from schema.model import (
+    Chain,
     Checkpoint,
     Claim,
     Client,
@@ -22,6 +23,7 @@ from schema.model import (
     ListCursor,
     NodeInfo,
     Page,
+    Run,
     Schedule,
     ScheduleRef,
     Status,
@@ -66,6 +68,13 @@ class ScheduleStore(Protocol):
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
     ) -> Schedule:
         """Durable retry: the fire moves to ``due_at`` keeping its fire id. ``Conflict`` if changed meanwhile."""
+
+    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
+        """Move a recurring schedule on from ``current`` to its next occurrence ``following`` (None: the
+        timeline ends) unless the client changed it since; see ``Chain`` for the outcomes."""
+
+    async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
+        """A recurring schedule's fires, newest first, nominal time before ``before``."""
 
     def read_minute(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None

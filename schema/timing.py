@@ -7,6 +7,7 @@ is due "now": storing it under a minute a poller has already finished would lose
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -48,6 +49,15 @@ def to_epoch_ms(moment: datetime) -> int:
 
 def from_epoch_ms(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
+
+
+def jitter(schedule_id: UUID, nominal: datetime, jitter_ms: int) -> timedelta:
+    """How much later than ``nominal`` a jittered fire is due: in ``[0, jitter_ms)`` ms, fixed by the fire
+    id (every node, every retry and every re-read agree), spread evenly across fires."""
+    if jitter_ms <= 0:
+        return timedelta(0)
+    digest = hashlib.blake2b(fire_id(schedule_id, nominal).encode(), digest_size=8).digest()
+    return timedelta(milliseconds=int.from_bytes(digest, "big") % jitter_ms)
 
 
 def truncate_ms(moment: datetime) -> datetime:

@@ -28,6 +28,9 @@ class ApiSettings:
     poller_count_max: int = 1024
     max_horizon_s: int = _TEN_YEARS_S
     mutation_guard_s: float = 2.0
+    # Recurring schedules: the shortest `every`, and the largest `jitter` any schedule may ask for.
+    min_interval_s: int = 1
+    max_jitter_s: int = 3600
     list_max_range_s: int = 86400
     client_cache_s: float = 2.0
     # Concurrent store writes of one batch request (each a group of up to write_group schedules).
@@ -59,6 +62,8 @@ class ApiSettings:
             poller_count_max=env_int(env, "TICKD_POLLER_COUNT_MAX", cls.poller_count_max, low=count_min, high=65536),
             max_horizon_s=env_int(env, "TICKD_MAX_HORIZON_S", cls.max_horizon_s, low=60, high=_TEN_YEARS_S),
             mutation_guard_s=env_float(env, "TICKD_MUTATION_GUARD_S", cls.mutation_guard_s, low=0, high=3600),
+            min_interval_s=env_int(env, "TICKD_MIN_INTERVAL_S", cls.min_interval_s, low=1, high=86400),
+            max_jitter_s=env_int(env, "TICKD_MAX_JITTER_S", cls.max_jitter_s, low=1, high=86400),
             list_max_range_s=env_int(env, "TICKD_LIST_MAX_RANGE_S", cls.list_max_range_s, low=60, high=31 * 86400),
             client_cache_s=env_float(env, "TICKD_CLIENT_CACHE_S", cls.client_cache_s, low=0, high=300),
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),

@@ -72,18 +72,41 @@ class ClientPatch(Struct, forbid_unknown_fields=True):
     kafka_topics: list[str] | UnsetType = UNSET
 
 
-class ScheduleCreate(Struct, forbid_unknown_fields=True):
+class RepeatFields(Struct, forbid_unknown_fields=True):
+    """The recurrence fields a create or patch may carry (``cron`` or ``every`` makes it recurring)."""
+
+    cron: str | UnsetType = UNSET
+    timezone: str | UnsetType = UNSET
+    every: str | UnsetType = UNSET
+    start_at: datetime | UnsetType = UNSET
+    end_at: datetime | UnsetType = UNSET
+    max_fires: int | UnsetType = UNSET
+    on_gap: str | UnsetType = UNSET
+    on_overlap: str | UnsetType = UNSET
+
+
+REPEAT_FIELDS = tuple(RepeatFields.__struct_fields__)
+
+
+class ScheduleCreate(RepeatFields, forbid_unknown_fields=True, kw_only=True):
     callback: Callback
     fire_at: datetime | int | UnsetType = UNSET
     delay_s: float | UnsetType = UNSET
     payload: Raw | UnsetType = UNSET
+    jitter: str | UnsetType = UNSET
 
 
-class SchedulePatch(Struct, forbid_unknown_fields=True):
+class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
     fire_at: datetime | int | UnsetType = UNSET
     delay_s: float | UnsetType = UNSET
     payload: Raw | UnsetType = UNSET
     callback: Callback | UnsetType = UNSET
+    jitter: str | UnsetType = UNSET
+
+
+class PreviewRequest(RepeatFields, forbid_unknown_fields=True):
+    count: int = 10
+    after: datetime | int | UnsetType = UNSET
 
 
 class BatchCreate(Struct, forbid_unknown_fields=True):

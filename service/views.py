@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeVar
 from uuid import UUID
 
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from schema.model import Callback, Client, Schedule, Status
+from schema import timing
+from schema.model import Callback, Client, Repeat, Run, Schedule, Status
+from schema.recurrence import format_duration
+
+T = TypeVar("T")
 
 
 class ErrorDetail(Struct):
@@ -42,7 +47,18 @@ class ApiKeyView(Struct):
     api_key: str
 
 
-class ScheduleView(Struct):
+class RecurrenceView(Struct, omit_defaults=True):
+    cron: str | UnsetType = UNSET
+    timezone: str | UnsetType = UNSET
+    every: str | UnsetType = UNSET
+    start_at: datetime | UnsetType = UNSET
+    end_at: datetime | UnsetType = UNSET
+    max_fires: int | UnsetType = UNSET
+    on_gap: str | UnsetType = UNSET
+    on_overlap: str | UnsetType = UNSET
+
+
+class ScheduleView(Struct, omit_defaults=True):
     schedule_id: UUID
     status: str
     fire_at: datetime
@@ -54,6 +70,10 @@ class ScheduleView(Struct):
     created_at: datetime
     callback: Callback
     payload: Raw
+    # Recurring schedules: the rule, and which occurrence fire_at is (1 = the first).
+    recurrence: RecurrenceView | UnsetType = UNSET
+    occurrence: int | UnsetType = UNSET
+    jitter_s: float | UnsetType = UNSET
 
 
 class ScheduleList(Struct):
@@ -80,6 +100,32 @@ class BatchResult(Struct):
     results: list[BatchItem]
 
 
+class RunView(Struct, omit_defaults=True):
+    fire_id: str
+    nominal_at: datetime
+    status: str
+    attempts: int
+    fired_at: datetime | None
+    lateness_s: float | None
+    last_error: str | None
+    occurrence: int | UnsetType = UNSET
+
+
+class RunList(Struct):
+    runs: list[RunView]
+    next_cursor: str | None
+
+
+class OccurrenceView(Struct):
+    utc: datetime
+    local: datetime
+    timezone: str
+
+
+class PreviewView(Struct):
+    occurrences: list[OccurrenceView]
+
+
 class Health(Struct):
     status: str
 
@@ -103,7 +149,34 @@ def public_status(status: Status) -> str:
     return Status.SCHEDULED.value if status is Status.MOVED else status.value
 
 
+def recurrence_view(r: Repeat) -> RecurrenceView:
+    def opt(value: T | None) -> T | UnsetType:
+        return UNSET if value is None else value
+
+    if r.every_s is not None:
+        view = RecurrenceView(every=format_duration(r.every_s))
+    else:
+        view = RecurrenceView(cron=opt(r.cron), timezone=r.timezone, on_gap=r.on_gap, on_overlap=r.on_overlap)
+    view.start_at, view.end_at, view.max_fires = opt(r.start_at), opt(r.end_at), opt(r.max_fires)
+    return view
+
+
+def run_view(schedule_id: UUID, run: Run) -> RunView:
+    late = None if run.fired_at is None else round((run.fired_at - run.nominal_at).total_seconds(), 3)
+    return RunView(
+        fire_id=timing.fire_id(schedule_id, run.nominal_at),
+        nominal_at=run.nominal_at,
+        status=run.status.value,
+        attempts=run.attempts,
+        fired_at=run.fired_at,
+        lateness_s=late,
+        last_error=run.last_error,
+        occurrence=run.seq or UNSET,
+    )
+
+
 def schedule_view(s: Schedule) -> ScheduleView:
+    options = s.options
     return ScheduleView(
         schedule_id=s.schedule_id,
         status=public_status(s.status),
@@ -116,4 +189,7 @@ def schedule_view(s: Schedule) -> ScheduleView:
         created_at=s.created_at,
         callback=s.callback,
         payload=Raw(s.payload or b"null"),
+        recurrence=recurrence_view(options.repeat) if options and options.repeat else UNSET,
+        occurrence=s.seq or UNSET,
+        jitter_s=options.jitter_ms / 1000 if options and options.jitter_ms else UNSET,
     )

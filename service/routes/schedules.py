@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,15 +20,18 @@ import structlog
 from aiohttp import web
 from msgspec import UNSET, UnsetType
 
+from schema import recurrence as rec
 from schema import timing
-from schema.errors import NotFound, TickdError
-from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Schedule, Status
-from service import keys
+from schema.errors import Conflict, NotFound, TickdError
+from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Options, Schedule, Status
+from service import keys, recurring
 from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
 from service.routes.common import conflict, now, read_json
 from service.validation import (
+    REPEAT_FIELDS,
     BatchCreate,
+    PreviewRequest,
     ScheduleCreate,
     SchedulePatch,
     check_http_shape,
@@ -37,12 +41,23 @@ from service.validation import (
     parse_time,
     payload_bytes,
 )
-from service.views import BatchItem, BatchItemError, BatchResult, ScheduleList, schedule_view
+from service.views import (
+    BatchItem,
+    BatchItemError,
+    BatchResult,
+    OccurrenceView,
+    PreviewView,
+    RunList,
+    ScheduleList,
+    run_view,
+    schedule_view,
+)
 
 log = structlog.get_logger("tickd.api")
 _BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
 _MAX_IDEMPOTENCY_KEY = 255
 _SCHEDULED = Status.SCHEDULED.value
+_RACE_RETRIES = 3
 
 
 async def _callback(request: web.Request, client: Client, callback: Callback) -> Callback:
@@ -56,18 +71,35 @@ async def _callback(request: web.Request, client: Client, callback: Callback) ->
 async def _build(request: web.Request, client: Client, body: ScheduleCreate, at: datetime) -> Schedule:
     """A validated, not yet written schedule; raises ``Invalid`` naming the field."""
     settings = request.app[keys.SETTINGS]
-    fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
+    recurrence = None
+    if recurring.asks_repeat(body):
+        if body.fire_at is not UNSET or body.delay_s is not UNSET:
+            field = "fire_at" if body.fire_at is not UNSET else "delay_s"
+            raise Invalid(f"{field} is for one-time schedules; a recurring one starts at start_at", field=field)
+        recurrence = recurring.parse_repeat(body, at, settings)
+        fire_at = recurring.first_fire(recurrence, at, settings)
+    else:
+        recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
+        fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
+    options = recurring.options_of(recurrence, recurring.jitter_ms(body.jitter, settings))
     payload = payload_bytes(body.payload, settings)
     callback = await _callback(request, client, body.callback)
-    return _placed(client, uuid.uuid4(), fire_at, payload, callback, at)
+    return _placed(client, uuid.uuid4(), fire_at, payload, callback, at, options)
 
 
 def _placed(
-    client: Client, schedule_id: uuid.UUID, fire_at: datetime, payload: bytes, callback: Callback, at: datetime
+    client: Client,
+    schedule_id: uuid.UUID,
+    fire_at: datetime,
+    payload: bytes,
+    callback: Callback,
+    at: datetime,
+    options: Options | None,
 ) -> Schedule:
     poller_id = timing.poller_id_for(schedule_id, client.poller_count)
-    location = Location(poller_id, timing.due_time(fire_at, at))
-    return Schedule(client.client_id, schedule_id, location, fire_at, payload, callback, at)
+    location = Location(poller_id, recurring.due_at(schedule_id, fire_at, options, at))
+    seq = 1 if options is not None and options.repeat is not None else 0
+    return Schedule(client.client_id, schedule_id, location, fire_at, payload, callback, at, options=options, seq=seq)
 
 
 async def _creator(request: web.Request) -> Client:
@@ -100,7 +132,9 @@ async def create_schedule(request: web.Request) -> web.Response:
             if existing is not None:
                 return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
             # The first attempt claimed the key but its write did not land: write it under that id.
-            schedule = _placed(client, bound, schedule.fire_at, schedule.payload, schedule.callback, at)
+            schedule = _placed(
+                client, bound, schedule.fire_at, schedule.payload, schedule.callback, at, schedule.options
+            )
     await request.app[keys.CREATES].create(schedule, at)
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
@@ -196,56 +230,118 @@ def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> No
         raise conflict("the schedule is cancelled", "already_cancelled")
     if schedule.status in (Status.SUCCEEDED, Status.FAILED):
         raise conflict("the schedule has already fired", "already_fired")
+    if schedule.repeat is not None:
+        return  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
     guard_s = request.app[keys.SETTINGS].mutation_guard_s
     if (schedule.location.due_at - at).total_seconds() < guard_s:
         raise conflict(f"the schedule fires in less than {guard_s:g} s; it can no longer change", "fire_imminent")
 
 
+async def _retrying_races(request: web.Request, change: Callable[[Client, Schedule], Awaitable[Schedule]]) -> Schedule:
+    """Read the schedule and apply ``change``. A recurring schedule's pointer also moves when the poller
+    chains it to its next occurrence, so a conflict with that is retried on a fresh read (a few times)."""
+    for attempt in range(_RACE_RETRIES):
+        client, current = await _current(request)
+        try:
+            return await change(client, current)
+        except Conflict:
+            if current.repeat is None or attempt == _RACE_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def cancel_schedule(request: web.Request) -> web.Response:
-    client, current = await _current(request)
-    if current.status is Status.CANCELLED:
-        return json_response(schedule_view(current))  # cancelling twice is not an error
-    at = now()
-    _check_mutable(request, current, at)
-    cancelled = await request.app[keys.STORE].cancel_schedule(current, at)
-    log.info("schedule_cancelled", client_id=client.client_id, schedule_id=str(current.schedule_id))
+    async def cancel(client: Client, current: Schedule) -> Schedule:
+        if current.status is Status.CANCELLED:
+            return current  # cancelling twice is not an error
+        at = now()
+        _check_mutable(request, current, at)
+        return await request.app[keys.STORE].cancel_schedule(current, at)
+
+    cancelled = await _retrying_races(request, cancel)
+    client_id, current = cancelled.client_id, cancelled
+    log.info("schedule_cancelled", client_id=client_id, schedule_id=str(current.schedule_id))
     return json_response(schedule_view(cancelled))
 
 
-async def _changes(request: web.Request, client: Client, patch: SchedulePatch, at: datetime) -> dict[str, Any]:
+async def _changes(request: web.Request, client: Client, patch: SchedulePatch) -> dict[str, Any]:
+    """The fields a patch sets whatever the schedule is: payload and callback."""
     settings = request.app[keys.SETTINGS]
     changes: dict[str, Any] = {}
-    if patch.fire_at is not UNSET or patch.delay_s is not UNSET:
-        changes["fire_at"] = fire_time(patch.fire_at, patch.delay_s, at, settings)
     if patch.payload is not UNSET:
         changes["payload"] = payload_bytes(patch.payload, settings)
     if not isinstance(patch.callback, UnsetType):
         changes["callback"] = await _callback(request, client, patch.callback)
-    if not changes:
-        raise Invalid("give at least one of fire_at, delay_s, payload, callback", code="missing_field")
     return changes
 
 
-def _updated(client: Client, current: Schedule, changes: dict[str, Any], at: datetime) -> Schedule:
-    if "fire_at" not in changes:
+def _timing(
+    request: web.Request, current: Schedule, patch: SchedulePatch, at: datetime
+) -> tuple[datetime, Options | None, int]:
+    """The patched schedule's nominal time, options and occurrence number."""
+    settings = request.app[keys.SETTINGS]
+    jitter = current.options.jitter_ms if current.options is not None else 0
+    if patch.jitter is not UNSET:
+        jitter = recurring.jitter_ms(patch.jitter, settings)
+    moves_time = patch.fire_at is not UNSET or patch.delay_s is not UNSET
+    if current.repeat is None:
+        recurring.refuse_repeat_fields(patch, "cannot be added to a one-time schedule; create a recurring one")
+        fire_at = fire_time(patch.fire_at, patch.delay_s, at, settings) if moves_time else current.fire_at
+        return fire_at, recurring.options_of(None, jitter), 0
+    if moves_time:
+        field = "fire_at" if patch.fire_at is not UNSET else "delay_s"
+        raise Invalid("a recurring schedule's times come from its rule; change cron, every or start_at", field=field)
+    if not recurring.given(patch):
+        return current.fire_at, recurring.options_of(current.repeat.recurrence(), jitter), current.seq
+    recurrence = recurring.merge_repeat(current.repeat, patch, at, settings)
+    return recurring.first_fire(recurrence, at, settings), recurring.options_of(recurrence, jitter), 1
+
+
+def _updated(
+    client: Client,
+    current: Schedule,
+    changes: dict[str, Any],
+    timed: tuple[datetime, Options | None, int],
+    at: datetime,
+) -> Schedule:
+    fire_at, options, seq = timed
+    if (fire_at, options, seq) == (current.fire_at, current.options, current.seq):
         return dataclasses.replace(current, **changes)
     poller_id = current.location.poller_id
     if poller_id >= client.poller_count:  # leave a draining poller when the schedule moves anyway
         poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
-    location = Location(poller_id, timing.due_time(changes["fire_at"], at))
-    return dataclasses.replace(current, location=location, attempts=0, last_error=None, **changes)
+    location = Location(poller_id, recurring.due_at(current.schedule_id, fire_at, options, at))
+    return dataclasses.replace(
+        current,
+        location=location,
+        fire_at=fire_at,
+        options=options,
+        seq=seq,
+        attempts=0,
+        last_error=None,
+        **changes,
+    )
+
+
+_PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", *REPEAT_FIELDS)
 
 
 async def patch_schedule(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     settings = request.app[keys.SETTINGS]
     patch = decode(SchedulePatch, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD))
-    at = now()
-    changes = await _changes(request, client, patch, at)
-    client, current = await _current(request)
-    _check_mutable(request, current, at)
-    updated = await request.app[keys.STORE].replace_schedule(current, _updated(client, current, changes, at), at)
-    log.info("schedule_updated", client_id=client.client_id, schedule_id=str(current.schedule_id))
+    if all(getattr(patch, name) is UNSET for name in _PATCHABLE):
+        raise Invalid(f"give at least one of {', '.join(_PATCHABLE)}", code="missing_field")
+    changes = await _changes(request, client, patch)
+
+    async def change(client: Client, current: Schedule) -> Schedule:
+        at = now()
+        updated = _updated(client, current, changes, _timing(request, current, patch, at), at)
+        _check_mutable(request, current, at)
+        return await request.app[keys.STORE].replace_schedule(current, updated, at)
+
+    updated = await _retrying_races(request, change)
+    log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))
     return json_response(schedule_view(updated))
 
 
@@ -298,10 +394,52 @@ async def list_schedules(request: web.Request) -> web.Response:
     return json_response(ScheduleList([schedule_view(s) for s in page.items], page.cursor))
 
 
+_RUNS_PARAMS = frozenset({"limit", "cursor"})
+_MAX_PREVIEW = 100
+
+
+async def schedule_runs(request: web.Request) -> web.Response:
+    """The schedule's fires, newest first: nominal time, when it fired, status, attempts, lateness."""
+    unknown = sorted(set(request.query) - _RUNS_PARAMS)
+    if unknown:
+        raise Invalid(f"unknown query parameter {unknown[0]!r}", field=unknown[0], code="unknown_field")
+    limit = _query_limit(request)
+    cursor = request.query.get("cursor")
+    before = ListCursor.decode(cursor).due_at if cursor is not None else None
+    client, current = await _current(request)
+    if current.repeat is None:
+        runs = [r for r in recurring.one_time_runs(current) if before is None or r.nominal_at < before]
+    else:
+        runs = await request.app[keys.STORE].list_runs(client.client_id, current.schedule_id, before, limit + 1)
+    more = len(runs) > limit
+    runs = runs[:limit]
+    next_cursor = ListCursor(runs[-1].nominal_at).encode() if more else None
+    return json_response(RunList([run_view(current.schedule_id, r) for r in runs], next_cursor))
+
+
+async def preview_schedule(request: web.Request) -> web.Response:
+    """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing."""
+    await request.app[keys.AUTH].client(request)
+    settings = request.app[keys.SETTINGS]
+    body = decode(PreviewRequest, await read_json(request, _BODY_OVERHEAD))
+    if not recurring.asks_repeat(body):
+        raise Invalid("give cron or every", field="cron", code="missing_field")
+    if not 1 <= body.count <= _MAX_PREVIEW:
+        raise Invalid(f"count must be from 1 to {_MAX_PREVIEW}", field="count", code="out_of_range")
+    at = now()
+    after = recurring.parse_after(body.after, at)
+    recurrence = recurring.parse_repeat(body, at, settings)
+    found = rec.preview(recurrence, after, body.count)
+    occurrences = [rec.occurrence(recurrence.rule, moment) for moment in found]
+    return json_response(PreviewView([OccurrenceView(o.utc, o.local, o.timezone) for o in occurrences]))
+
+
 def setup(app: web.Application) -> None:
     app.router.add_post("/v1/schedules", create_schedule)
     app.router.add_post("/v1/schedules/batch", create_batch)
+    app.router.add_post("/v1/schedules/preview", preview_schedule)
     app.router.add_get("/v1/schedules", list_schedules, allow_head=False)
     app.router.add_get("/v1/schedules/{schedule_id}", get_schedule, allow_head=False)
+    app.router.add_get("/v1/schedules/{schedule_id}/runs", schedule_runs, allow_head=False)
     app.router.add_patch("/v1/schedules/{schedule_id}", patch_schedule)
     app.router.add_delete("/v1/schedules/{schedule_id}", cancel_schedule)

@@ -1,0 +1,122 @@
+"""Recurring schedules and jitter at the API: from request fields to a stored ``Options``, and back.
+
+The rules themselves (cron in a zone, every, DST policies, bounds) are the pure ``schema.recurrence``;
+this module only maps request fields onto it, merges a patch into a stored rule, and renders views.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TypeVar
+from uuid import UUID
+
+from msgspec import UNSET, UnsetType
+
+from schema import recurrence as rec
+from schema import timing
+from schema.model import Options, Repeat, Run, Schedule, Status
+from service.errors import Invalid
+from service.settings import ApiSettings
+from service.validation import REPEAT_FIELDS, RepeatFields, parse_time
+
+T = TypeVar("T")
+
+
+def asks_repeat(fields: RepeatFields) -> bool:
+    return fields.cron is not UNSET or fields.every is not UNSET
+
+
+def given(fields: RepeatFields) -> list[str]:
+    return [name for name in REPEAT_FIELDS if getattr(fields, name) is not UNSET]
+
+
+def refuse_repeat_fields(fields: RepeatFields, why: str) -> None:
+    """A one-time schedule names no recurrence field: each would be silently meaningless."""
+    names = given(fields)
+    if names:
+        raise Invalid(f"{names[0]} {why}", field=names[0])
+
+
+def _value(value: T | UnsetType) -> T | None:
+    return None if isinstance(value, UnsetType) else value
+
+
+def parse_repeat(fields: RepeatFields, now: datetime, settings: ApiSettings) -> rec.Recurrence:
+    """The validated recurrence of a create or preview (``cron`` or ``every`` required)."""
+    return rec.parse_recurrence(
+        now=now,
+        cron=_value(fields.cron),
+        timezone=_value(fields.timezone),
+        every=_value(fields.every),
+        start_at=_value(fields.start_at),
+        end_at=_value(fields.end_at),
+        max_fires=_value(fields.max_fires),
+        on_gap=_value(fields.on_gap),
+        on_overlap=_value(fields.on_overlap),
+        min_interval_s=settings.min_interval_s,
+    )
+
+
+def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: ApiSettings) -> rec.Recurrence:
+    """A stored rule with a patch's fields laid over it; giving ``cron`` drops ``every`` and the reverse."""
+    merged = RepeatFields(
+        cron=current.cron if current.cron is not None else UNSET,
+        timezone=current.timezone if current.cron is not None else UNSET,
+        every=rec.format_duration(current.every_s) if current.every_s is not None else UNSET,
+        start_at=current.start_at if current.start_at is not None else UNSET,
+        end_at=current.end_at if current.end_at is not None else UNSET,
+        max_fires=current.max_fires if current.max_fires is not None else UNSET,
+        on_gap=current.on_gap if current.cron is not None else UNSET,
+        on_overlap=current.on_overlap if current.cron is not None else UNSET,
+    )
+    if patch.cron is not UNSET:
+        merged.every = UNSET
+    if patch.every is not UNSET:
+        merged.cron = merged.timezone = merged.on_gap = merged.on_overlap = UNSET
+        if patch.start_at is UNSET:
+            merged.start_at = UNSET  # a new interval starts a new timeline: one interval from now
+    for name in given(patch):
+        setattr(merged, name, getattr(patch, name))
+    return parse_repeat(merged, now, settings)
+
+
+def first_fire(recurrence: rec.Recurrence, now: datetime, settings: ApiSettings) -> datetime:
+    first = rec.next_fire(recurrence, now)
+    if first is None:  # parse_recurrence already refuses a rule with nothing after now
+        raise Invalid("no occurrence falls between now and end_at", field="end_at")
+    if (first - now).total_seconds() > settings.max_horizon_s:
+        raise Invalid(
+            f"the first occurrence is more than {settings.max_horizon_s} s ahead", field="start_at", code="out_of_range"
+        )
+    return first
+
+
+def jitter_ms(value: str | UnsetType, settings: ApiSettings) -> int:
+    if isinstance(value, UnsetType):
+        return 0
+    return rec.parse_duration(value, "jitter", 1, settings.max_jitter_s) * 1000
+
+
+def options_of(recurrence: rec.Recurrence | None, jitter: int) -> Options | None:
+    if recurrence is None and not jitter:
+        return None
+    return Options(repeat=Repeat.from_recurrence(recurrence) if recurrence else None, jitter_ms=jitter)
+
+
+def due_at(schedule_id: UUID, fire_at: datetime, options: Options | None, now: datetime) -> datetime:
+    """Where the row is stored: the nominal time plus its jitter, or now if that is past."""
+    offset = timing.jitter(schedule_id, fire_at, options.jitter_ms) if options else timedelta(0)
+    return timing.truncate_ms(timing.due_time(fire_at + offset, now))
+
+
+def parse_after(value: datetime | int | UnsetType, now: datetime) -> datetime:
+    return now if isinstance(value, UnsetType) else parse_time(value, "after")
+
+
+def one_time_runs(schedule: Schedule) -> list[Run]:
+    """A one-time schedule's history, read off its row: its one fire, if it was tried."""
+    if schedule.status in (Status.SUCCEEDED, Status.FAILED) or (
+        schedule.status is Status.SCHEDULED and schedule.attempts > 0
+    ):
+        return [Run(schedule.fire_at, schedule.status, schedule.attempts, schedule.fired_at, schedule.last_error)]
+    return []
