@@ -430,7 +430,7 @@ class CassandraStore:
             # one is a row of its own, and its run shows it waiting.
             new = dataclasses.replace(retry, status=Status.SCHEDULED)
             await self._write_replacement(current, new, now)
-            await self._run_write(new, Status.SCHEDULED, now, None)
+            await self._run_write(new, Status.SCHEDULED, now, last_error)
             return new
         try:
             new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)

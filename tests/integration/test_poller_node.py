@@ -18,7 +18,7 @@ from poller.settings import PollerSettings
 from schema import timing
 from schema.cassandra import CassandraStore
 from schema.migrate import drop, migrate
-from schema.model import HttpCallback, InstanceKey, Location, NodeInfo, Schedule, Status
+from schema.model import HttpCallback, InstanceKey, Location, NodeInfo, Options, Repeat, Schedule, Status
 from schema.settings import StoreSettings
 from tests.integration.conftest import later, make_client
 
@@ -31,10 +31,13 @@ class RecordingRouter:
     def __init__(self) -> None:
         self.fires: list[tuple[str, int, datetime]] = []
         self.fail_first: dict[uuid.UUID, int] = {}
+        self.fail_fire: dict[str, int] = {}  # the same, for one fire id (one occurrence of a recurring schedule)
 
     async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
         self.fires.append((schedule.fire_id, attempt, fired_at))
-        if attempt <= self.fail_first.get(schedule.schedule_id, 0):
+        if attempt <= self.fail_first.get(schedule.schedule_id, 0) or attempt <= self.fail_fire.get(
+            schedule.fire_id, 0
+        ):
             return DeliveryResult(
                 ok=False, retriable=True, error="HTTP 503", retry_after_s=0.5, status_code=503, attempts=attempt
             )
@@ -247,3 +250,49 @@ async def test_a_claim_held_by_a_live_node_is_never_taken_over(store: CassandraS
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
+
+
+async def test_recurring_fires_on_its_nominal_grid_and_records_runs(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    """every 2s, 4 fires: each at its own nominal time (the next one computed from the nominal time of
+    the last, not from when it fired), each with its own fire id, then the timeline ends."""
+    _, router = cluster
+    sid, now = uuid.uuid4(), later(0)
+    start = later(1.5)
+    repeat = Repeat(every_s=2, start_at=start, max_fires=4)
+    first = Schedule(
+        client_id,
+        sid,
+        Location(timing.poller_id_for(sid, 2), start),
+        start,
+        b"{}",
+        HttpCallback(url="http://127.0.0.1:9/"),
+        now,
+        options=Options(repeat=repeat),
+        seq=1,
+    )
+    router.fail_fire[first.fire_id] = 1  # the first occurrence needs a retry: the timeline must not wait for it
+    await store.create_schedule(first, now)
+    nominal = [start + timedelta(seconds=2 * i) for i in range(4)]
+    want = {timing.fire_id(sid, t) for t in nominal}
+    await wait_for(lambda: want <= {f for f, _, _ in router.fires}, 30)
+    await asyncio.sleep(2.5)  # a fifth would be due by now
+
+    mine = [(f, a, t) for f, a, t in router.fires if f.startswith(str(sid))]
+    assert {f for f, _, _ in mine} == want  # max_fires: no fifth occurrence
+    for t in nominal[1:]:
+        [(attempt, fired_at)] = [(a, at) for f, a, at in mine if f == timing.fire_id(sid, t)]
+        assert attempt == 1 and t <= fired_at < t + timedelta(seconds=1), (t, fired_at)
+    assert [a for f, a, _ in mine if f == first.fire_id] == [1, 2]  # retried, same fire id
+
+    async def runs_done() -> list[Status]:
+        return [r.status for r in await store.list_runs(client_id, sid, None, 10)]
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while await runs_done() != [Status.SUCCEEDED] * 4 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+    runs = await store.list_runs(client_id, sid, None, 10)
+    assert [(r.nominal_at, r.seq, r.status) for r in runs] == [
+        (t, i + 1, Status.SUCCEEDED) for i, t in reversed(list(enumerate(nominal)))
+    ]
