@@ -66,11 +66,20 @@ class Repeat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     max_fires: int | None = None
     on_gap: rec.GapPolicy = "shift"
     on_overlap: rec.OverlapPolicy = "first"
+    # An every rule's start_at chosen by tickd (one interval after the create), not by the client: it
+    # anchors the timeline but is not shown, and a change to a cron rule does not keep it.
+    implicit_start: bool = False
 
     @classmethod
-    def from_recurrence(cls, r: rec.Recurrence) -> Repeat:
+    def from_recurrence(cls, r: rec.Recurrence, *, implicit_start: bool = False) -> Repeat:
         if isinstance(r.rule, rec.EveryRule):
-            return cls(every_s=r.rule.interval_s, start_at=r.start_at, end_at=r.end_at, max_fires=r.max_fires)
+            return cls(
+                every_s=r.rule.interval_s,
+                start_at=r.start_at,
+                end_at=r.end_at,
+                max_fires=r.max_fires,
+                implicit_start=implicit_start,
+            )
         rule = r.rule
         return cls(
             cron=rule.expr,

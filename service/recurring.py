@@ -57,13 +57,19 @@ def parse_repeat(fields: RepeatFields, now: datetime, settings: ApiSettings) -> 
     )
 
 
-def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: ApiSettings) -> rec.Recurrence:
+def implicit_start(fields: RepeatFields) -> bool:
+    """An every rule without start_at: tickd anchors it one interval after now."""
+    return fields.every is not UNSET and fields.start_at is UNSET
+
+
+def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: ApiSettings) -> Repeat:
     """A stored rule with a patch's fields laid over it; giving ``cron`` drops ``every`` and the reverse."""
+    explicit_start = current.start_at is not None and not current.implicit_start
     merged = RepeatFields(
         cron=current.cron if current.cron is not None else UNSET,
         timezone=current.timezone if current.cron is not None else UNSET,
         every=rec.format_duration(current.every_s) if current.every_s is not None else UNSET,
-        start_at=current.start_at if current.start_at is not None else UNSET,
+        start_at=current.start_at if explicit_start and current.start_at is not None else UNSET,
         end_at=current.end_at if current.end_at is not None else UNSET,
         max_fires=current.max_fires if current.max_fires is not None else UNSET,
         on_gap=current.on_gap if current.cron is not None else UNSET,
@@ -77,7 +83,7 @@ def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: 
             merged.start_at = UNSET  # a new interval starts a new timeline: one interval from now
     for name in given(patch):
         setattr(merged, name, getattr(patch, name))
-    return parse_repeat(merged, now, settings)
+    return Repeat.from_recurrence(parse_repeat(merged, now, settings), implicit_start=implicit_start(merged))
 
 
 def first_fire(recurrence: rec.Recurrence, now: datetime, settings: ApiSettings) -> datetime:
@@ -97,10 +103,10 @@ def jitter_ms(value: str | UnsetType, settings: ApiSettings) -> int:
     return rec.parse_duration(value, "jitter", 1, settings.max_jitter_s) * 1000
 
 
-def options_of(recurrence: rec.Recurrence | None, jitter: int) -> Options | None:
-    if recurrence is None and not jitter:
+def options_of(repeat: Repeat | None, jitter: int) -> Options | None:
+    if repeat is None and not jitter:
         return None
-    return Options(repeat=Repeat.from_recurrence(recurrence) if recurrence else None, jitter_ms=jitter)
+    return Options(repeat=repeat, jitter_ms=jitter)
 
 
 def due_at(schedule_id: UUID, fire_at: datetime, options: Options | None, now: datetime) -> datetime:

@@ -157,7 +157,8 @@ def recurrence_view(r: Repeat) -> RecurrenceView:
         view = RecurrenceView(every=format_duration(r.every_s))
     else:
         view = RecurrenceView(cron=opt(r.cron), timezone=r.timezone, on_gap=r.on_gap, on_overlap=r.on_overlap)
-    view.start_at, view.end_at, view.max_fires = opt(r.start_at), opt(r.end_at), opt(r.max_fires)
+    view.start_at = UNSET if r.implicit_start else opt(r.start_at)
+    view.end_at, view.max_fires = opt(r.end_at), opt(r.max_fires)
     return view
 
 

@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 from schema import recurrence as rec
 from schema import timing
 from schema.errors import Conflict, NotFound, TickdError
-from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Options, Schedule, Status
+from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Options, Repeat, Schedule, Status
 from service import keys, recurring
 from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
@@ -71,17 +71,18 @@ async def _callback(request: web.Request, client: Client, callback: Callback) ->
 async def _build(request: web.Request, client: Client, body: ScheduleCreate, at: datetime) -> Schedule:
     """A validated, not yet written schedule; raises ``Invalid`` naming the field."""
     settings = request.app[keys.SETTINGS]
-    recurrence = None
+    repeat = None
     if recurring.asks_repeat(body):
         if body.fire_at is not UNSET or body.delay_s is not UNSET:
             field = "fire_at" if body.fire_at is not UNSET else "delay_s"
             raise Invalid(f"{field} is for one-time schedules; a recurring one starts at start_at", field=field)
         recurrence = recurring.parse_repeat(body, at, settings)
         fire_at = recurring.first_fire(recurrence, at, settings)
+        repeat = Repeat.from_recurrence(recurrence, implicit_start=recurring.implicit_start(body))
     else:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
         fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
-    options = recurring.options_of(recurrence, recurring.jitter_ms(body.jitter, settings))
+    options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings))
     payload = payload_bytes(body.payload, settings)
     callback = await _callback(request, client, body.callback)
     return _placed(client, uuid.uuid4(), fire_at, payload, callback, at, options)
@@ -292,9 +293,9 @@ def _timing(
         field = "fire_at" if patch.fire_at is not UNSET else "delay_s"
         raise Invalid("a recurring schedule's times come from its rule; change cron, every or start_at", field=field)
     if not recurring.given(patch):
-        return current.fire_at, recurring.options_of(current.repeat.recurrence(), jitter), current.seq
-    recurrence = recurring.merge_repeat(current.repeat, patch, at, settings)
-    return recurring.first_fire(recurrence, at, settings), recurring.options_of(recurrence, jitter), 1
+        return current.fire_at, recurring.options_of(current.repeat, jitter), current.seq
+    repeat = recurring.merge_repeat(current.repeat, patch, at, settings)
+    return recurring.first_fire(repeat.recurrence(), at, settings), recurring.options_of(repeat, jitter), 1
 
 
 def _updated(
