@@ -26,13 +26,14 @@ from schema.model import HttpCallback, KafkaCallback, Schedule
 SCHEDULE_ID_HEADER = "X-Tickd-Schedule-Id"
 FIRE_ID_HEADER = "X-Tickd-Fire-Id"
 ATTEMPT_HEADER = "X-Tickd-Attempt"
+EVENT_ID_HEADER = "X-Tickd-Event-Id"
 _RESERVED_PREFIX = "x-tickd-"
 # Headers a schedule may not set: they describe the body or the connection, which tickd owns.
 _RESERVED_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection"})
 _JSON_NULL = msgspec.Raw(b"null")
 
 
-class _Body(msgspec.Struct, gc=False):
+class _Body(msgspec.Struct, gc=False, omit_defaults=True):
     schedule_id: str
     fire_id: str
     client_id: str
@@ -40,6 +41,10 @@ class _Body(msgspec.Struct, gc=False):
     fired_at: str
     attempt: int
     payload: msgspec.Raw
+    # Events of a batch trigger: ``<fire_id>:<index>``, the index and how many the fire produced.
+    event_id: str | None = None
+    event_index: int | None = None
+    events: int | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -54,10 +59,11 @@ def rfc3339_ms(moment: datetime) -> str:
 
 def encode_body(schedule: Schedule, attempt: int, fired_at: datetime) -> bytes:
     """The JSON body of one delivery attempt; the payload is embedded as stored, never re-parsed."""
-    return _encode(schedule, str(schedule.schedule_id), schedule.fire_id, attempt, fired_at)
+    return _encode(schedule, str(schedule.public_id), schedule.fire_id, attempt, fired_at)
 
 
 def _encode(schedule: Schedule, schedule_id: str, fire_id: str, attempt: int, fired_at: datetime) -> bytes:
+    event = schedule.options.event if schedule.options is not None else None
     body = _Body(
         schedule_id=schedule_id,
         fire_id=fire_id,
@@ -67,6 +73,8 @@ def _encode(schedule: Schedule, schedule_id: str, fire_id: str, attempt: int, fi
         attempt=attempt,
         payload=msgspec.Raw(schedule.payload) if schedule.payload else _JSON_NULL,
     )
+    if event is not None:
+        body.event_id, body.event_index, body.events = f"{fire_id}:{event.index}", event.index, event.count
     return _encoder.encode(body)
 
 
@@ -79,23 +87,30 @@ def http_headers(schedule: Schedule, callback: HttpCallback, attempt: int) -> di
     """The schedule's own headers, then tickd's; a schedule can neither override nor duplicate ours."""
     headers = {name: value for name, value in callback.headers.items() if not _is_reserved(name)}
     headers["Content-Type"] = "application/json"
-    headers[SCHEDULE_ID_HEADER] = str(schedule.schedule_id)
+    headers[SCHEDULE_ID_HEADER] = str(schedule.public_id)
     headers[FIRE_ID_HEADER] = schedule.fire_id
     headers[ATTEMPT_HEADER] = str(attempt)
+    event_id = schedule.event_id
+    if event_id is not None:
+        headers[EVENT_ID_HEADER] = event_id
     return headers
 
 
 def kafka_headers(schedule: Schedule, attempt: int) -> list[tuple[str, bytes]]:
-    return [
-        (SCHEDULE_ID_HEADER, str(schedule.schedule_id).encode()),
+    headers = [
+        (SCHEDULE_ID_HEADER, str(schedule.public_id).encode()),
         (FIRE_ID_HEADER, schedule.fire_id.encode()),
         (ATTEMPT_HEADER, str(attempt).encode()),
     ]
+    event_id = schedule.event_id
+    if event_id is not None:
+        headers.append((EVENT_ID_HEADER, event_id.encode()))
+    return headers
 
 
 def kafka_key(schedule: Schedule) -> bytes:
     """The record key: all fires of one schedule land on one partition, in order."""
-    return str(schedule.schedule_id).encode()
+    return str(schedule.public_id).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +122,12 @@ class KafkaRecord:
 
 def kafka_record(schedule: Schedule, attempt: int, fired_at: datetime) -> KafkaRecord:
     """Key, body and headers of one Kafka delivery attempt, deriving each id once (this runs per fire)."""
-    schedule_id, fire_id = str(schedule.schedule_id), schedule.fire_id
+    schedule_id, fire_id = str(schedule.public_id), schedule.fire_id
     key = schedule_id.encode()
     headers = [(SCHEDULE_ID_HEADER, key), (FIRE_ID_HEADER, fire_id.encode()), (ATTEMPT_HEADER, str(attempt).encode())]
+    event_id = schedule.event_id
+    if event_id is not None:
+        headers.append((EVENT_ID_HEADER, event_id.encode()))
     return KafkaRecord(key, _encode(schedule, schedule_id, fire_id, attempt, fired_at), headers)
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import heapq
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,8 +34,10 @@ from schema.model import (
     Claim,
     Client,
     DeadLetter,
+    EventOf,
     FireOutcome,
     Location,
+    Options,
     Repeat,
     Schedule,
     Status,
@@ -272,6 +275,9 @@ class PollerInstance:
         try:
             if row.repeat is not None and row.attempts == 0 and not await self._chain(row):
                 return
+            if row.options is not None and row.options.batch:
+                await self._expand(row)
+                return
             fired_at = self._now()
             if row.attempts == 0:
                 self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
@@ -328,6 +334,39 @@ class PollerInstance:
             self._consider(dataclasses.replace(following, version=row.version + 1))
         return True
 
+    # -- batch triggers -------------------------------------------------------------------------------
+
+    async def _expand(self, row: Schedule) -> None:
+        """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the
+        window, each then fired (and retried, and dead-lettered) like any row. The fire itself counts
+        as succeeded once its events are stored."""
+        options = row.options
+        assert options is not None
+        fired_at = self._now()
+        fire_id = row.fire_id
+        events: list[Schedule] = []
+        for index in range(options.events):
+            offset = timing.event_offset(f"{fire_id}:{index}", index, options.events, options.window_ms)
+            due = timing.truncate_ms(timing.due_time(row.fire_at + offset, fired_at))
+            events.append(
+                dataclasses.replace(
+                    row,
+                    schedule_id=uuid.uuid5(row.schedule_id, f"{fire_id}:{index}"),
+                    location=Location(row.location.poller_id, due),
+                    options=Options(event=EventOf(row.schedule_id, index, options.events)),
+                    version=1,
+                    status=Status.SCHEDULED,
+                    attempts=0,
+                    fired_at=None,
+                    last_error=None,
+                )
+            )
+        await self._durably("events", lambda: self._store.add_events(events, self._now()))
+        for event in events:
+            self._consider(event)
+        self._log.info("fire_expanded", fire_id=fire_id, events=len(events), window_ms=options.window_ms)
+        await self._record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
+
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
         so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
@@ -372,7 +411,7 @@ class PollerInstance:
     async def _dead_letter(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         letter = DeadLetter(
             row.client_id,
-            row.schedule_id,
+            row.public_id,
             row.fire_id,
             fired_at,
             result.attempts,
@@ -391,7 +430,9 @@ class PollerInstance:
 
     async def _record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
         """Queue the outcome for the next per-partition batch and wait until it is durable."""
-        run_at = row.fire_at if row.repeat is not None else None
+        options = row.options
+        kept = options is not None and (options.repeat is not None or options.batch or options.event is not None)
+        batch = options is not None and options.batch
         self._outcomes.append(
             FireOutcome(
                 row.client_id,
@@ -401,8 +442,11 @@ class PollerInstance:
                 result.attempts,
                 fired_at,
                 result.error,
-                nominal_at=run_at,
+                nominal_at=row.fire_at if kept else None,
                 seq=row.seq,
+                event=options.event if options is not None else None,
+                events=options.events if batch and options is not None else 0,
+                window_ms=options.window_ms if batch and options is not None else 0,
             )
         )
         if self._flushed is None:

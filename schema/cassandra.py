@@ -36,6 +36,7 @@ from schema.model import (
     ListCursor,
     Location,
     NodeInfo,
+    Options,
     Page,
     Run,
     Schedule,
@@ -425,12 +426,14 @@ class CassandraStore:
         """
         loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
         retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
-        if current.repeat is not None:
-            # The pointer of a recurring schedule has moved on to its next occurrence: a retry of this
-            # one is a row of its own, and its run shows it waiting.
+        event = current.options.event if current.options is not None else None
+        if current.repeat is not None or event is not None:
+            # The pointer of a recurring schedule has moved on to its next occurrence (and an event row
+            # has none): a retry of this fire is a row of its own, and its run shows it waiting.
             new = dataclasses.replace(retry, status=Status.SCHEDULED)
             await self._write_replacement(current, new, now)
-            await self._run_write(new, Status.SCHEDULED, now, last_error)
+            if event is None:
+                await self._run_write(new, Status.SCHEDULED, now, last_error)
             return new
         try:
             new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
@@ -492,6 +495,7 @@ class CassandraStore:
             s.attempts,
             fired_at if fired_at is not None else UNSET_VALUE,
             unset_if_none(error),
+            *_batch_shape(s.options),
             self.settings.retention_s,
         )
 
@@ -499,17 +503,46 @@ class CassandraStore:
         """A recurring schedule's fires, newest first, with nominal time before ``before`` (exclusive)."""
         upper = before if before is not None else _FAR_FUTURE
         rows = await self._run("list_runs", client_id, schedule_id, upper, limit)
-        return [
-            Run(
-                utc(r.nominal_at),
-                Status(r.status),
-                r.attempts or 0,
-                utc(r.fired_at) if r.fired_at else None,
-                r.last_error,
-                r.seq or 0,
-            )
-            for r in rows
-        ]
+        return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+
+    async def _run_of(self, client_id: str, schedule_id: UUID, r: Row) -> Run:
+        run = Run(
+            utc(r.nominal_at),
+            Status(r.status),
+            r.attempts or 0,
+            utc(r.fired_at) if r.fired_at else None,
+            r.last_error,
+            r.seq or 0,
+        )
+        if not r.events:
+            return run
+        events = await self._run("read_run_events", client_id, schedule_id, r.nominal_at)
+        done = [utc(e.fired_at) for e in events if e.status == Status.SUCCEEDED.value and e.fired_at]
+        return dataclasses.replace(
+            run,
+            events=r.events,
+            events_done=len(done),
+            last_event_at=max(done) if done else None,
+            window_end=run.nominal_at + timedelta(milliseconds=r.window_ms or 0),
+        )
+
+    async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
+        """Write the event rows one fire produced: one unlogged batch per partition (and chunk), with the
+        partitions' hot marks and horizons. Rewriting the same rows (a fire re-expanded) is harmless."""
+        by_partition: dict[tuple[InstanceKey, datetime], list[Schedule]] = defaultdict(list)
+        for row in rows:
+            by_partition[(row.instance, row.location.minute)].append(row)
+        writes = []
+        for (instance, _), group in by_partition.items():
+            earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
+            for chunk in _chunks(group):
+                writes.append(self._batch([self._row_insert(r, now) for r in chunk], logged=False))
+            signals = self._new_row_signals(instance, earliest, now)
+            if signals:
+                writes.append(self._batch(signals, logged=False))
+        await asyncio.gather(*writes)
+        for instance, minute in by_partition:
+            self._note_horizon(instance, minute)
 
     async def read_minute(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
@@ -606,10 +639,26 @@ class CassandraStore:
                 o.attempts,
                 o.fired_at,
                 unset_if_none(o.last_error),
+                o.events or UNSET_VALUE,
+                o.window_ms or UNSET_VALUE,
                 ttl,
             )
             for o in outcomes
-            if o.nominal_at is not None
+            if o.nominal_at is not None and o.event is None
+        ]
+        runs += [
+            self._run(
+                "record_run_event",
+                o.client_id,
+                o.event.parent,
+                o.nominal_at,
+                o.event.index,
+                o.status.value,
+                o.fired_at,
+                ttl,
+            )
+            for o in outcomes
+            if o.event is not None and o.nominal_at is not None
         ]
         await asyncio.gather(*(self._batch(items, logged=False) for items in by_partition.values()), *runs)
 
@@ -757,6 +806,32 @@ def _schedule(row: Row) -> Schedule:
 
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
+# Event rows per unlogged batch (one partition each): at most this many, and about this many bytes,
+# well under Cassandra's batch_size_fail_threshold (50 KiB by default).
+_EVENT_CHUNK = 50
+_EVENT_CHUNK_BYTES = 16 * 1024
+_ROW_OVERHEAD_BYTES = 256
+
+
+def _chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
+    out: list[list[Schedule]] = [[]]
+    size = 0
+    for row in rows:
+        cost = len(row.payload) + _ROW_OVERHEAD_BYTES
+        if out[-1] and (len(out[-1]) >= _EVENT_CHUNK or size + cost > _EVENT_CHUNK_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(row)
+        size += cost
+    return [chunk for chunk in out if chunk]
+
+
+def _batch_shape(options: Options | None) -> tuple[Any, Any]:
+    """The (events, window_ms) columns of a run: unset for fires that were not expanded."""
+    if options is None or not options.batch:
+        return UNSET_VALUE, UNSET_VALUE
+    return options.events, options.window_ms or UNSET_VALUE
+
 
 # Listing: partition reads in flight at once, and per page (a page may end early on the budget).
 _LIST_CONCURRENCY = 32

@@ -101,12 +101,30 @@ class Repeat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
         return rec.Recurrence(rule, self.start_at, self.end_at, self.max_fires)
 
 
+class EventOf(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """On an event row: the schedule and fire it belongs to, and which of its ``count`` events it is."""
+
+    parent: UUID
+    index: int
+    count: int
+
+
 class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a schedule asks beyond one fire at one time; stored as JSON, absent for plain schedules."""
 
     repeat: Repeat | None = None
     # Each fire's due time is moved later by a deterministic offset in [0, jitter_ms) (its fire id's hash).
     jitter_ms: int = 0
+    # Each fire produces ``events`` events, spread over ``window_ms`` after the fire (0: all at once).
+    events: int = 1
+    window_ms: int = 0
+    # Set on the rows of the events a fire produced.
+    event: EventOf | None = None
+
+    @property
+    def batch(self) -> bool:
+        """A fire of this schedule is expanded into event rows instead of being delivered itself."""
+        return self.event is None and (self.events > 1 or self.window_ms > 0)
 
 
 _options_decoder: msgspec.json.Decoder[Options] = msgspec.json.Decoder(Options)
@@ -185,7 +203,19 @@ class Schedule:
 
     @property
     def fire_id(self) -> str:
-        return timing.fire_id(self.schedule_id, self.fire_at)
+        return timing.fire_id(self.public_id, self.fire_at)
+
+    @property
+    def public_id(self) -> UUID:
+        """The schedule id subscribers see: an event row's is its schedule's."""
+        event = self.options.event if self.options is not None else None
+        return event.parent if event is not None else self.schedule_id
+
+    @property
+    def event_id(self) -> str | None:
+        """``<fire id>:<index>`` on event rows, None on plain fires."""
+        event = self.options.event if self.options is not None else None
+        return None if event is None else f"{timing.fire_id(event.parent, self.fire_at)}:{event.index}"
 
     @property
     def repeat(self) -> Repeat | None:
@@ -230,6 +260,11 @@ class FireOutcome:
     # Set for fires kept in a schedule's run history (recurring schedules): the occurrence's nominal time.
     nominal_at: datetime | None = None
     seq: int = 0
+    # Set for an event's outcome (with its fire's nominal_at): counted in that fire's run.
+    event: EventOf | None = None
+    # A fire expanded into events: how many, over what window (kept in its run).
+    events: int = 0
+    window_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +277,11 @@ class Run:
     fired_at: datetime | None
     last_error: str | None = None
     seq: int = 0
+    # Fires expanded into events: how many, how many were delivered, the last delivery, the window end.
+    events: int = 0
+    events_done: int = 0
+    last_event_at: datetime | None = None
+    window_end: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

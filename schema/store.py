@@ -73,6 +73,9 @@ class ScheduleStore(Protocol):
         """Move a recurring schedule on from ``current`` to its next occurrence ``following`` (None: the
         timeline ends) unless the client changed it since; see ``Chain`` for the outcomes."""
 
+    async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
+        """Write the event rows a fire produced (no by-id pointers: they belong to their schedule)."""
+
     async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
         """A recurring schedule's fires, newest first, nominal time before ``before``."""
 

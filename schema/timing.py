@@ -60,6 +60,17 @@ def jitter(schedule_id: UUID, nominal: datetime, jitter_ms: int) -> timedelta:
     return timedelta(milliseconds=int.from_bytes(digest, "big") % jitter_ms)
 
 
+def event_offset(event_id: str, index: int, count: int, window_ms: int) -> timedelta:
+    """When event ``index`` of ``count`` is due after its fire: the window cut into ``count`` equal slots,
+    the event at a point of its own slot fixed by its event id. Deterministic (every node and every
+    re-expansion agree) and evenly spread (no slot holds two events)."""
+    if window_ms <= 0 or count <= 0:
+        return timedelta(0)
+    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
+    within = int.from_bytes(digest, "big") / 2**64  # [0, 1)
+    return timedelta(milliseconds=int((index + within) * window_ms / count))
+
+
 def truncate_ms(moment: datetime) -> datetime:
     """``moment`` as Cassandra stores it: sub-millisecond digits dropped."""
     return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000)

@@ -103,10 +103,25 @@ def jitter_ms(value: str | UnsetType, settings: ApiSettings) -> int:
     return rec.parse_duration(value, "jitter", 1, settings.max_jitter_s) * 1000
 
 
-def options_of(repeat: Repeat | None, jitter: int) -> Options | None:
-    if repeat is None and not jitter:
+def options_of(repeat: Repeat | None, jitter: int, events: int = 1, window_ms: int = 0) -> Options | None:
+    if repeat is None and not jitter and events == 1 and not window_ms:
         return None
-    return Options(repeat=repeat, jitter_ms=jitter)
+    return Options(repeat=repeat, jitter_ms=jitter, events=events, window_ms=window_ms)
+
+
+def batch_shape(
+    events: int | UnsetType, window: str | UnsetType, current: Options | None, settings: ApiSettings
+) -> tuple[int, int]:
+    """(events, window_ms) of a create or patch: given values, else the current ones (else 1 and 0)."""
+    count = current.events if current is not None else 1
+    window_ms = current.window_ms if current is not None else 0
+    if not isinstance(events, UnsetType):
+        if isinstance(events, bool) or not 1 <= events <= settings.max_events:
+            raise Invalid(f"events must be from 1 to {settings.max_events}", field="events", code="out_of_range")
+        count = events
+    if not isinstance(window, UnsetType):
+        window_ms = rec.parse_duration(window, "window", 1, settings.max_window_s) * 1000
+    return count, window_ms
 
 
 def due_at(schedule_id: UUID, fire_at: datetime, options: Options | None, now: datetime) -> datetime:

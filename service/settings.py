@@ -31,6 +31,9 @@ class ApiSettings:
     # Recurring schedules: the shortest `every`, and the largest `jitter` any schedule may ask for.
     min_interval_s: int = 1
     max_jitter_s: int = 3600
+    # Batch triggers: events per fire, and the longest window they may be spread over.
+    max_events: int = 10_000
+    max_window_s: int = 86400
     list_max_range_s: int = 86400
     client_cache_s: float = 2.0
     # Concurrent store writes of one batch request (each a group of up to write_group schedules).
@@ -64,6 +67,8 @@ class ApiSettings:
             mutation_guard_s=env_float(env, "TICKD_MUTATION_GUARD_S", cls.mutation_guard_s, low=0, high=3600),
             min_interval_s=env_int(env, "TICKD_MIN_INTERVAL_S", cls.min_interval_s, low=1, high=86400),
             max_jitter_s=env_int(env, "TICKD_MAX_JITTER_S", cls.max_jitter_s, low=1, high=86400),
+            max_events=env_int(env, "TICKD_MAX_EVENTS", cls.max_events, low=1, high=1_000_000),
+            max_window_s=env_int(env, "TICKD_MAX_WINDOW_S", cls.max_window_s, low=1, high=31 * 86400),
             list_max_range_s=env_int(env, "TICKD_LIST_MAX_RANGE_S", cls.list_max_range_s, low=60, high=31 * 86400),
             client_cache_s=env_float(env, "TICKD_CLIENT_CACHE_S", cls.client_cache_s, low=0, high=300),
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),

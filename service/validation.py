@@ -94,6 +94,8 @@ class ScheduleCreate(RepeatFields, forbid_unknown_fields=True, kw_only=True):
     delay_s: float | UnsetType = UNSET
     payload: Raw | UnsetType = UNSET
     jitter: str | UnsetType = UNSET
+    events: int | UnsetType = UNSET
+    window: str | UnsetType = UNSET
 
 
 class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
@@ -102,6 +104,8 @@ class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
     payload: Raw | UnsetType = UNSET
     callback: Callback | UnsetType = UNSET
     jitter: str | UnsetType = UNSET
+    events: int | UnsetType = UNSET
+    window: str | UnsetType = UNSET
 
 
 class PreviewRequest(RepeatFields, forbid_unknown_fields=True):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -13,6 +13,9 @@ from schema.model import Callback, Client, Repeat, Run, Schedule, Status
 from schema.recurrence import format_duration
 
 T = TypeVar("T")
+# An event counts as inside its window if delivered up to this long after the window's end (delivery
+# takes a moment even for the event due at the very end).
+_WINDOW_GRACE = timedelta(seconds=1)
 
 
 class ErrorDetail(Struct):
@@ -74,6 +77,9 @@ class ScheduleView(Struct, omit_defaults=True):
     recurrence: RecurrenceView | UnsetType = UNSET
     occurrence: int | UnsetType = UNSET
     jitter_s: float | UnsetType = UNSET
+    # Batch triggers: events per fire, spread over window_s after it.
+    events: int | UnsetType = UNSET
+    window_s: float | UnsetType = UNSET
 
 
 class ScheduleList(Struct):
@@ -109,6 +115,12 @@ class RunView(Struct, omit_defaults=True):
     lateness_s: float | None
     last_error: str | None
     occurrence: int | UnsetType = UNSET
+    # A fire expanded into events: how many, how many were delivered, the last delivery, and whether all
+    # were delivered by the end of the window (null while some are outstanding and the window is open).
+    events: int | UnsetType = UNSET
+    events_delivered: int | UnsetType = UNSET
+    last_event_at: datetime | UnsetType | None = UNSET
+    completed_in_window: bool | UnsetType | None = UNSET
 
 
 class RunList(Struct):
@@ -164,7 +176,7 @@ def recurrence_view(r: Repeat) -> RecurrenceView:
 
 def run_view(schedule_id: UUID, run: Run) -> RunView:
     late = None if run.fired_at is None else round((run.fired_at - run.nominal_at).total_seconds(), 3)
-    return RunView(
+    view = RunView(
         fire_id=timing.fire_id(schedule_id, run.nominal_at),
         nominal_at=run.nominal_at,
         status=run.status.value,
@@ -174,6 +186,17 @@ def run_view(schedule_id: UUID, run: Run) -> RunView:
         last_error=run.last_error,
         occurrence=run.seq or UNSET,
     )
+    if run.events:
+        view.events, view.events_delivered, view.last_event_at = run.events, run.events_done, run.last_event_at
+        view.completed_in_window = _completed(run)
+    return view
+
+
+def _completed(run: Run) -> bool | None:
+    end = run.window_end or run.nominal_at
+    if run.events_done >= run.events and run.last_event_at is not None:
+        return run.last_event_at <= end + _WINDOW_GRACE
+    return False if datetime.now(UTC) > end + _WINDOW_GRACE else None
 
 
 def schedule_view(s: Schedule) -> ScheduleView:
@@ -193,4 +216,6 @@ def schedule_view(s: Schedule) -> ScheduleView:
         recurrence=recurrence_view(options.repeat) if options and options.repeat else UNSET,
         occurrence=s.seq or UNSET,
         jitter_s=options.jitter_ms / 1000 if options and options.jitter_ms else UNSET,
+        events=options.events if options and options.batch else UNSET,
+        window_s=options.window_ms / 1000 if options and options.window_ms else UNSET,
     )

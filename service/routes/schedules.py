@@ -82,7 +82,8 @@ async def _build(request: web.Request, client: Client, body: ScheduleCreate, at:
     else:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
         fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
-    options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings))
+    events, window_ms = recurring.batch_shape(body.events, body.window, None, settings)
+    options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms)
     payload = payload_bytes(body.payload, settings)
     callback = await _callback(request, client, body.callback)
     return _placed(client, uuid.uuid4(), fire_at, payload, callback, at, options)
@@ -284,18 +285,19 @@ def _timing(
     jitter = current.options.jitter_ms if current.options is not None else 0
     if patch.jitter is not UNSET:
         jitter = recurring.jitter_ms(patch.jitter, settings)
+    shape = recurring.batch_shape(patch.events, patch.window, current.options, settings)
     moves_time = patch.fire_at is not UNSET or patch.delay_s is not UNSET
     if current.repeat is None:
         recurring.refuse_repeat_fields(patch, "cannot be added to a one-time schedule; create a recurring one")
         fire_at = fire_time(patch.fire_at, patch.delay_s, at, settings) if moves_time else current.fire_at
-        return fire_at, recurring.options_of(None, jitter), 0
+        return fire_at, recurring.options_of(None, jitter, *shape), 0
     if moves_time:
         field = "fire_at" if patch.fire_at is not UNSET else "delay_s"
         raise Invalid("a recurring schedule's times come from its rule; change cron, every or start_at", field=field)
     if not recurring.given(patch):
-        return current.fire_at, recurring.options_of(current.repeat, jitter), current.seq
+        return current.fire_at, recurring.options_of(current.repeat, jitter, *shape), current.seq
     repeat = recurring.merge_repeat(current.repeat, patch, at, settings)
-    return recurring.first_fire(repeat.recurrence(), at, settings), recurring.options_of(repeat, jitter), 1
+    return recurring.first_fire(repeat.recurrence(), at, settings), recurring.options_of(repeat, jitter, *shape), 1
 
 
 def _updated(
@@ -324,7 +326,7 @@ def _updated(
     )
 
 
-_PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", *REPEAT_FIELDS)
+_PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "window", *REPEAT_FIELDS)
 
 
 async def patch_schedule(request: web.Request) -> web.Response:
@@ -408,7 +410,7 @@ async def schedule_runs(request: web.Request) -> web.Response:
     cursor = request.query.get("cursor")
     before = ListCursor.decode(cursor).due_at if cursor is not None else None
     client, current = await _current(request)
-    if current.repeat is None:
+    if current.repeat is None and (current.options is None or not current.options.batch):
         runs = [r for r in recurring.one_time_runs(current) if before is None or r.nominal_at < before]
     else:
         runs = await request.app[keys.STORE].list_runs(client.client_id, current.schedule_id, before, limit + 1)

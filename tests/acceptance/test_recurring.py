@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -85,6 +86,7 @@ async def test_s10_cron_every_and_changes(scenario: Scenario, api: Api) -> None:
     every = await call(api, "POST", "/v1/schedules", key, body("every20", every="20s"))
     created = datetime.fromisoformat(every["created_at"])
     changed = await call(api, "POST", "/v1/schedules", key, body("changed", every="2s"))
+    batch = await call(api, "POST", "/v1/schedules", key, body("window", delay_s=10, events=120, window="2m"))
     cancelled = await call(api, "POST", "/v1/schedules", key, body("cancelled", every="2s"))
 
     # Let the 2 s schedules fire a few times, then change one's rule and cancel the other.
@@ -99,11 +101,17 @@ async def test_s10_cron_every_and_changes(scenario: Scenario, api: Api) -> None:
     cancel_ack = time.time()
 
     await wait_until(lambda: len(firsts(r.of("kolkata"))) >= 3, 200, "the Kolkata cron did not fire 3 times")
+    await wait_until(lambda: len(firsts(r.of("window"))) >= 120, 200, "the 120 events did not all arrive")
     await asyncio.sleep(3)
     runs = await call(api, "GET", f"/v1/schedules/{kolkata['schedule_id']}/runs", key)
+    batch_runs = await call(api, "GET", f"/v1/schedules/{batch['schedule_id']}/runs", key)
 
     k_fires, e_fires = firsts(r.of("kolkata")), firsts(r.of("every20"))
     late = lateness(k_fires) + lateness(e_fires)
+    events = [d for d in r.of("window") if d.answered == 200]
+    batch_start = datetime.fromisoformat(batch["fire_at"]).timestamp()
+    offsets = sorted(d.arrival - batch_start for d in events)
+    slices = Counter(int(x // 10) for x in offsets)
     stale_changed = [f for f in firsts(r.of("changed")) if nominal(f).timestamp() > changed_ack]
     stale_cancelled = [f for f in firsts(r.of("cancelled")) if nominal(f).timestamp() > cancel_ack]
     report(
@@ -115,6 +123,10 @@ async def test_s10_cron_every_and_changes(scenario: Scenario, api: Api) -> None:
         fires_after_cancel=len(stale_cancelled),
         late_median_s=round(sorted(late)[len(late) // 2], 3),
         late_max_s=round(max(late), 3),
+        window_events=len({d.body.get("event_id") for d in events}),
+        window_first_s=round(offsets[0], 3),
+        window_last_s=round(offsets[-1], 3),
+        window_busiest_10s=max(slices.values()),
     )
 
     # 1. The cron fires at whole minutes of Kolkata's wall clock, each minute once, one after the other.
@@ -140,4 +152,12 @@ async def test_s10_cron_every_and_changes(scenario: Scenario, api: Api) -> None:
     assert datetime.fromisoformat(patched["fire_at"]) == timing.truncate_ms(new_start)
     assert not stale_changed, stale_changed
     assert gone["status"] == "cancelled" and not stale_cancelled, stale_cancelled
+    # 6. 120 events over a 2-minute window: each event once by its id, spread, all inside the window.
+    fire_id = batch["fire_id"]
+    assert sorted(str(d.body.get("event_id")) for d in events) == sorted(f"{fire_id}:{i}" for i in range(120))
+    assert all(d.fire_id == fire_id and d.body.get("events") == 120 for d in events)
+    assert offsets[0] >= 0 and offsets[-1] <= 121.0, (offsets[0], offsets[-1])
+    assert max(slices.values()) <= 30, slices  # no 10 s slice holds more than 25%
+    [run] = batch_runs["runs"]
+    assert (run["events"], run["events_delivered"], run["completed_in_window"]) == (120, 120, True), run
     assert not node.errors(), node.errors()[:3]

@@ -670,3 +670,41 @@ async def test_runs_of_another_clients_schedule(api: Api, register: Register) ->
     assert missing.status == 404
     bad_id = await api.get("/v1/schedules/not-a-uuid/runs", headers=key_b)
     assert await refused(bad_id) == ("invalid", "schedule_id")
+
+
+async def test_batch_trigger_fields(api: Api, register: Register) -> None:
+    _, key = await register()
+    one_time = await create(api, key, schedule_body(events=120, window="2m"))
+    assert (one_time["events"], one_time["window_s"]) == (120, 120.0)
+    assert "recurrence" not in one_time and await get(api, key, one_time["schedule_id"]) == one_time
+    hourly = await create(api, key, recurring_body(events=3))
+    assert hourly["events"] == 3 and "window_s" not in hourly and hourly["occurrence"] == 1
+    plain = await create(api, key, schedule_body())
+    assert "events" not in plain and "window_s" not in plain
+    # A patch changes the batch shape and keeps the rest.
+    patched = await patch(api, key, one_time["schedule_id"], {"events": 10})
+    assert (patched["events"], patched["window_s"], patched["fire_at"]) == (10, 120.0, one_time["fire_at"])
+    resp = await api.get(f"/v1/schedules/{one_time['schedule_id']}/runs", headers=key)
+    assert resp.status == 200 and (await resp.json())["runs"] == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"events": 0}, "events"),
+        ({"events": 10_001}, "events"),
+        ({"events": True}, "events"),
+        ({"events": "5"}, "events"),
+        ({"window": "0s"}, "window"),
+        ({"window": "2d"}, "window"),
+        ({"window": 60}, "window"),
+    ],
+)
+async def test_bad_batch_fields_are_refused_and_write_nothing(
+    api: Api, register: Register, cql: Session, changes: dict[str, Any], field: str
+) -> None:
+    client_id, key = await register()
+    resp = await api.post("/v1/schedules", json=schedule_body(**changes), headers=key)
+    _, named = await refused(resp)
+    assert named == field
+    assert set((await stored_rows(cql, client_id)).values()) == {0}

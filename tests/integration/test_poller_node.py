@@ -31,9 +31,14 @@ class RecordingRouter:
     def __init__(self) -> None:
         self.fires: list[tuple[str, int, datetime]] = []
         self.fail_first: dict[uuid.UUID, int] = {}
+        self.events: dict[str, list[tuple[int, datetime]]] = {}  # fire id -> (event index, fired at)
         self.fail_fire: dict[str, int] = {}  # the same, for one fire id (one occurrence of a recurring schedule)
 
     async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        event = schedule.options.event if schedule.options is not None else None
+        if event is not None:
+            self.events.setdefault(schedule.fire_id, []).append((event.index, fired_at))
+            return DeliveryResult.delivered(attempt)
         self.fires.append((schedule.fire_id, attempt, fired_at))
         if attempt <= self.fail_first.get(schedule.schedule_id, 0) or attempt <= self.fail_fire.get(
             schedule.fire_id, 0
@@ -296,3 +301,40 @@ async def test_recurring_fires_on_its_nominal_grid_and_records_runs(
     assert [(r.nominal_at, r.seq, r.status) for r in runs] == [
         (t, i + 1, Status.SUCCEEDED) for i, t in reversed(list(enumerate(nominal)))
     ]
+
+
+async def test_a_batch_trigger_expands_into_spread_events(
+    store: CassandraStore, client_id: str, cluster: tuple[Node, RecordingRouter]
+) -> None:
+    """events 6 over a 3 s window: the fire itself is not delivered; six events are, each once, each in
+    its own half-second slot, carrying the schedule's fire id; the run counts them."""
+    _, router = cluster
+    sid, now = uuid.uuid4(), later(0)
+    fire_at = later(1.5)
+    trigger = Schedule(
+        client_id,
+        sid,
+        Location(timing.poller_id_for(sid, 2), fire_at),
+        fire_at,
+        b"{}",
+        HttpCallback(url="http://127.0.0.1:9/"),
+        now,
+        options=Options(events=6, window_ms=3000),
+    )
+    await store.create_schedule(trigger, now)
+    await wait_for(lambda: len(router.events.get(trigger.fire_id, [])) >= 6, 20)
+    await asyncio.sleep(1)
+    arrived = router.events[trigger.fire_id]
+    assert sorted(i for i, _ in arrived) == list(range(6))  # each event once; the trigger itself never
+    assert not router.fired(trigger)
+    for index, at in arrived:
+        assert fire_at + timedelta(milliseconds=500 * index) <= at < fire_at + timedelta(milliseconds=500 * index + 900)
+
+    deadline = asyncio.get_running_loop().time() + 10
+    runs = await store.list_runs(client_id, sid, None, 5)
+    while (not runs or runs[0].events_done < 6) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+        runs = await store.list_runs(client_id, sid, None, 5)
+    [run] = runs
+    assert (run.status, run.events, run.events_done) == (Status.SUCCEEDED, 6, 6)
+    assert run.window_end == fire_at + timedelta(seconds=3)
