@@ -853,6 +853,8 @@ class _ListFilter:
         due = s.location.due_at
         if s.status is Status.MOVED or not self.start <= due < self.end:
             return False
+        if s.options is not None and s.options.event is not None:
+            return False  # an event of a batch trigger: shown in its schedule's runs, not as a schedule
         if self.status is not None and s.status is not self.status:
             return False
         if self.after is None:

@@ -4,6 +4,7 @@ outcomes a poller acts on, durable retries of an occurrence, and the run history
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -11,8 +12,8 @@ import pytest
 
 from schema import recurrence as rec
 from schema.cassandra import CassandraStore
-from schema.model import Chain, FireOutcome, Location, Options, Repeat, Schedule, Status
-from tests.integration.conftest import later
+from schema.model import Chain, EventOf, FireOutcome, Location, Options, Repeat, Schedule, Status
+from tests.integration.conftest import later, make_client
 
 pytestmark = pytest.mark.integration
 Factory = Callable[..., Schedule]
@@ -153,3 +154,30 @@ def test_stored_rules_round_trip_to_the_same_timeline() -> None:
     stored = Repeat.from_recurrence(parsed)
     assert stored.recurrence() == parsed
     assert rec.preview(stored.recurrence(), now, 3) == rec.preview(parsed, now, 3)
+
+
+async def test_event_rows_fire_but_are_not_listed_as_schedules(
+    store: CassandraStore, new_schedule: Factory, client_id: str
+) -> None:
+    at = later(3600)
+    trigger = new_schedule(at, poller_id=2, options=Options(events=3, window_ms=3000))
+    await store.create_schedule(trigger, datetime.now(UTC))
+    events = [
+        dataclasses.replace(
+            trigger,
+            schedule_id=uuid.uuid5(trigger.schedule_id, f"{trigger.fire_id}:{i}"),
+            location=Location(2, at + timedelta(seconds=i)),
+            options=Options(event=EventOf(trigger.schedule_id, i, 3)),
+        )
+        for i in range(3)
+    ]
+    await store.add_events(events, datetime.now(UTC))
+    await store.add_events(events, datetime.now(UTC))  # a re-expansion writes the same rows
+    rows = [r async for page in store.read_minute(trigger.instance, trigger.location.minute) for r in page]
+    assert sorted(r.event_id or "" for r in rows if r.schedule_id != trigger.schedule_id) == [
+        f"{trigger.fire_id}:{i}" for i in range(3)
+    ]
+    page = await store.list_schedules(
+        make_client(client_id), at - timedelta(minutes=1), at + timedelta(minutes=1), None, None, 100
+    )
+    assert [s.schedule_id for s in page.items] == [trigger.schedule_id]
