@@ -26,6 +26,7 @@ from poller import minutes
 from poller.delivery import CallbackRouter, DeliveryResult
 from poller.metrics import Metrics
 from poller.settings import PollerSettings
+from poller.throttle import ThrottleGate
 from schema import recurrence as rec
 from schema import timing
 from schema.errors import Conflict, StoreUnavailable
@@ -41,6 +42,7 @@ from schema.model import (
     Repeat,
     Schedule,
     Status,
+    Token,
     callback_type,
 )
 from schema.store import Store
@@ -79,6 +81,7 @@ class PollerInstance:
         metrics: Metrics,
         clock: Clock,
         node_slots: asyncio.Semaphore,
+        gate: ThrottleGate,
     ) -> None:
         self.claim = claim
         self.instance = claim.instance
@@ -97,6 +100,7 @@ class PollerInstance:
         self._changed = asyncio.Event()
         self._slots = asyncio.Semaphore(settings.instance_max_inflight)
         self._node_slots = node_slots
+        self._gate = gate
         self._deliveries: set[asyncio.Task[None]] = set()
         self._checkpoint: datetime | None = None
         self.drained = False
@@ -278,10 +282,16 @@ class PollerInstance:
             if row.options is not None and row.options.batch:
                 await self._expand(row)
                 return
+            token = await self._throttle(row)
             fired_at = self._now()
             if row.attempts == 0:
                 self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
             result = await self._router.deliver(row, row.attempts + 1, fired_at)
+            if token is not None:
+                if result.ok:
+                    self._gate.delivered(token)
+                else:
+                    await self._gate.not_delivered(token)
             self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
             await self._settle(row, result, fired_at)
         except Exception:
@@ -336,6 +346,15 @@ class PollerInstance:
 
     # -- batch triggers -------------------------------------------------------------------------------
 
+    async def _throttle(self, row: Schedule) -> Token | None:
+        """An event of a throttled schedule waits here for a token of its policy (in due-time order)."""
+        options = row.options
+        if options is None or options.throttle is None or options.event is None:
+            return None
+        event_id = row.event_id
+        assert event_id is not None
+        return await self._gate.acquire(row.client_id, options.throttle, event_id, row.location.due_at)
+
     async def _expand(self, row: Schedule) -> None:
         """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the
         window, each then fired (and retried, and dead-lettered) like any row. The fire itself counts
@@ -353,7 +372,7 @@ class PollerInstance:
                     row,
                     schedule_id=uuid.uuid5(row.schedule_id, f"{fire_id}:{index}"),
                     location=Location(row.location.poller_id, due),
-                    options=Options(event=EventOf(row.schedule_id, index, options.events)),
+                    options=Options(event=EventOf(row.schedule_id, index, options.events), throttle=options.throttle),
                     version=1,
                     status=Status.SCHEDULED,
                     attempts=0,

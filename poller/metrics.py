@@ -36,6 +36,12 @@ class Metrics:
             registry=self.registry,
         )
         self.claims = Counter("tickd_claims_total", "Ownership changes by kind", ["kind"], registry=self.registry)
+        self.throttle_auto_released = Counter(
+            "tickd_throttle_auto_released_total",
+            "Throttled events released by their timeout, not by the consumer",
+            ["client_id", "policy"],
+            registry=self.registry,
+        )
 
 
 def status_app(metrics: Metrics, status: Callable[[], dict[str, object]]) -> web.Application:

@@ -25,6 +25,7 @@ from poller.delivery import CallbackRouter
 from poller.instance import InstanceDrained, PollerInstance
 from poller.metrics import Metrics
 from poller.settings import PollerSettings
+from poller.throttle import ThrottleGate
 from schema.errors import StoreUnavailable
 from schema.model import Claim, Client, InstanceKey, NodeInfo
 from schema.store import Store
@@ -72,6 +73,7 @@ class Node:
         self._heartbeat_ok = time.monotonic()
         self._background: set[asyncio.Task[Any]] = set()
         self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
+        self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
 
     def status(self) -> dict[str, object]:
@@ -197,7 +199,7 @@ class Node:
 
     def _start(self, claim: Claim, client: Client) -> None:
         instance = PollerInstance(
-            claim, client, self._store, self._router, self._s, self._metrics, self._now, self._fire_slots
+            claim, client, self._store, self._router, self._s, self._metrics, self._now, self._fire_slots, self._gate
         )
         task = asyncio.create_task(self._run_instance(instance))
         self._running[claim.instance] = Running(instance, task)
@@ -288,6 +290,7 @@ class Node:
         await asyncio.gather(
             *(self._stop(k, "shutdown", drain_s=self._s.shutdown_deadline_s, release=True) for k in list(self._running))
         )
+        await self._gate.close()
         try:
             await self._store.leave(self.node_id)
         except StoreUnavailable as exc:

@@ -43,6 +43,8 @@ class PollerSettings:
     # so the node must not hand it more than it can send within that timeout.
     node_max_inflight: int = 4096
     outcome_flush_s: float = 0.2
+    # How often a throttled event waiting for a token looks again when none is free.
+    throttle_poll_s: float = 0.1
     store: StoreSettings = field(default_factory=StoreSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
@@ -74,6 +76,7 @@ class PollerSettings:
             ),
             node_max_inflight=env_int(env, "TICKD_NODE_MAX_INFLIGHT", d.node_max_inflight, low=1, high=1_000_000),
             outcome_flush_s=env_float(env, "TICKD_OUTCOME_FLUSH_S", d.outcome_flush_s, low=0.01, high=10),
+            throttle_poll_s=env_float(env, "TICKD_THROTTLE_POLL_S", d.throttle_poll_s, low=0.01, high=10),
             store=StoreSettings.from_env(env),
             http=HttpSettings.from_env(env),
             kafka=KafkaSettings.from_env(env),

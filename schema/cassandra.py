@@ -42,6 +42,8 @@ from schema.model import (
     Schedule,
     ScheduleRef,
     Status,
+    ThrottlePolicy,
+    Token,
     decode_callback,
     decode_options,
     encode_callback,
@@ -544,6 +546,52 @@ class CassandraStore:
         for instance, minute in by_partition:
             self._note_horizon(instance, minute)
 
+    # -- throttle policies -------------------------------------------------------------------------
+
+    async def put_policy(self, policy: ThrottlePolicy) -> None:
+        await self._run(
+            "put_policy",
+            policy.client_id,
+            policy.name,
+            policy.max_in_flight,
+            policy.release_timeout_s,
+            policy.created_at,
+            policy.updated_at,
+        )
+
+    async def get_policy(self, client_id: str, name: str) -> ThrottlePolicy | None:
+        rows = await self._run("get_policy", client_id, name)
+        return _policy(client_id, rows[0]) if rows else None
+
+    async def list_policies(self, client_id: str) -> list[ThrottlePolicy]:
+        return [_policy(client_id, r) for r in await self._run("list_policies", client_id)]
+
+    async def delete_policy(self, client_id: str, name: str) -> None:
+        await self._run("delete_policy", client_id, name)
+
+    async def tokens(self, client_id: str, policy: str) -> list[Token]:
+        rows = await self._run("read_tokens", client_id, policy)
+        return [Token(client_id, policy, r.slot, r.event_id, r.holder, utc(r.taken_at)) for r in rows]
+
+    async def take_token(self, token: Token, ttl_s: int) -> bool:
+        """Take ``token.slot`` if nobody holds it (a compare-and-set: two takers never both win)."""
+        applied, _ = await self._applied(
+            "take_token",
+            token.client_id,
+            token.policy,
+            token.slot,
+            token.event_id,
+            token.holder,
+            token.taken_at,
+            ttl_s,
+        )
+        return applied
+
+    async def release_token(self, client_id: str, policy: str, slot: int, event_id: str) -> bool:
+        """Free the slot if ``event_id`` still holds it; False if it was already released (or expired)."""
+        applied, _ = await self._applied("release_token", client_id, policy, slot, event_id)
+        return applied
+
     async def read_minute(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
     ) -> AsyncIterator[list[Schedule]]:
@@ -783,6 +831,12 @@ def _client(row: Row) -> Client:
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         resized_at=utc(row.resized_at) if row.resized_at else None,
+    )
+
+
+def _policy(client_id: str, row: Row) -> ThrottlePolicy:
+    return ThrottlePolicy(
+        client_id, row.name, row.max_in_flight, row.release_timeout_s, utc(row.created_at), utc(row.updated_at)
     )
 
 

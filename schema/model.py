@@ -120,11 +120,13 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     window_ms: int = 0
     # Set on the rows of the events a fire produced.
     event: EventOf | None = None
+    # The client's throttle policy its events go through (each waits for a token before delivery).
+    throttle: str | None = None
 
     @property
     def batch(self) -> bool:
         """A fire of this schedule is expanded into event rows instead of being delivered itself."""
-        return self.event is None and (self.events > 1 or self.window_ms > 0)
+        return self.event is None and (self.events > 1 or self.window_ms > 0 or self.throttle is not None)
 
 
 _options_decoder: msgspec.json.Decoder[Options] = msgspec.json.Decoder(Options)
@@ -282,6 +284,31 @@ class Run:
     events_done: int = 0
     last_event_at: datetime | None = None
     window_end: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottlePolicy:
+    """At most ``max_in_flight`` events of this policy delivered and not yet released, cluster-wide; an
+    event not released within ``release_timeout_s`` is released automatically."""
+
+    client_id: str
+    name: str
+    max_in_flight: int
+    release_timeout_s: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A held throttle slot."""
+
+    client_id: str
+    policy: str
+    slot: int
+    event_id: str
+    holder: str
+    taken_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ from schema.model import (
     Schedule,
     ScheduleRef,
     Status,
+    ThrottlePolicy,
+    Token,
 )
 
 
@@ -75,6 +77,23 @@ class ScheduleStore(Protocol):
 
     async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
         """Write the event rows a fire produced (no by-id pointers: they belong to their schedule)."""
+
+    async def put_policy(self, policy: ThrottlePolicy) -> None: ...
+
+    async def get_policy(self, client_id: str, name: str) -> ThrottlePolicy | None: ...
+
+    async def list_policies(self, client_id: str) -> list[ThrottlePolicy]: ...
+
+    async def delete_policy(self, client_id: str, name: str) -> None: ...
+
+    async def tokens(self, client_id: str, policy: str) -> list[Token]:
+        """The slots of a policy held now."""
+
+    async def take_token(self, token: Token, ttl_s: int) -> bool:
+        """Take ``token.slot`` if free (compare-and-set); the row expires after ``ttl_s``."""
+
+    async def release_token(self, client_id: str, policy: str, slot: int, event_id: str) -> bool:
+        """Free the slot if ``event_id`` holds it."""
 
     async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
         """A recurring schedule's fires, newest first, nominal time before ``before``."""

@@ -20,7 +20,7 @@ from service.creates import CreateCombiner
 from service.errors import Handler, error_middleware
 from service.limits import RateLimiter
 from service.metrics import ApiMetrics
-from service.routes import clients, ops, schedules
+from service.routes import clients, ops, schedules, throttle
 from service.settings import ApiSettings
 from service.targets import TargetGuard
 
@@ -57,7 +57,7 @@ def create_app(
         _use_store(app, store)
     else:
         app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
-    for routes in (clients, schedules, ops):
+    for routes in (clients, schedules, throttle, ops):
         routes.setup(app)
     return app
 

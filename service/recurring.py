@@ -103,10 +103,12 @@ def jitter_ms(value: str | UnsetType, settings: ApiSettings) -> int:
     return rec.parse_duration(value, "jitter", 1, settings.max_jitter_s) * 1000
 
 
-def options_of(repeat: Repeat | None, jitter: int, events: int = 1, window_ms: int = 0) -> Options | None:
-    if repeat is None and not jitter and events == 1 and not window_ms:
+def options_of(
+    repeat: Repeat | None, jitter: int, events: int = 1, window_ms: int = 0, throttle: str | None = None
+) -> Options | None:
+    if repeat is None and not jitter and events == 1 and not window_ms and throttle is None:
         return None
-    return Options(repeat=repeat, jitter_ms=jitter, events=events, window_ms=window_ms)
+    return Options(repeat=repeat, jitter_ms=jitter, events=events, window_ms=window_ms, throttle=throttle)
 
 
 def batch_shape(

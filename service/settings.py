@@ -34,6 +34,8 @@ class ApiSettings:
     # Batch triggers: events per fire, and the longest window they may be spread over.
     max_events: int = 10_000
     max_window_s: int = 86400
+    # The largest max_in_flight a throttle policy may have (its tokens are one Cassandra partition).
+    max_in_flight: int = 10_000
     list_max_range_s: int = 86400
     client_cache_s: float = 2.0
     # Concurrent store writes of one batch request (each a group of up to write_group schedules).
@@ -69,6 +71,7 @@ class ApiSettings:
             max_jitter_s=env_int(env, "TICKD_MAX_JITTER_S", cls.max_jitter_s, low=1, high=86400),
             max_events=env_int(env, "TICKD_MAX_EVENTS", cls.max_events, low=1, high=1_000_000),
             max_window_s=env_int(env, "TICKD_MAX_WINDOW_S", cls.max_window_s, low=1, high=31 * 86400),
+            max_in_flight=env_int(env, "TICKD_MAX_IN_FLIGHT", cls.max_in_flight, low=1, high=100_000),
             list_max_range_s=env_int(env, "TICKD_LIST_MAX_RANGE_S", cls.list_max_range_s, low=60, high=31 * 86400),
             client_cache_s=env_float(env, "TICKD_CLIENT_CACHE_S", cls.client_cache_s, low=0, high=300),
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),

@@ -96,6 +96,7 @@ class ScheduleCreate(RepeatFields, forbid_unknown_fields=True, kw_only=True):
     jitter: str | UnsetType = UNSET
     events: int | UnsetType = UNSET
     window: str | UnsetType = UNSET
+    throttle: str | UnsetType = UNSET
 
 
 class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
@@ -106,6 +107,12 @@ class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
     jitter: str | UnsetType = UNSET
     events: int | UnsetType = UNSET
     window: str | UnsetType = UNSET
+    throttle: str | UnsetType | None = UNSET
+
+
+class PolicyPut(Struct, forbid_unknown_fields=True):
+    max_in_flight: int
+    release_timeout_s: int
 
 
 class PreviewRequest(RepeatFields, forbid_unknown_fields=True):

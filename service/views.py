@@ -9,7 +9,7 @@ from uuid import UUID
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from schema import timing
-from schema.model import Callback, Client, Repeat, Run, Schedule, Status
+from schema.model import Callback, Client, Repeat, Run, Schedule, Status, ThrottlePolicy
 from schema.recurrence import format_duration
 
 T = TypeVar("T")
@@ -80,6 +80,7 @@ class ScheduleView(Struct, omit_defaults=True):
     # Batch triggers: events per fire, spread over window_s after it.
     events: int | UnsetType = UNSET
     window_s: float | UnsetType = UNSET
+    throttle: str | UnsetType = UNSET
 
 
 class ScheduleList(Struct):
@@ -138,6 +139,26 @@ class PreviewView(Struct):
     occurrences: list[OccurrenceView]
 
 
+class PolicyView(Struct, omit_defaults=True):
+    name: str
+    max_in_flight: int
+    release_timeout_s: int
+    created_at: datetime
+    updated_at: datetime
+    # Tokens held now (events delivered and not yet released); only on a single policy's GET.
+    in_flight: int | UnsetType = UNSET
+
+
+class PolicyList(Struct):
+    policies: list[PolicyView]
+
+
+class ReleaseView(Struct):
+    event_id: str
+    # False: the event held no token any more (released before, or timed out).
+    released: bool
+
+
 class Health(Struct):
     status: str
 
@@ -159,6 +180,17 @@ def client_view(client: Client, api_key: str | UnsetType = UNSET) -> ClientView:
 def public_status(status: Status) -> str:
     """ "moved" is internal: a moved row's schedule lives on, scheduled, at its new location."""
     return Status.SCHEDULED.value if status is Status.MOVED else status.value
+
+
+def policy_view(p: ThrottlePolicy, in_flight: int | None) -> PolicyView:
+    return PolicyView(
+        p.name,
+        p.max_in_flight,
+        p.release_timeout_s,
+        p.created_at,
+        p.updated_at,
+        UNSET if in_flight is None else in_flight,
+    )
 
 
 def recurrence_view(r: Repeat) -> RecurrenceView:
@@ -218,4 +250,5 @@ def schedule_view(s: Schedule) -> ScheduleView:
         jitter_s=options.jitter_ms / 1000 if options and options.jitter_ms else UNSET,
         events=options.events if options and options.batch else UNSET,
         window_s=options.window_ms / 1000 if options and options.window_ms else UNSET,
+        throttle=options.throttle if options and options.throttle else UNSET,
     )

@@ -83,7 +83,8 @@ async def _build(request: web.Request, client: Client, body: ScheduleCreate, at:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
         fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
     events, window_ms = recurring.batch_shape(body.events, body.window, None, settings)
-    options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms)
+    throttle = await _throttle(request, client, body.throttle, None)
+    options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms, throttle)
     payload = payload_bytes(body.payload, settings)
     callback = await _callback(request, client, body.callback)
     return _placed(client, uuid.uuid4(), fire_at, payload, callback, at, options)
@@ -102,6 +103,21 @@ def _placed(
     location = Location(poller_id, recurring.due_at(schedule_id, fire_at, options, at))
     seq = 1 if options is not None and options.repeat is not None else 0
     return Schedule(client.client_id, schedule_id, location, fire_at, payload, callback, at, options=options, seq=seq)
+
+
+async def _throttle(
+    request: web.Request, client: Client, given: str | UnsetType | None, current: str | None
+) -> str | None:
+    """The throttle policy a create or patch names (it must exist), else the current one; null removes it."""
+    if isinstance(given, UnsetType):
+        return current
+    if given is None:
+        return None
+    if await request.app[keys.STORE].get_policy(client.client_id, given) is None:
+        raise Invalid(
+            f"no throttle policy named {given!r}; create it with PUT /v1/throttle-policies/{given}", field="throttle"
+        )
+    return given
 
 
 async def _creator(request: web.Request) -> Client:
@@ -267,7 +283,10 @@ async def cancel_schedule(request: web.Request) -> web.Response:
 
 
 async def _changes(request: web.Request, client: Client, patch: SchedulePatch) -> dict[str, Any]:
-    """The fields a patch sets whatever the schedule is: payload and callback."""
+    """The fields a patch sets whatever the schedule is: payload and callback (the throttle policy is
+    checked here too, before anything is read or written)."""
+    if isinstance(patch.throttle, str):
+        await _throttle(request, client, patch.throttle, None)
     settings = request.app[keys.SETTINGS]
     changes: dict[str, Any] = {}
     if patch.payload is not UNSET:
@@ -285,7 +304,11 @@ def _timing(
     jitter = current.options.jitter_ms if current.options is not None else 0
     if patch.jitter is not UNSET:
         jitter = recurring.jitter_ms(patch.jitter, settings)
-    shape = recurring.batch_shape(patch.events, patch.window, current.options, settings)
+    current_throttle = current.options.throttle if current.options is not None else None
+    shape = (
+        *recurring.batch_shape(patch.events, patch.window, current.options, settings),
+        current_throttle if isinstance(patch.throttle, UnsetType) else patch.throttle,
+    )
     moves_time = patch.fire_at is not UNSET or patch.delay_s is not UNSET
     if current.repeat is None:
         recurring.refuse_repeat_fields(patch, "cannot be added to a one-time schedule; create a recurring one")
@@ -326,7 +349,7 @@ def _updated(
     )
 
 
-_PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "window", *REPEAT_FIELDS)
+_PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "window", "throttle", *REPEAT_FIELDS)
 
 
 async def patch_schedule(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ import pytest
 from schema.cassandra import CassandraStore
 from schema.migrate import drop, migrate
 from schema.settings import StoreSettings
+from tests.acceptance.api_client import Api, serve_api
 from tests.acceptance.harness import POLLER_BIN, REPO, REPORT, Receiver, Scenario
 
 LOG_ROOT = REPO / ".cache" / "acceptance"
@@ -51,6 +52,13 @@ async def scenario(request: pytest.FixtureRequest) -> AsyncIterator[Scenario]:
     finally:
         await world.close()
         print(f"\n{name}: node logs in {log_dir}")
+
+
+@pytest.fixture
+async def api(scenario: Scenario) -> AsyncIterator[Api]:
+    """The API in-process on the scenario's keyspace (admin token ``api_client.ADMIN_TOKEN``)."""
+    async for client in serve_api(scenario):
+        yield client
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

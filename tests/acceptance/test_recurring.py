@@ -13,47 +13,17 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from schema import timing
-from service.app import create_app
-from service.settings import ApiSettings
+from tests.acceptance.api_client import Api, call, event_ids, register
 from tests.acceptance.harness import Delivery, Scenario, report, wait_placement, wait_until
 
 pytestmark = pytest.mark.acceptance
-ADMIN_TOKEN = "acceptance-admin-token"
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-Api = TestClient[Any, Any]
-
-
-@pytest.fixture
-async def api(scenario: Scenario) -> AsyncIterator[Api]:
-    settings = ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True)
-    client: Api = TestClient(TestServer(create_app(settings, scenario.store)))
-    await client.start_server()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-async def register(api: Api, client_id: str, poller_count: int) -> dict[str, str]:
-    resp = await api.post("/v1/clients", json={"client_id": client_id, "poller_count": poller_count}, headers=ADMIN)
-    assert resp.status == 201, await resp.text()
-    return {"Authorization": f"Bearer {(await resp.json())['api_key']}"}
-
-
-async def call(api: Api, method: str, path: str, key: dict[str, str], body: Any = None) -> dict[str, Any]:
-    resp = await api.request(method, path, json=body, headers=key)
-    data: dict[str, Any] = await resp.json()
-    assert resp.status in (200, 201), (resp.status, data)
-    return data
 
 
 def nominal(fire_id: str) -> datetime:
@@ -66,11 +36,6 @@ def firsts(deliveries: list[Delivery]) -> dict[str, Delivery]:
     for d in sorted(deliveries, key=lambda d: d.arrival):
         out.setdefault(d.fire_id, d)
     return out
-
-
-def event_ids(deliveries: list[Delivery]) -> set[str]:
-    """Events of one fire share its fire id: they are told apart by their event id."""
-    return {str(d.body.get("event_id")) for d in deliveries if d.answered == 200}
 
 
 def lateness(deliveries: dict[str, Delivery]) -> list[float]:

@@ -1,0 +1,124 @@
+"""Throttle policies (client endpoints) and the consumer's release of an event.
+
+A policy caps the events of a client's throttled schedules that are delivered and not yet released, across
+all poller nodes (see ``poller.throttle``). A schedule names one with ``"throttle": "<name>"``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import structlog
+from aiohttp import web
+
+from schema.errors import NotFound
+from schema.model import Client, ThrottlePolicy
+from service import keys
+from service.errors import Invalid, json_response
+from service.routes.common import now, read_json
+from service.validation import CLIENT_ID_PATTERN, PolicyPut, decode
+from service.views import PolicyList, ReleaseView, policy_view
+
+log = structlog.get_logger("tickd.api")
+_NAME = re.compile(CLIENT_ID_PATTERN)
+_EVENT_ID = re.compile(r"^([0-9a-f-]{36}):([0-9]{1,15}):([0-9]{1,7})$")
+_MAX_BODY = 4096
+_MAX_RELEASE_TIMEOUT_S = 86400
+
+
+def _name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    if not _NAME.match(name):
+        raise Invalid("a policy name is 1-64 of a-z, 0-9, _ and -", field="name")
+    return name
+
+
+async def _client(request: web.Request) -> Client:
+    client: Client = await request.app[keys.AUTH].client(request)
+    return client
+
+
+async def put_policy(request: web.Request) -> web.Response:
+    client, name = await _client(request), _name(request)
+    settings = request.app[keys.SETTINGS]
+    body = decode(PolicyPut, await read_json(request, _MAX_BODY))
+    if not 1 <= body.max_in_flight <= settings.max_in_flight:
+        raise Invalid(
+            f"max_in_flight must be from 1 to {settings.max_in_flight}", field="max_in_flight", code="out_of_range"
+        )
+    if not 1 <= body.release_timeout_s <= _MAX_RELEASE_TIMEOUT_S:
+        raise Invalid(
+            f"release_timeout_s must be from 1 to {_MAX_RELEASE_TIMEOUT_S}",
+            field="release_timeout_s",
+            code="out_of_range",
+        )
+    store = request.app[keys.STORE]
+    existing = await store.get_policy(client.client_id, name)
+    at = now()
+    created_at = existing.created_at if existing is not None else at
+    policy = ThrottlePolicy(client.client_id, name, body.max_in_flight, body.release_timeout_s, created_at, at)
+    await store.put_policy(policy)
+    log.info("throttle_policy_saved", client_id=client.client_id, policy=name, max_in_flight=body.max_in_flight)
+    return json_response(policy_view(policy, 0 if existing is None else None), 200 if existing else 201)
+
+
+async def _policy(request: web.Request) -> tuple[Client, ThrottlePolicy]:
+    client, name = await _client(request), _name(request)
+    policy = await request.app[keys.STORE].get_policy(client.client_id, name)
+    if policy is None:
+        raise NotFound(f"no throttle policy named {name!r}", field="name")
+    return client, policy
+
+
+async def get_policy(request: web.Request) -> web.Response:
+    client, policy = await _policy(request)
+    held = await request.app[keys.STORE].tokens(client.client_id, policy.name)
+    return json_response(policy_view(policy, len(held)))
+
+
+async def list_policies(request: web.Request) -> web.Response:
+    client = await _client(request)
+    policies = await request.app[keys.STORE].list_policies(client.client_id)
+    return json_response(PolicyList([policy_view(p, None) for p in sorted(policies, key=lambda p: p.name)]))
+
+
+async def delete_policy(request: web.Request) -> web.Response:
+    client, policy = await _policy(request)
+    await request.app[keys.STORE].delete_policy(client.client_id, policy.name)
+    log.info("throttle_policy_deleted", client_id=client.client_id, policy=policy.name)
+    return json_response(policy_view(policy, None))
+
+
+async def release_event(request: web.Request) -> web.Response:
+    """The consumer is done with an event: free its token. Releasing twice (or after the timeout) is 200
+    with ``released: false``."""
+    client = await _client(request)
+    event_id = request.match_info["event_id"]
+    match = _EVENT_ID.match(event_id)
+    if match is None:
+        raise Invalid("event_id must look like <schedule_id>:<epoch ms>:<index>", field="event_id")
+    try:
+        schedule_id = uuid.UUID(match.group(1))
+    except ValueError:
+        raise Invalid("event_id must start with a schedule id (a UUID)", field="event_id") from None
+    store = request.app[keys.STORE]
+    schedule = await store.get_schedule(client.client_id, schedule_id)
+    policy = schedule.options.throttle if schedule is not None and schedule.options is not None else None
+    if policy is None:
+        raise NotFound("no throttled schedule has this event", field="event_id")
+    released = False
+    for token in await store.tokens(client.client_id, policy):
+        if token.event_id == event_id:
+            released = await store.release_token(client.client_id, policy, token.slot, event_id)
+            break
+    log.info("throttle_event_released", client_id=client.client_id, event_id=event_id, released=released)
+    return json_response(ReleaseView(event_id, released))
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/v1/throttle-policies", list_policies, allow_head=False)
+    app.router.add_put("/v1/throttle-policies/{name}", put_policy)
+    app.router.add_get("/v1/throttle-policies/{name}", get_policy, allow_head=False)
+    app.router.add_delete("/v1/throttle-policies/{name}", delete_policy)
+    app.router.add_post("/v1/events/{event_id}/release", release_event)
