@@ -185,6 +185,7 @@ class ThrottleGate:
                 policy=token.policy,
                 event_id=token.event_id,
                 slot=token.slot,
+                taken_at=token.taken_at.isoformat(),
             )
 
     async def _release(self, token: Token, why: str) -> bool:
