@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 import structlog
 from aiohttp import web
 
+from poller.acks import AckConsumer
 from poller.callbacks.http import HttpDispatcher
 from poller.callbacks.kafka import KafkaDispatcher
 from poller.delivery import CallbackRouter
@@ -36,6 +37,9 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         await kafka.start()
         metrics = Metrics()
         node = Node(settings, store, router, metrics)
+        if settings.ack_topic is not None:
+            acks = asyncio.create_task(AckConsumer(store, settings.kafka.bootstrap, settings.ack_topic).run())
+            stack.callback(acks.cancel)
         runner = web.AppRunner(status_app(metrics, node.status), access_log=None)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,16 @@ from poller.callbacks.http import HttpSettings
 from poller.callbacks.kafka import KafkaSettings
 from schema.errors import ConfigError
 from schema.settings import StoreSettings, env_float, env_int, env_str
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _topic(name: str | None) -> str | None:
+    if name is not None and not _TOPIC.match(name):
+        raise ConfigError(
+            "TICKD_KAFKA_ACK_TOPIC must be a Kafka topic name ([A-Za-z0-9._-]{1,249})", field="TICKD_KAFKA_ACK_TOPIC"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class PollerSettings:
     outcome_flush_s: float = 0.2
     # How often a throttled event waiting for a token looks again when none is free.
     throttle_poll_s: float = 0.1
+    # Kafka subscribers release throttled events by records on this topic (None: no ack consumer).
+    ack_topic: str | None = None
     store: StoreSettings = field(default_factory=StoreSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
@@ -77,6 +90,7 @@ class PollerSettings:
             node_max_inflight=env_int(env, "TICKD_NODE_MAX_INFLIGHT", d.node_max_inflight, low=1, high=1_000_000),
             outcome_flush_s=env_float(env, "TICKD_OUTCOME_FLUSH_S", d.outcome_flush_s, low=0.01, high=10),
             throttle_poll_s=env_float(env, "TICKD_THROTTLE_POLL_S", d.throttle_poll_s, low=0.01, high=10),
+            ack_topic=_topic(env.get("TICKD_KAFKA_ACK_TOPIC", "").strip() or None),
             store=StoreSettings.from_env(env),
             http=HttpSettings.from_env(env),
             kafka=KafkaSettings.from_env(env),

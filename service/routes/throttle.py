@@ -7,11 +7,11 @@ all poller nodes (see ``poller.throttle``). A schedule names one with ``"throttl
 from __future__ import annotations
 
 import re
-import uuid
 
 import structlog
 from aiohttp import web
 
+from schema import events
 from schema.errors import NotFound
 from schema.model import Client, ThrottlePolicy
 from service import keys
@@ -22,7 +22,6 @@ from service.views import PolicyList, ReleaseView, policy_view
 
 log = structlog.get_logger("tickd.api")
 _NAME = re.compile(CLIENT_ID_PATTERN)
-_EVENT_ID = re.compile(r"^([0-9a-f-]{36}):([0-9]{1,15}):([0-9]{1,7})$")
 _MAX_BODY = 4096
 _MAX_RELEASE_TIMEOUT_S = 86400
 
@@ -95,23 +94,7 @@ async def release_event(request: web.Request) -> web.Response:
     with ``released: false``."""
     client = await _client(request)
     event_id = request.match_info["event_id"]
-    match = _EVENT_ID.match(event_id)
-    if match is None:
-        raise Invalid("event_id must look like <schedule_id>:<epoch ms>:<index>", field="event_id")
-    try:
-        schedule_id = uuid.UUID(match.group(1))
-    except ValueError:
-        raise Invalid("event_id must start with a schedule id (a UUID)", field="event_id") from None
-    store = request.app[keys.STORE]
-    schedule = await store.get_schedule(client.client_id, schedule_id)
-    policy = schedule.options.throttle if schedule is not None and schedule.options is not None else None
-    if policy is None:
-        raise NotFound("no throttled schedule has this event", field="event_id")
-    released = False
-    for token in await store.tokens(client.client_id, policy):
-        if token.event_id == event_id:
-            released = await store.release_token(client.client_id, policy, token.slot, event_id)
-            break
+    released = await events.release_event(request.app[keys.STORE], client.client_id, event_id)
     log.info("throttle_event_released", client_id=client.client_id, event_id=event_id, released=released)
     return json_response(ReleaseView(event_id, released))
 
