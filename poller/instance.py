@@ -450,8 +450,7 @@ class PollerInstance:
     async def _record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
         """Queue the outcome for the next per-partition batch and wait until it is durable."""
         options = row.options
-        kept = options is not None and (options.repeat is not None or options.batch or options.event is not None)
-        batch = options is not None and options.batch
+        events, window_ms = options.expansion if options is not None else (0, 0)
         self._outcomes.append(
             FireOutcome(
                 row.client_id,
@@ -461,11 +460,11 @@ class PollerInstance:
                 result.attempts,
                 fired_at,
                 result.error,
-                nominal_at=row.fire_at if kept else None,
+                nominal_at=row.fire_at if options is not None and options.in_runs else None,
                 seq=row.seq,
                 event=options.event if options is not None else None,
-                events=options.events if batch and options is not None else 0,
-                window_ms=options.window_ms if batch and options is not None else 0,
+                events=events,
+                window_ms=window_ms,
             )
         )
         if self._flushed is None:

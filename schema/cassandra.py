@@ -36,7 +36,6 @@ from schema.model import (
     ListCursor,
     Location,
     NodeInfo,
-    Options,
     Page,
     Run,
     Schedule,
@@ -497,7 +496,7 @@ class CassandraStore:
             s.attempts,
             fired_at if fired_at is not None else UNSET_VALUE,
             unset_if_none(error),
-            *_batch_shape(s.options),
+            *(n or UNSET_VALUE for n in (s.options.expansion if s.options is not None else (0, 0))),
             self.settings.retention_s,
         )
 
@@ -878,13 +877,6 @@ def _chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
         out[-1].append(row)
         size += cost
     return [chunk for chunk in out if chunk]
-
-
-def _batch_shape(options: Options | None) -> tuple[Any, Any]:
-    """The (events, window_ms) columns of a run: unset for fires that were not expanded."""
-    if options is None or not options.batch:
-        return UNSET_VALUE, UNSET_VALUE
-    return options.events, options.window_ms or UNSET_VALUE
 
 
 # Listing: partition reads in flight at once, and per page (a page may end early on the budget).

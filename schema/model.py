@@ -128,6 +128,16 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
         """A fire of this schedule is expanded into event rows instead of being delivered itself."""
         return self.event is None and (self.events > 1 or self.window_ms > 0 or self.throttle is not None)
 
+    @property
+    def in_runs(self) -> bool:
+        """This schedule's fires are kept in the runs table (recurring, expanded, or an event's)."""
+        return self.repeat is not None or self.batch or self.event is not None
+
+    @property
+    def expansion(self) -> tuple[int, int]:
+        """(events, window_ms) of a fire that is expanded into events; (0, 0) for one that is not."""
+        return (self.events, self.window_ms) if self.batch else (0, 0)
+
 
 _options_decoder: msgspec.json.Decoder[Options] = msgspec.json.Decoder(Options)
 

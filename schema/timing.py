@@ -56,8 +56,7 @@ def jitter(schedule_id: UUID, nominal: datetime, jitter_ms: int) -> timedelta:
     id (every node, every retry and every re-read agree), spread evenly across fires."""
     if jitter_ms <= 0:
         return timedelta(0)
-    digest = hashlib.blake2b(fire_id(schedule_id, nominal).encode(), digest_size=8).digest()
-    return timedelta(milliseconds=int.from_bytes(digest, "big") % jitter_ms)
+    return timedelta(milliseconds=_hash64(fire_id(schedule_id, nominal)) % jitter_ms)
 
 
 def event_offset(event_id: str, index: int, count: int, window_ms: int) -> timedelta:
@@ -66,9 +65,13 @@ def event_offset(event_id: str, index: int, count: int, window_ms: int) -> timed
     re-expansion agree) and evenly spread (no slot holds two events)."""
     if window_ms <= 0 or count <= 0:
         return timedelta(0)
-    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    within = int.from_bytes(digest, "big") / 2**64  # [0, 1)
+    within = _hash64(event_id) / 2**64  # [0, 1)
     return timedelta(milliseconds=int((index + within) * window_ms / count))
+
+
+def _hash64(text: str) -> int:
+    """A stable 64-bit hash of ``text`` (the same on every node and every Python run)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 def truncate_ms(moment: datetime) -> datetime:

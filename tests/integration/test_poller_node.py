@@ -8,6 +8,7 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -98,18 +99,15 @@ async def wait_for(predicate: object, timeout_s: float) -> None:
             await asyncio.sleep(0.05)
 
 
+def row(client_id: str, sid: uuid.UUID, fire_at: datetime, now: datetime, **changes: Any) -> Schedule:
+    """A schedule row of the 2-poller test client, placed as the API would place it."""
+    location = Location(timing.poller_id_for(sid, 2), timing.due_time(fire_at, now))
+    return Schedule(client_id, sid, location, fire_at, b"{}", HttpCallback(url="http://127.0.0.1:9/"), now, **changes)
+
+
 async def create(store: CassandraStore, client_id: str, in_s: float) -> Schedule:
-    sid, now = uuid.uuid4(), later(0)
-    fire_at = later(in_s)
-    s = Schedule(
-        client_id,
-        sid,
-        Location(timing.poller_id_for(sid, 2), timing.due_time(fire_at, now)),
-        fire_at,
-        b"{}",
-        HttpCallback(url="http://127.0.0.1:9/"),
-        now,
-    )
+    now = later(0)
+    s = row(client_id, uuid.uuid4(), later(in_s), now)
     await store.create_schedule(s, now)
     return s
 
@@ -167,15 +165,7 @@ async def test_failed_fire_is_retried_durably_with_the_same_fire_id(
     router.fail_first[sid] = 1
     now = datetime.now(UTC)
     fire_at = now + timedelta(seconds=1)
-    s = Schedule(
-        client_id,
-        sid,
-        Location(timing.poller_id_for(sid, 2), fire_at),
-        fire_at,
-        b"{}",
-        HttpCallback(url="http://127.0.0.1:9/"),
-        now,
-    )
+    s = row(client_id, sid, fire_at, now)
     await store.create_schedule(s, now)
     await wait_for(lambda: len(router.fired(s)) >= 2, 20)
     assert [a for a, _ in router.fired(s)] == [1, 2]
@@ -266,17 +256,7 @@ async def test_recurring_fires_on_its_nominal_grid_and_records_runs(
     sid, now = uuid.uuid4(), later(0)
     start = later(1.5)
     repeat = Repeat(every_s=2, start_at=start, max_fires=4)
-    first = Schedule(
-        client_id,
-        sid,
-        Location(timing.poller_id_for(sid, 2), start),
-        start,
-        b"{}",
-        HttpCallback(url="http://127.0.0.1:9/"),
-        now,
-        options=Options(repeat=repeat),
-        seq=1,
-    )
+    first = row(client_id, sid, start, now, options=Options(repeat=repeat), seq=1)
     router.fail_fire[first.fire_id] = 1  # the first occurrence needs a retry: the timeline must not wait for it
     await store.create_schedule(first, now)
     nominal = [start + timedelta(seconds=2 * i) for i in range(4)]
@@ -311,16 +291,7 @@ async def test_a_batch_trigger_expands_into_spread_events(
     _, router = cluster
     sid, now = uuid.uuid4(), later(0)
     fire_at = later(1.5)
-    trigger = Schedule(
-        client_id,
-        sid,
-        Location(timing.poller_id_for(sid, 2), fire_at),
-        fire_at,
-        b"{}",
-        HttpCallback(url="http://127.0.0.1:9/"),
-        now,
-        options=Options(events=6, window_ms=3000),
-    )
+    trigger = row(client_id, sid, fire_at, now, options=Options(events=6, window_ms=3000))
     await store.create_schedule(trigger, now)
     await wait_for(lambda: len(router.events.get(trigger.fire_id, [])) >= 6, 20)
     await asyncio.sleep(1)

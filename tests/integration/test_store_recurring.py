@@ -30,6 +30,15 @@ def following(s: Schedule, in_s: float = 60) -> Schedule:
     return dataclasses.replace(s, location=Location(s.location.poller_id, nominal), fire_at=nominal, seq=s.seq + 1)
 
 
+async def chained(store: CassandraStore, new_schedule: Factory, in_s: float = 600) -> tuple[Schedule, Schedule]:
+    """A recurring schedule created and chained once: (its first occurrence, its second)."""
+    first = recurring(new_schedule, in_s)
+    await store.create_schedule(first, datetime.now(UTC))
+    second = following(first)
+    assert await store.chain_schedule(first, second, datetime.now(UTC)) is Chain.CHAINED
+    return first, second
+
+
 async def test_chain_moves_the_pointer_to_the_next_occurrence(
     store: CassandraStore, new_schedule: Factory, client_id: str
 ) -> None:
@@ -48,10 +57,7 @@ async def test_chain_moves_the_pointer_to_the_next_occurrence(
 async def test_chain_again_finishes_its_own_move_and_a_takeover_finds_it_done(
     store: CassandraStore, new_schedule: Factory, client_id: str
 ) -> None:
-    first = recurring(new_schedule)
-    await store.create_schedule(first, datetime.now(UTC))
-    second = following(first)
-    assert await store.chain_schedule(first, second, datetime.now(UTC)) is Chain.CHAINED
+    first, second = await chained(store, new_schedule)
     # The same call again (a retry after a timeout): it finds its own pointer move and rewrites the row.
     assert await store.chain_schedule(first, second, datetime.now(UTC)) is Chain.CHAINED
     # A new owner re-firing the first occurrence computes a different due time: already chained, fire it.
@@ -63,10 +69,7 @@ async def test_chain_again_finishes_its_own_move_and_a_takeover_finds_it_done(
 async def test_a_client_change_stops_queued_occurrences(
     store: CassandraStore, new_schedule: Factory, client_id: str
 ) -> None:
-    first = recurring(new_schedule)
-    await store.create_schedule(first, datetime.now(UTC))
-    second = following(first)
-    assert await store.chain_schedule(first, second, datetime.now(UTC)) is Chain.CHAINED
+    first, second = await chained(store, new_schedule)
     head = await store.get_schedule(client_id, first.schedule_id)
     assert head is not None
     changed = await store.replace_schedule(head, dataclasses.replace(head, payload=b'{"v": 2}'), datetime.now(UTC))
@@ -102,10 +105,7 @@ async def test_end_of_timeline_seals_the_version(store: CassandraStore, new_sche
 async def test_retry_of_an_occurrence_keeps_the_pointer_and_shows_in_runs(
     store: CassandraStore, new_schedule: Factory, client_id: str
 ) -> None:
-    first = recurring(new_schedule, in_s=30)
-    await store.create_schedule(first, datetime.now(UTC))
-    second = following(first)
-    assert await store.chain_schedule(first, second, datetime.now(UTC)) is Chain.CHAINED
+    first, second = await chained(store, new_schedule, in_s=30)
     retry_at = later(300)
     retried = await store.requeue_schedule(first, retry_at, 1, "HTTP 503", datetime.now(UTC))
     assert retried.fire_id == first.fire_id and retried.version == first.version and retried.attempts == 1
