@@ -51,7 +51,6 @@ from schema.timing import minute_bucket
 log = structlog.get_logger("tickd.poller")
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]
-_rng = random.Random()
 # Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
 _MAX_STORE_RETRY_S = 5.0
 
@@ -65,6 +64,9 @@ class OpenMinute:
     pending: int = 0
     inflight: int = 0
     fired: set[RowKey] = field(default_factory=set)
+    # A fire of this minute ended without its outcome stored (crashed, or abandoned at a drain deadline):
+    # the minute must never be checkpointed by this owner, so the next one fires it again.
+    poisoned: bool = False
     last_touch: datetime | None = None
     first_touch: datetime | None = None
     hot_until: datetime | None = None
@@ -82,6 +84,9 @@ class PollerInstance:
         clock: Clock,
         node_slots: asyncio.Semaphore,
         gate: ThrottleGate,
+        *,
+        rng: random.Random | None = None,
+        lease: Callable[[], bool] = lambda: True,
     ) -> None:
         self.claim = claim
         self.instance = claim.instance
@@ -102,6 +107,9 @@ class PollerInstance:
         self._node_slots = node_slots
         self._gate = gate
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._crash: BaseException | None = None
+        self._rng = rng or random.Random()
+        self._lease = lease
         self._checkpoint: datetime | None = None
         self.drained = False
         self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
@@ -259,6 +267,11 @@ class PollerInstance:
             if delay > 0:
                 await self._wait(self._wake, delay)
                 continue
+            if not self._lease():
+                # The node may be declared dead by now (it was paused, or its heartbeats fail): fire
+                # nothing until it knows; it fences (stopping this instance) or renews the lease.
+                await asyncio.sleep(self._s.mark_poll_s)
+                continue
             heapq.heappop(self._heap)
             row = self._pending.pop((due, sid), None)
             if row is not None:
@@ -273,34 +286,54 @@ class PollerInstance:
         state.fired.add((row.location.due_at, row.schedule_id))
         task = asyncio.create_task(self._deliver(row, state))
         self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
+        task.add_done_callback(self._delivery_done)
+
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        """A delivery that raised stops the instance loudly (the close loop re-raises it): its minute is
+        poisoned, so the next owner fires it again. Cancelled deliveries (a drain deadline) poison too."""
+        self._deliveries.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None and self._crash is None:
+            self._crash = exc
+            self._changed.set()
 
     async def _deliver(self, row: Schedule, state: OpenMinute) -> None:
+        """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
+        changed under it), or an exception that poisons its minute and stops the instance."""
+        settled = False
         try:
-            if row.repeat is not None and row.attempts == 0 and not await self._chain(row):
-                return
-            if row.options is not None and row.options.batch:
-                await self._expand(row)
-                return
-            token = await self._throttle(row)
-            fired_at = self._now()
-            if row.attempts == 0:
-                self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
-            result = await self._router.deliver(row, row.attempts + 1, fired_at)
-            if token is not None:
-                if result.ok:
-                    self._gate.delivered(token)
-                else:
-                    await self._gate.not_delivered(token)
-            self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
-            await self._settle(row, result, fired_at)
-        except Exception:
-            self._log.exception("fire_crashed", schedule_id=str(row.schedule_id))
+            await self._fire(row)
+            settled = True
         finally:
+            if not settled:
+                state.poisoned = True
+                self._log.error("fire_not_settled", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
             state.inflight -= 1
             self._slots.release()
             self._node_slots.release()
             self._changed.set()
+
+    async def _fire(self, row: Schedule) -> None:
+        if row.repeat is not None and row.attempts == 0 and not await self._chain(row):
+            return
+        if row.options is not None and row.options.batch:
+            await self._expand(row)
+            return
+        token = await self._throttle(row)
+        fired_at = self._now()
+        if row.attempts == 0:
+            self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
+        if not self._lease():
+            if token is not None:
+                await self._gate.not_delivered(token)
+            raise LeaseLost(f"the node's lease ran out before {row.fire_id} went out")
+        result = await self._router.deliver(row, row.attempts + 1, fired_at)
+        if token is not None:
+            if result.ok:
+                self._gate.delivered(token)
+            else:
+                await self._gate.not_delivered(token)
+        self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
+        await self._settle(row, result, fired_at)
 
     # -- recurring schedules ----------------------------------------------------------------------------
 
@@ -393,7 +426,7 @@ class PollerInstance:
             await self._record(row, Status.SUCCEEDED, result, fired_at)
         elif result.retriable:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
-            wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, _rng)
+            wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
             due = self._now() + timedelta(seconds=max(wait_s, 0.05))
             await self._durably("requeue", lambda: self._retry_later(row, result, due))
         else:
@@ -496,12 +529,16 @@ class PollerInstance:
     async def _close_loop(self) -> None:
         while True:
             await self._wait(self._changed, 0.5)
+            if self._crash is not None:
+                raise InstanceCrashed(f"a delivery crashed: {self._crash!r}") from self._crash
             await self._close_ready_minutes()
 
     async def _close_ready_minutes(self) -> None:
         now = self._now()
         for minute in sorted(self._open):
             state = self._open[minute]
+            if state.poisoned:
+                return  # never checkpoint past a fire whose outcome is not stored
             if now < minutes.closes_at(minute, self._s.minute_close_s) or state.pending or state.inflight:
                 return
             await self._store.write_checkpoint(self.claim, minute)
@@ -550,6 +587,14 @@ def _recurrence(repeat: Repeat) -> rec.Recurrence:
 
 class InstanceDrained(Exception):
     """Raised inside an instance's task group to end it: its partitions are empty for good."""
+
+
+class LeaseLost(Exception):
+    """The node's lease ran out between taking a fire and sending it: the fire is left to the next owner."""
+
+
+class InstanceCrashed(Exception):
+    """Raised inside an instance's task group when a fire ended without a stored outcome."""
 
 
 def _outcome(result: DeliveryResult) -> str:

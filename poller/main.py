@@ -37,14 +37,14 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         await kafka.start()
         metrics = Metrics()
         node = Node(settings, store, router, metrics)
+        services = []
         if settings.ack_topic is not None:
-            acks = asyncio.create_task(AckConsumer(store, settings.kafka.bootstrap, settings.ack_topic).run())
-            stack.callback(acks.cancel)
+            services.append(AckConsumer(store, settings.kafka.bootstrap, settings.ack_topic).run)
         runner = web.AppRunner(status_app(metrics, node.status), access_log=None)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
-        await node.run(stop)
+        await node.run(stop, services)
 
 
 async def run(settings: PollerSettings) -> None:

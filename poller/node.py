@@ -13,8 +13,8 @@ Loops (one TaskGroup, so a crashed loop stops the node loudly):
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Coroutine
+import random
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,12 +40,13 @@ def utc_now() -> datetime:
 
 
 class Running:
-    __slots__ = ("instance", "stopping", "task")
+    __slots__ = ("instance", "stopped", "stopping", "task")
 
     def __init__(self, instance: PollerInstance, task: asyncio.Task[None]) -> None:
         self.instance = instance
         self.task = task
         self.stopping = False
+        self.stopped = asyncio.Event()
 
 
 class Node:
@@ -56,6 +57,8 @@ class Node:
         router: CallbackRouter,
         metrics: Metrics,
         clock: Clock = utc_now,
+        *,
+        rng: random.Random | None = None,
     ) -> None:
         self._s = settings
         self._store = store
@@ -70,8 +73,10 @@ class Node:
         self._live: set[str] = set()
         self._drained: set[InstanceKey] = set()
         self._fenced = False
-        self._heartbeat_ok = time.monotonic()
-        self._background: set[asyncio.Task[Any]] = set()
+        # Loop time (monotonic; virtual under the simulation), set when the node starts.
+        self._heartbeat_ok = 0.0
+        self._rng = rng or random.Random()
+        self._tg: asyncio.TaskGroup | None = None
         self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
@@ -84,20 +89,54 @@ class Node:
             "instances": {str(k): r.instance.claim.epoch for k, r in sorted(self._running.items())},
         }
 
-    async def run(self, stop: asyncio.Event) -> None:
-        await self._heartbeat()
+    @property
+    def fenced(self) -> bool:
+        return self._fenced
+
+    def lease_held(self) -> bool:
+        """True while no other node can have declared this one dead: the last heartbeat sent and answered
+        is younger than the node TTL less the fence margin. Instances check it right before each fire,
+        so a node that was paused (GC, SIGSTOP) past its TTL fires nothing when it resumes."""
+        silent_s = asyncio.get_running_loop().time() - self._heartbeat_ok
+        return not self._fenced and silent_s <= self._s.node_ttl_s - self._s.fence_margin_s
+
+    @property
+    def running(self) -> dict[InstanceKey, PollerInstance]:
+        """The instances this node runs now (stopping ones included), by key."""
+        return {key: r.instance for key, r in self._running.items()}
+
+    async def run(self, stop: asyncio.Event, services: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
+        """Run until ``stop`` is set, then hand every instance over. Every long-lived task of the node
+        (its loops, its instances, their hand-overs, and ``services`` such as the ack consumer) runs in
+        one task group: a task that crashes stops the node loudly instead of dying unnoticed."""
+        self._heartbeat_ok = asyncio.get_running_loop().time()
+        await self._wait_for_first_heartbeat(stop)
         self._log.info("node_started", metrics_port=self._s.metrics_port)
         async with asyncio.TaskGroup() as tg:
+            self._tg = tg
             loops = [
                 tg.create_task(self._every(self._s.heartbeat_interval_s, self._heartbeat_tick)),
                 tg.create_task(self._every(self._s.ring_refresh_s, self._reconcile)),
                 tg.create_task(self._every(self._s.mark_poll_s, self._poll_marks)),
                 tg.create_task(self._every(self._s.claim_verify_s, self._verify_claims)),
+                *(tg.create_task(_as_coroutine(service)) for service in services),
             ]
             await stop.wait()
             for task in loops:
                 task.cancel()
-        await self._shutdown()
+            await self._shutdown()
+
+    async def _wait_for_first_heartbeat(self, stop: asyncio.Event) -> None:
+        """A node starts only once it is in the membership table; a store that is down is waited out."""
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                await self._heartbeat()
+                return
+            except (StoreUnavailable, TimeoutError) as exc:
+                self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__, wait_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _every(self, interval_s: float, tick: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``tick`` forever; storage hiccups are logged and retried, anything else stops the node."""
@@ -115,9 +154,12 @@ class Node:
         info = NodeInfo(self.node_id, self._s.metrics_host, self._s.metrics_port, self._started_at, now)
         # A busy node's write may be slow to come back; give it half the time left before fencing.
         budget_s = max(self._s.heartbeat_interval_s * 2, (self._s.node_ttl_s - self._s.fence_margin_s) / 2)
+        # The lease counts from when the write was *sent*: its TTL started no earlier, so others cannot
+        # see this node gone before the lease ends, however late the answer comes back.
+        sent = asyncio.get_running_loop().time()
         async with asyncio.timeout(budget_s):
             await self._store.heartbeat(info, self._s.node_ttl_s)
-        self._heartbeat_ok = time.monotonic()
+        self._heartbeat_ok = max(self._heartbeat_ok, sent)
         if self._fenced:
             self._fenced = False
             self._log.warning("node_unfenced")
@@ -127,8 +169,8 @@ class Node:
             await self._heartbeat()
         except (StoreUnavailable, TimeoutError) as exc:
             self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
-        silent_s = time.monotonic() - self._heartbeat_ok
-        if not self._fenced and silent_s > self._s.node_ttl_s - self._s.fence_margin_s:
+        silent_s = asyncio.get_running_loop().time() - self._heartbeat_ok
+        if not self._fenced and not self.lease_held():
             # Others will think us dead at node_ttl_s: stop firing before they may start.
             self._fenced = True
             self._log.error("node_fenced", silent_s=round(silent_s, 2))
@@ -141,6 +183,7 @@ class Node:
             return
         await self._refresh_clients()
         self._live = {n.node_id for n in await self._store.live_nodes()} | {self.node_id}
+        self._forget_undrained()
         candidates = [i for i in ring.instances_of(self._clients.values()) if i not in self._drained]
         mine = ring.owned_by(self.node_id, candidates, self._live)
         for key, running in list(self._running.items()):
@@ -148,11 +191,21 @@ class Node:
                 self._spawn(self._stop(key, "rebalanced", drain_s=self._s.shutdown_deadline_s, release=True))
         await self._claim_new([k for k in mine if k not in self._running])
 
+    def _forget_undrained(self) -> None:
+        """A drained instance is left alone only while its client's quota stays below it: once the quota
+        is raised again, new schedules are placed on it and it must be claimed like any other."""
+        self._drained = {
+            key
+            for key in self._drained
+            if (client := self._clients.get(key.client_id)) is not None and key.poller_id >= client.poller_count
+        }
+
     async def _refresh_clients(self) -> None:
-        if time.monotonic() - self._clients_read_at < self._s.clients_refresh_s and self._clients:
+        now = asyncio.get_running_loop().time()
+        if now - self._clients_read_at < self._s.clients_refresh_s and self._clients:
             return
         self._clients = {c.client_id: c for c in await self._store.list_clients()}
-        self._clients_read_at = time.monotonic()
+        self._clients_read_at = now
         for key, running in self._running.items():
             client = self._clients.get(key.client_id)
             if client is not None:
@@ -199,9 +252,19 @@ class Node:
 
     def _start(self, claim: Claim, client: Client) -> None:
         instance = PollerInstance(
-            claim, client, self._store, self._router, self._s, self._metrics, self._now, self._fire_slots, self._gate
+            claim,
+            client,
+            self._store,
+            self._router,
+            self._s,
+            self._metrics,
+            self._now,
+            self._fire_slots,
+            self._gate,
+            rng=random.Random(self._rng.getrandbits(64)),
+            lease=self.lease_held,
         )
-        task = asyncio.create_task(self._run_instance(instance))
+        task = self._task_group().create_task(self._run_instance(instance))
         self._running[claim.instance] = Running(instance, task)
         self._metrics.instances.set(len(self._running))
 
@@ -223,21 +286,30 @@ class Node:
 
     async def _stop(self, key: InstanceKey, reason: str, *, drain_s: float, release: bool) -> None:
         running = self._running.get(key)
-        if running is None or running.stopping:
+        if running is None:
+            return
+        if running.stopping:
+            await running.stopped.wait()  # another stop is handing it over: wait for it to finish
             return
         running.stopping = True
+        try:
+            await self._hand_over(running, reason, drain_s=drain_s, release=release)
+        finally:
+            del self._running[key]
+            self._metrics.instances.set(len(self._running))
+            running.stopped.set()
+
+    async def _hand_over(self, running: Running, reason: str, *, drain_s: float, release: bool) -> None:
         running.task.cancel()
         await asyncio.gather(running.task, return_exceptions=True)
         instance = running.instance
         try:
             await instance.drain(drain_s)
         except StoreUnavailable as exc:
-            self._log.warning("drain_incomplete", instance=str(key), error=str(exc))
-        self._log.info("instance_stopped", instance=str(key), epoch=instance.claim.epoch, reason=reason)
+            self._log.warning("drain_incomplete", instance=str(instance.instance), error=str(exc))
+        self._log.info("instance_stopped", instance=str(instance.instance), epoch=instance.claim.epoch, reason=reason)
         if release:
             await self._release(instance.claim)
-        del self._running[key]
-        self._metrics.instances.set(len(self._running))
 
     async def _release(self, claim: Claim) -> None:
         try:
@@ -286,7 +358,6 @@ class Node:
         Releasing before leaving matters: while our heartbeat row exists nobody claims our instances,
         so no instance can run twice during the handover."""
         self._log.info("node_stopping", instances=len(self._running))
-        await asyncio.gather(*self._background, return_exceptions=True)
         await asyncio.gather(
             *(self._stop(k, "shutdown", drain_s=self._s.shutdown_deadline_s, release=True) for k in list(self._running))
         )
@@ -298,6 +369,13 @@ class Node:
         self._log.info("node_stopped")
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._task_group().create_task(coro)
+
+    def _task_group(self) -> asyncio.TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("the node is not running")
+        return self._tg
+
+
+async def _as_coroutine(service: Callable[[], Awaitable[None]]) -> None:
+    await service()

@@ -18,8 +18,8 @@ automatic release), or, if that node died, by the row's TTL (the timeout plus a 
 from __future__ import annotations
 
 import asyncio
+import enum
 import heapq
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -80,7 +80,7 @@ class ThrottleGate:
         """Wait for a token (events of one policy get them in due-time order on this node). None: the
         policy no longer exists, so the event goes out unthrottled (and that is logged)."""
         key = (client_id, policy)
-        if await self._policy(key) is None:
+        if await self._policy_or_unknown(key) is None:
             log.warning("throttle_policy_missing", client_id=client_id, policy=policy, event_id=event_id)
             return None
         queue = self._queues.setdefault(key, _Queue())
@@ -121,12 +121,22 @@ class ThrottleGate:
 
     # -- internals ------------------------------------------------------------------------------------
 
+    async def _policy_or_unknown(self, key: PolicyKey) -> ThrottlePolicy | _Unknown | None:
+        """The policy, None if it is gone, or UNKNOWN while storage does not answer: then the event
+        queues anyway and the pump, which retries its reads, decides."""
+        try:
+            return await self._policy(key)
+        except StoreUnavailable as exc:
+            log.warning("throttle_store_unavailable", client_id=key[0], policy=key[1], error=str(exc))
+            return UNKNOWN
+
     async def _policy(self, key: PolicyKey) -> ThrottlePolicy | None:
+        now = asyncio.get_running_loop().time()
         cached = self._policies.get(key)
-        if cached is not None and time.monotonic() - cached[0] < self._policy_refresh_s:
+        if cached is not None and now - cached[0] < self._policy_refresh_s:
             return cached[1]
         policy = await self._store.get_policy(*key)
-        self._policies[key] = (time.monotonic(), policy)
+        self._policies[key] = (now, policy)
         return policy
 
     async def _pump(self, key: PolicyKey, queue: _Queue) -> None:
@@ -203,6 +213,13 @@ class ThrottleGate:
                 queue.wake.set()
             return released
         return False
+
+
+class _Unknown(enum.Enum):
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = _Unknown.UNKNOWN
 
 
 def _drop_abandoned(queue: _Queue) -> None:
