@@ -36,6 +36,11 @@ DST policy for cron (the README copies this):
   nothing from 01:00 EDT and resumes at 01:00 EST; "both" fires every real minute.
 - Zones without DST (Asia/Kolkata, UTC) have neither. Each next fire is strictly later than the time
   it is computed from, so a chain of fires never goes backwards nor repeats an instant.
+
+Bounded work: a search for the next fire looks at no more than ``MAX_SCAN_STEPS`` wall times that
+match the cron (a rule such as ``30 2 * 3 0#2`` in New York with ``on_gap="skip"`` matches only
+wall times inside the spring-forward gap, so it never fires). ``parse_recurrence`` refuses a rule whose
+search runs out; ``next_fire`` answers None (the timeline ends) and ``preview`` returns what it found.
 """
 
 from __future__ import annotations
@@ -69,6 +74,19 @@ _TICK: Final = timedelta(microseconds=1)
 _SECOND: Final = timedelta(seconds=1)
 # Where croniter starts when checking that an expression ever matches: a leap year, so 29 Feb counts.
 _REFERENCE: Final = datetime(2000, 1, 1)  # noqa: DTZ001 - croniter works on naive wall-clock times here
+# Matching wall times one search (one next_fire, or a whole preview) may skip in DST gaps without
+# finding a fire: each costs 40-200 us. Legitimate rules pass over at most one gap (<= 60 matches) per year, so
+# 1,000 only refuses rules that (nearly) never fire.
+MAX_SCAN_STEPS: Final = 1000
+
+
+class _Budget:
+    """The gap-skipped wall times a search may still pass over; shared by the scans of one search."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, steps: int = MAX_SCAN_STEPS) -> None:
+        self.left = steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +164,14 @@ def parse_recurrence(
     if end is not None and start is not None and end <= start:
         raise InvalidInput("end_at must be later than start_at", field="end_at")
     recurrence = Recurrence(rule, start, end, _max_fires(max_fires))
-    if next_fire(recurrence, now) is None:
+    first = _next_from_start(recurrence, now.astimezone(UTC), _Budget())
+    if first is None:
+        raise InvalidInput(
+            f"the rule has no occurrence it can fire among the next {MAX_SCAN_STEPS} wall times it matches"
+            " (with on_gap 'skip', each falls in a DST gap)",
+            field="cron",
+        )
+    if end is not None and first > end:
         raise InvalidInput("no occurrence falls between now and end_at", field="end_at")
     return recurrence
 
@@ -267,8 +292,11 @@ def _to_ms(moment: datetime) -> datetime:
 # --- next fire -----------------------------------------------------------------------------------------
 
 
-def next_fire(recurrence: Recurrence, after: datetime, *, fired: int = 0) -> datetime | None:
-    """The first nominal fire strictly after ``after`` (aware), in UTC; None once the bounds are spent.
+def next_fire(
+    recurrence: Recurrence, after: datetime, *, fired: int = 0, budget: _Budget | None = None
+) -> datetime | None:
+    """The first nominal fire strictly after ``after`` (aware), in UTC; None once the bounds are spent,
+    or when no fire is found within the search budget (``MAX_SCAN_STEPS`` matching wall times).
 
     Pass the *nominal* time of the current occurrence as ``after`` to keep the timeline, and the number
     of occurrences fired so far as ``fired`` (for ``max_fires``).
@@ -277,16 +305,20 @@ def next_fire(recurrence: Recurrence, after: datetime, *, fired: int = 0) -> dat
         raise ValueError("naive datetime: tickd only handles aware times")
     if recurrence.max_fires is not None and fired >= recurrence.max_fires:
         return None
-    found = _next_from_start(recurrence, after.astimezone(UTC))
+    found = _next_from_start(recurrence, after.astimezone(UTC), budget or _Budget())
+    if found is None:
+        return None
     return None if recurrence.end_at is not None and found > recurrence.end_at else found
 
 
 def preview(recurrence: Recurrence, after: datetime, n: int, *, fired: int = 0) -> list[datetime]:
-    """The next ``n`` nominal fires after ``after`` (fewer if the bounds run out first)."""
+    """The next ``n`` nominal fires after ``after`` (fewer if the bounds or the one search budget that
+    all ``n`` share run out first)."""
     found: list[datetime] = []
+    budget = _Budget()
     moment: datetime | None = after
     while len(found) < n and moment is not None:
-        moment = next_fire(recurrence, moment, fired=fired + len(found))
+        moment = next_fire(recurrence, moment, fired=fired + len(found), budget=budget)
         if moment is not None:
             found.append(moment)
     return found
@@ -298,15 +330,19 @@ def occurrence(rule: Rule, nominal: datetime) -> Occurrence:
     return Occurrence(nominal.astimezone(UTC), nominal.astimezone(ZoneInfo(zone)), zone)
 
 
-def _next_from_start(recurrence: Recurrence, after: datetime) -> datetime:
-    """The rule's next time after ``after`` that is not before ``start_at`` (inclusive)."""
+def _next_from_start(recurrence: Recurrence, after: datetime, budget: _Budget) -> datetime | None:
+    """The rule's next time after ``after`` that is not before ``start_at`` (inclusive); None when the
+    search runs out of budget or past the calendar's end (year 9999)."""
     start, rule = recurrence.start_at, recurrence.rule
-    if start is not None:
-        after = max(after, start - _TICK)
-    if isinstance(rule, EveryRule):
-        assert start is not None  # Recurrence.__post_init__ guarantees it
-        return _every_next(rule.interval_s, start, after)
-    return _cron_next(rule, after)
+    try:
+        if start is not None and start > after:
+            after = start - _TICK
+        if isinstance(rule, EveryRule):
+            assert start is not None  # Recurrence.__post_init__ guarantees it
+            return _every_next(rule.interval_s, start, after)
+        return _cron_next(rule, after, budget)
+    except (OverflowError, ValueError):  # datetime's range ends: year 1 or 10000
+        return None
 
 
 def _every_next(interval_s: int, anchor: datetime, after: datetime) -> datetime:
@@ -316,17 +352,19 @@ def _every_next(interval_s: int, anchor: datetime, after: datetime) -> datetime:
     return anchor + ((after - anchor) // step + 1) * step
 
 
-def _cron_next(rule: CronRule, after: datetime) -> datetime:
+def _cron_next(rule: CronRule, after: datetime, budget: _Budget) -> datetime | None:
     """Reading every overlap with one fold makes wall time -> instant monotonic, so one forward scan
     per fold finds the answer; "both" takes the earlier of the two scans."""
     zone = ZoneInfo(rule.timezone)
     local = after.astimezone(zone)
     folds = {"first": (0,), "last": (1,), "both": (0, 1)}[rule.on_overlap]
-    return min(_scan(rule, zone, local, fold) for fold in folds)
+    found = [t for t in (_scan(rule, zone, local, fold, budget) for fold in folds) if t is not None]
+    return min(found, default=None)
 
 
-def _scan(rule: CronRule, zone: ZoneInfo, local: datetime, fold: int) -> datetime:
-    """The first instant after ``local`` that a wall time matching the rule maps to, overlaps read with ``fold``."""
+def _scan(rule: CronRule, zone: ZoneInfo, local: datetime, fold: int, budget: _Budget) -> datetime | None:
+    """The first instant after ``local`` that a wall time matching the rule maps to, overlaps read with
+    ``fold``; None once ``budget`` matching wall times were looked at without one."""
     after = local.astimezone(UTC)
     wall = local.replace(tzinfo=None, fold=0)
     if fold == 1:
@@ -334,11 +372,14 @@ def _scan(rule: CronRule, zone: ZoneInfo, local: datetime, fold: int) -> datetim
         wall -= _overlap_length(local)
     it = copy.copy(_compiled(rule.expr))  # the cached parse is shared; its cursor is per call
     it.set_current(wall, force=True)
-    while True:
+    while budget.left > 0:
         candidate: datetime = it.get_next(datetime)
         instant = _to_instant(candidate, zone, fold, rule.on_gap)
-        if instant is not None and instant > after:
+        if instant is None:
+            budget.left -= 1  # skipped in a gap; matches before ``after`` are bounded by the overlap
+        elif instant > after:
             return instant
+    return None
 
 
 def _overlap_length(local: datetime) -> timedelta:
