@@ -13,6 +13,11 @@ def test_every_query_parses_with_flags() -> None:
     assert all(q.cql and not q.cql.endswith(";") and "--" not in q.cql for q in loaded.values())
 
 
+def test_every_query_binds_by_name() -> None:
+    positional = [q.name for q in queries.load().values() if "?" in q.cql]
+    assert positional == []
+
+
 def test_duplicate_query_name_is_refused() -> None:
     with pytest.raises(ValueError, match="duplicate"):
         queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")

@@ -1,0 +1,44 @@
+"""``CassandraStore``: the ``schema.store.Store`` port on Cassandra, composed of one part per aggregate."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cassandra.cluster import Cluster, Session
+
+from schema.cassandra.bridge import Bridge, Statements, build_cluster, is_unavailable, unavailable
+from schema.cassandra.clients import ClientRows
+from schema.cassandra.coordination import Coordination, Horizons
+from schema.cassandra.runs import Runs
+from schema.cassandra.schedules import Schedules
+from schema.cassandra.throttle import Throttle
+from schema.settings import StoreSettings
+
+
+class CassandraStore(ClientRows, Schedules, Runs, Throttle, Coordination):
+    """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``."""
+
+    def __init__(self, settings: StoreSettings, cluster: Cluster, session: Session, statements: Statements) -> None:
+        self.settings = settings
+        self._cluster = cluster
+        self._db = Bridge(session, statements)
+        self._horizons = Horizons()
+
+    @classmethod
+    async def connect(cls, settings: StoreSettings) -> CassandraStore:
+        cluster = build_cluster(settings)
+        try:
+            session = await asyncio.to_thread(cluster.connect, settings.keyspace)
+            statements = await asyncio.to_thread(Statements.prepare, session, settings.page_size)
+        except Exception as exc:
+            await asyncio.to_thread(cluster.shutdown)
+            if is_unavailable(exc):
+                raise unavailable(f"connect to Cassandra at {','.join(settings.hosts)}", exc) from exc
+            raise
+        return cls(settings, cluster, session, statements)
+
+    async def ping(self) -> None:
+        await self._db.rows("ping", {})
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._cluster.shutdown)

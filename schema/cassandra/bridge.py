@@ -1,0 +1,187 @@
+"""The bridge from cassandra-driver to asyncio, and the one place where driver errors are mapped.
+
+Every request goes through ``Bridge``: ``execute_async`` with callbacks (run on the driver's I/O thread)
+that resolve an asyncio future through ``loop.call_soon_threadsafe``, so nothing blocks the event loop.
+Reads page explicitly to their end. Statements come from ``schema/cql/queries.cql``, prepared once, and
+are bound by name: a write is ``(statement name, {marker: value})``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra import ConsistencyLevel, DriverException
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
+
+from schema import queries
+from schema.errors import StoreUnavailable
+from schema.settings import StoreSettings
+
+Row = Any  # the driver's named tuples
+Values = Mapping[str, Any]
+Write = tuple[str, Values]  # a statement of queries.cql by name, and its values by marker name
+
+# What the driver raises when Cassandra cannot serve a request now; each becomes ``StoreUnavailable``.
+UNAVAILABLE: tuple[type[BaseException], ...] = (DriverException,)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, UNAVAILABLE)
+
+
+def unavailable(what: str, exc: BaseException) -> StoreUnavailable:
+    """The ``StoreUnavailable`` for ``exc`` raised while doing ``what`` (a statement name)."""
+    detail = str(exc) or repr(exc)
+    return StoreUnavailable(f"{what}: {type(exc).__name__}: {detail}")
+
+
+def unset_if_none(value: Any) -> Any:
+    """Bind "leave as is" instead of null: a null bound in a write is a tombstone in the partition,
+    and schedule partitions must stay tombstone-free for the pollers' reads."""
+    return UNSET_VALUE if value is None else value
+
+
+def utc(moment: datetime) -> datetime:
+    """The driver returns naive UTC datetimes; the model only holds aware ones."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def build_cluster(settings: StoreSettings) -> Cluster:
+    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc))
+    profile = ExecutionProfile(
+        load_balancing_policy=policy,
+        consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
+        serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
+        request_timeout=settings.request_timeout_s,
+    )
+    auth = None
+    if settings.username:
+        auth = PlainTextAuthProvider(settings.username, settings.password or "")
+    return Cluster(
+        contact_points=list(settings.hosts),
+        port=settings.port,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        auth_provider=auth,
+        connect_timeout=settings.connect_timeout_s,
+        protocol_version=settings.protocol_version,
+    )
+
+
+class Statements:
+    """Every statement of ``queries.cql``, prepared once, with the marker names each one binds."""
+
+    def __init__(self, prepared: Mapping[str, PreparedStatement]) -> None:
+        self._prepared = dict(prepared)
+        self._markers = {name: frozenset(c.name for c in s.column_metadata) for name, s in prepared.items()}
+
+    @classmethod
+    def prepare(cls, session: Session, page_size: int) -> Statements:
+        """Blocking (one round trip per statement): run it in a thread, once at start-up."""
+        prepared = {}
+        for query in queries.load().values():
+            stmt = session.prepare(query.cql)
+            stmt.is_idempotent = query.idempotent
+            stmt.fetch_size = page_size
+            prepared[query.name] = stmt
+        return cls(prepared)
+
+    def __getitem__(self, name: str) -> PreparedStatement:
+        return self._prepared[name]
+
+    def bind(self, name: str, values: Values) -> tuple[PreparedStatement, Values]:
+        """The statement and its values, refusing a missing or unknown marker name: the driver would
+        bind a missing one as UNSET and ignore an unknown one, so a typo would silently not write."""
+        if values.keys() != self._markers[name]:
+            missing = sorted(self._markers[name] - values.keys())
+            unknown = sorted(values.keys() - self._markers[name])
+            raise ValueError(f"{name}: missing values {missing}, unknown names {unknown}")
+        return self._prepared[name], values
+
+
+class _Page:
+    __slots__ = ("paging_state", "rows")
+
+    def __init__(self, rows: list[Row], paging_state: bytes | None) -> None:
+        self.rows = rows
+        self.paging_state = paging_state
+
+
+def _resolve(done: asyncio.Future[_Page], page: _Page) -> None:
+    if not done.done():
+        done.set_result(page)
+
+
+def _reject(done: asyncio.Future[_Page], exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
+
+
+class Bridge:
+    """Runs statements on a driver session from asyncio; every driver failure that means "Cassandra
+    cannot serve this now" leaves as ``StoreUnavailable`` naming the statement and the error type."""
+
+    def __init__(self, session: Session, statements: Statements) -> None:
+        self._session = session
+        self.statements = statements
+
+    async def rows(self, name: str, values: Values) -> list[Row]:
+        """Every row the statement returns, page after page to the end (a write returns none)."""
+        return [row async for page in self.pages(name, values) for row in page]
+
+    async def pages(self, name: str, values: Values) -> AsyncIterator[list[Row]]:
+        """The statement's rows a page (``page_size`` rows) at a time."""
+        statement, bound = self.statements.bind(name, values)
+        paging_state: bytes | None = None
+        while True:
+            page = await self._request(name, statement, bound, paging_state)
+            yield page.rows
+            if page.paging_state is None:
+                return
+            paging_state = page.paging_state
+
+    async def write(self, name: str, values: Values) -> None:
+        await self.rows(name, values)
+
+    async def first_page(self, name: str, values: Values) -> list[Row]:
+        statement, bound = self.statements.bind(name, values)
+        return (await self._request(name, statement, bound, None)).rows
+
+    async def applied(self, name: str, values: Values) -> tuple[bool, Row]:
+        """Run a lightweight transaction; (applied, the row as it now is or was)."""
+        rows = await self.rows(name, values)
+        return bool(rows[0][0]), rows[0]
+
+    async def batch(self, writes: Sequence[Write], *, logged: bool) -> None:
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
+        for name, values in writes:
+            batch.add(*self.statements.bind(name, values))
+        batch.is_idempotent = all(self.statements[name].is_idempotent for name, _ in writes)
+        await self._request("batch of " + "+".join(sorted({name for name, _ in writes})), batch, None, None)
+
+    async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
+        try:
+            return await self._submit(statement, values, paging_state)
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise unavailable(what, exc) from exc
+            raise
+
+    def _submit(self, statement: Any, values: Values | None, paging_state: bytes | None) -> asyncio.Future[_Page]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_Page] = loop.create_future()
+        future: ResponseFuture = self._session.execute_async(statement, values, paging_state=paging_state)
+
+        def on_rows(rows: list[Row] | None) -> None:
+            loop.call_soon_threadsafe(_resolve, done, _Page(rows or [], future._paging_state))
+
+        def on_error(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(_reject, done, exc)
+
+        future.add_callbacks(on_rows, on_error)
+        return done

@@ -1,0 +1,55 @@
+"""Clients (tenants): their row in ``clients``."""
+
+from __future__ import annotations
+
+from schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
+from schema.model import Client
+
+
+class ClientRows:
+    """``schema.store.ClientStore`` on Cassandra."""
+
+    _db: Bridge
+
+    async def create_client(self, client: Client) -> bool:
+        values = {**_fields(client), "created_at": client.created_at}
+        applied, _ = await self._db.applied("insert_client", values)
+        return applied
+
+    async def get_client(self, client_id: str) -> Client | None:
+        rows = await self._db.rows("get_client", {"client_id": client_id})
+        return _client(rows[0]) if rows else None
+
+    async def list_clients(self) -> list[Client]:
+        return [_client(row) async for page in self._db.pages("list_clients", {}) for row in page]
+
+    async def update_client(self, client: Client) -> None:
+        await self._db.write("update_client", _fields(client))
+
+
+def _fields(client: Client) -> Values:
+    """The values both the insert and the update bind."""
+    return {
+        "client_id": client.client_id,
+        "poller_count": client.poller_count,
+        "poller_span": client.poller_span,
+        "active": client.active,
+        "api_key_hash": client.api_key_hash,
+        "kafka_topics": set(client.kafka_topics),
+        "updated_at": client.updated_at,
+        "resized_at": unset_if_none(client.resized_at),
+    }
+
+
+def _client(row: Row) -> Client:
+    return Client(
+        client_id=row.client_id,
+        poller_count=row.poller_count,
+        poller_span=row.poller_span or row.poller_count,
+        active=bool(row.active),
+        api_key_hash=row.api_key_hash or "",
+        kafka_topics=frozenset(row.kafka_topics or ()),
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
+        resized_at=utc(row.resized_at) if row.resized_at else None,
+    )

@@ -1,0 +1,121 @@
+"""Coordination of the poller cluster: nodes, claims, checkpoints, hot marks, horizons, skipped minutes.
+
+Also the two signals a new or changed schedule row leaves for the pollers (a hot mark, a raised
+horizon), as writes the schedule writes put in their own batches.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from schema import timing
+from schema.cassandra.bridge import Bridge, Write, utc
+from schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo
+from schema.settings import StoreSettings
+
+
+def hot_mark(instance: InstanceKey, loc: Location, now: datetime, hot_window_s: float) -> list[Write]:
+    """The hot mark a write at ``loc`` needs if a poller may already have loaded its minute."""
+    if not timing.is_hot(loc.due_at, now, hot_window_s):
+        return []
+    values = {"touched_at": now, "minute": loc.minute, **_key(instance)}
+    return [("mark_hot", values)]
+
+
+class Horizons:
+    """The highest minute this process has written per instance; the horizon write is skipped below it."""
+
+    def __init__(self) -> None:
+        self._known: dict[InstanceKey, datetime] = {}
+
+    def raise_to(self, instance: InstanceKey, loc: Location) -> list[Write]:
+        """The horizon write a new row at ``loc`` needs, unless this process already wrote a later one."""
+        known = self._known.get(instance)
+        if known is not None and loc.minute <= known:
+            return []
+        values = {"stamp": timing.horizon_timestamp(loc.minute), "last_minute": loc.minute, **_key(instance)}
+        return [("raise_horizon", values)]
+
+    def note(self, instance: InstanceKey, minute: datetime) -> None:
+        """Record that the horizon write for ``minute`` landed."""
+        known = self._known.get(instance)
+        if known is None or minute > known:
+            self._known[instance] = minute
+
+
+def new_row_signals(
+    horizons: Horizons, instance: InstanceKey, loc: Location, now: datetime, hot_window_s: float
+) -> list[Write]:
+    return hot_mark(instance, loc, now, hot_window_s) + horizons.raise_to(instance, loc)
+
+
+class Coordination:
+    """``schema.store.CoordinationStore`` on Cassandra."""
+
+    settings: StoreSettings
+    _db: Bridge
+
+    async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
+        values = {
+            "cluster": self.settings.cluster_name,
+            "node_id": node.node_id,
+            "address": node.address,
+            "metrics_port": node.metrics_port,
+            "started_at": node.started_at,
+            "heartbeat_at": node.heartbeat_at,
+            "ttl": ttl_s,
+        }
+        await self._db.write("heartbeat", values)
+
+    async def leave(self, node_id: str) -> None:
+        await self._db.write("leave_cluster", {"cluster": self.settings.cluster_name, "node_id": node_id})
+
+    async def live_nodes(self) -> list[NodeInfo]:
+        rows = await self._db.first_page("live_nodes", {"cluster": self.settings.cluster_name})
+        return [NodeInfo(r.node_id, r.address, r.metrics_port, utc(r.started_at), utc(r.heartbeat_at)) for r in rows]
+
+    async def get_claim(self, instance: InstanceKey) -> Claim | None:
+        rows = await self._db.rows("get_claim", _key(instance))
+        return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
+
+    async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
+        if seen is None:
+            values = {**_key(instance), "owner": node_id, "claimed_at": now}
+            applied, _ = await self._db.applied("first_claim", values)
+            return Claim(instance, node_id, 1) if applied else None
+        epoch = seen.epoch + 1
+        values = {**_key(instance), "owner": node_id, "epoch": epoch, "claimed_at": now, "seen_epoch": seen.epoch}
+        applied, _ = await self._db.applied("take_claim", values)
+        return Claim(instance, node_id, epoch) if applied else None
+
+    async def release(self, claim: Claim) -> bool:
+        values = {**_key(claim.instance), "owner": claim.owner, "epoch": claim.epoch}
+        applied, _ = await self._db.applied("release_claim", values)
+        return applied
+
+    async def get_checkpoint(self, instance: InstanceKey) -> Checkpoint | None:
+        rows = await self._db.rows("get_checkpoint", _key(instance))
+        if not rows or rows[0].minute is None:
+            return None
+        return Checkpoint(instance, utc(rows[0].minute), rows[0].epoch)
+
+    async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
+        stamp = timing.fenced_timestamp(claim.epoch, minute)
+        values = {"stamp": stamp, "minute": minute, "epoch": claim.epoch, **_key(claim.instance)}
+        await self._db.write("write_checkpoint", values)
+
+    async def hot_marks(self, minute: datetime) -> list[HotMark]:
+        rows = await self._db.first_page("read_hot_marks", {"minute": minute})
+        return [HotMark(minute, InstanceKey(r.client_id, r.poller_id), utc(r.touched_at)) for r in rows]
+
+    async def get_horizon(self, instance: InstanceKey) -> datetime | None:
+        rows = await self._db.rows("get_horizon", _key(instance))
+        return utc(rows[0].last_minute) if rows and rows[0].last_minute else None
+
+    async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None:
+        values = {**_key(instance), "minute": minute, "reason": reason, "rows": rows, "ttl": self.settings.retention_s}
+        await self._db.write("record_skipped", values)
+
+
+def _key(instance: InstanceKey) -> dict[str, object]:
+    return {"client_id": instance.client_id, "poller_id": instance.poller_id}

@@ -1,0 +1,110 @@
+"""Runs (a schedule's fire history, kept for recurring and batch schedules) and their events' outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from cassandra.query import UNSET_VALUE
+
+from schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
+from schema.model import FireOutcome, Run, Schedule, Status
+
+_FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: str | None, ttl_s: int) -> Write:
+    """The run of the fire ``s`` (its nominal time is ``s.fire_at``) as it stands now."""
+    events, window_ms = s.options.expansion if s.options is not None else (0, 0)
+    values = {
+        "client_id": s.client_id,
+        "schedule_id": s.schedule_id,
+        "nominal_at": s.fire_at,
+        "seq": s.seq or UNSET_VALUE,
+        "status": status.value,
+        "attempts": s.attempts,
+        "fired_at": fired_at if fired_at is not None else UNSET_VALUE,
+        "last_error": unset_if_none(error),
+        "events": events or UNSET_VALUE,
+        "window_ms": window_ms or UNSET_VALUE,
+        "ttl": ttl_s,
+    }
+    return "record_run", values
+
+
+def outcome_run(o: FireOutcome, nominal_at: datetime, ttl_s: int) -> Write:
+    """The run a fire's outcome ends in."""
+    values = {
+        "client_id": o.client_id,
+        "schedule_id": o.schedule_id,
+        "nominal_at": nominal_at,
+        "seq": o.seq or UNSET_VALUE,
+        "status": o.status.value,
+        "attempts": o.attempts,
+        "fired_at": o.fired_at,
+        "last_error": unset_if_none(o.last_error),
+        "events": o.events or UNSET_VALUE,
+        "window_ms": o.window_ms or UNSET_VALUE,
+        "ttl": ttl_s,
+    }
+    return "record_run", values
+
+
+def run_writes(outcomes: Sequence[FireOutcome], ttl_s: int) -> list[Write]:
+    """What outcomes add to runs: a fire kept in the history records its run, an event its part of one."""
+    writes: list[Write] = []
+    for o in outcomes:
+        if o.nominal_at is None:
+            continue
+        if o.event is None:
+            writes.append(outcome_run(o, o.nominal_at, ttl_s))
+            continue
+        values = {
+            "client_id": o.client_id,
+            "schedule_id": o.event.parent,
+            "nominal_at": o.nominal_at,
+            "idx": o.event.index,
+            "status": o.status.value,
+            "fired_at": o.fired_at,
+            "ttl": ttl_s,
+        }
+        writes.append(("record_run_event", values))
+    return writes
+
+
+class Runs:
+    """Reading a schedule's runs."""
+
+    _db: Bridge
+
+    async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
+        """A recurring schedule's fires, newest first, with nominal time before ``before`` (exclusive)."""
+        upper = before if before is not None else _FAR_FUTURE
+        values = {"client_id": client_id, "schedule_id": schedule_id, "before": upper, "max_rows": limit}
+        rows = await self._db.first_page("list_runs", values)
+        return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+
+    async def _run_of(self, client_id: str, schedule_id: UUID, r: Row) -> Run:
+        run = Run(
+            utc(r.nominal_at),
+            Status(r.status),
+            r.attempts or 0,
+            utc(r.fired_at) if r.fired_at else None,
+            r.last_error,
+            r.seq or 0,
+        )
+        if not r.events:
+            return run
+        values = {"client_id": client_id, "schedule_id": schedule_id, "nominal_at": r.nominal_at}
+        events = await self._db.first_page("read_run_events", values)
+        done = [utc(e.fired_at) for e in events if e.status == Status.SUCCEEDED.value and e.fired_at]
+        return dataclasses.replace(
+            run,
+            events=r.events,
+            events_done=len(done),
+            last_event_at=max(done) if done else None,
+            window_end=run.nominal_at + timedelta(milliseconds=r.window_ms or 0),
+        )

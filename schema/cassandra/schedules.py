@@ -1,0 +1,490 @@
+"""Schedules: their rows (in the (client, poller, minute) partitions), the by-id refs, moves, listing,
+fire outcomes and dead letters.
+
+The writes of a create are plain functions (``creation``, ``create_statements``) so that whatever else
+writes schedules the way the API does (bench-api's raw phases) cannot drift from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from datetime import UTC, date, datetime, timedelta
+from typing import cast
+from uuid import UUID
+
+from cassandra.query import UNSET_VALUE, PreparedStatement
+
+from schema import timing
+from schema.cassandra import runs
+from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc
+from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
+from schema.errors import Conflict
+from schema.model import (
+    Chain,
+    Client,
+    DeadLetter,
+    FireOutcome,
+    InstanceKey,
+    ListCursor,
+    Location,
+    Page,
+    Schedule,
+    ScheduleRef,
+    Status,
+    decode_callback,
+    decode_options,
+    encode_callback,
+    encode_options,
+)
+from schema.settings import StoreSettings
+
+# -- the writes, as plain functions -------------------------------------------------------------------
+
+
+def row_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
+    """The schedule's row in its minute partition, status scheduled."""
+    loc = s.location
+    values = {
+        **_row_key(s.client_id, s.schedule_id, loc),
+        "fire_at": s.fire_at,
+        "version": s.version,
+        "payload": s.payload,
+        "callback": encode_callback(s.callback),
+        "attempts": s.attempts,
+        "last_error": unset_if_none(s.last_error),
+        "created_at": s.created_at,
+        "options": encode_options(s.options) if s.options is not None else UNSET_VALUE,
+        "seq": s.seq or UNSET_VALUE,
+        "ttl": timing.row_ttl_s(loc.due_at, now, retention_s),
+    }
+    return "insert_schedule", values
+
+
+def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
+    """The by-id pointer of a new schedule."""
+    loc = s.location
+    values = {
+        "client_id": s.client_id,
+        "schedule_id": s.schedule_id,
+        "poller_id": loc.poller_id,
+        "due_at": loc.due_at,
+        "version": s.version,
+        "ttl": timing.row_ttl_s(loc.due_at, now, retention_s),
+    }
+    return "insert_ref", values
+
+
+def status_write(client_id: str, schedule_id: UUID, loc: Location, status: Status, retention_s: int) -> Write:
+    values = {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": retention_s}
+    return "set_status", values
+
+
+def creation(s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons) -> list[Write]:
+    """Every write of one create: the row, the pointer, and the signals the pollers need."""
+    return [
+        row_insert(s, now, settings.retention_s),
+        ref_insert(s, now, settings.retention_s),
+        *new_row_signals(horizons, s.instance, s.location, now, settings.hot_window_s),
+    ]
+
+
+def create_statements(
+    statements: Statements, s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons
+) -> list[tuple[PreparedStatement, Values]]:
+    """``creation`` as prepared statements with their values, for a caller with its own driver session.
+    Call ``horizons.note(s.instance, s.location.minute)`` once they are written."""
+    return [statements.bind(name, values) for name, values in creation(s, now, settings, horizons)]
+
+
+def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, object]:
+    return {
+        "client_id": client_id,
+        "poller_id": loc.poller_id,
+        "minute": loc.minute,
+        "due_at": loc.due_at,
+        "schedule_id": schedule_id,
+    }
+
+
+# -- the store ----------------------------------------------------------------------------------------
+
+
+class Schedules:
+    """``schema.store.ScheduleStore`` on Cassandra, but for throttle policies and runs."""
+
+    settings: StoreSettings
+    _db: Bridge
+    _horizons: Horizons
+
+    def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
+        return new_row_signals(self._horizons, instance, loc, now, self.settings.hot_window_s)
+
+    async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
+        await self.create_schedules([schedule], now)
+
+    async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
+        # One logged batch for the group: a Cassandra request costs far more than a statement in it
+        # (bench-api: 4 schedules per batch cut driver and Cassandra CPU per schedule about in half).
+        writes = [w for s in schedules for w in creation(s, now, self.settings, self._horizons)]
+        await self._db.batch(writes, logged=True)
+        for schedule in schedules:
+            self._horizons.note(schedule.instance, schedule.location.minute)
+
+    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
+        values = {"client_id": client_id, "key": key, "schedule_id": schedule_id}
+        applied, row = await self._db.applied("claim_idempotency_key", values)
+        if applied:
+            return schedule_id
+        existing: UUID = row.schedule_id
+        return existing
+
+    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
+        rows = await self._db.rows("get_ref", {"client_id": client_id, "schedule_id": schedule_id})
+        if not rows:
+            return None
+        row = rows[0]
+        previous = None
+        if row.prev_poller_id is not None and row.prev_due_at is not None:
+            previous = Location(row.prev_poller_id, utc(row.prev_due_at))
+        location = Location(row.poller_id, utc(row.due_at))
+        return ScheduleRef(client_id, schedule_id, location, row.version, previous, row.changed_version or 0)
+
+    async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
+        rows = await self._db.rows("get_schedule", _row_key(client_id, schedule_id, loc))
+        return _schedule(rows[0]) if rows else None
+
+    async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
+        ref = await self.get_ref(client_id, schedule_id)
+        if ref is None:
+            return None
+        row = await self._row_at(client_id, schedule_id, ref.location)
+        if row is None and ref.previous is not None:
+            # A move was acknowledged by the pointer but its row write did not land: the old row
+            # is still the live one (and still fires), so that is the schedule's truth.
+            row = await self._row_at(client_id, schedule_id, ref.previous)
+        return row
+
+    async def _bump_ref(
+        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
+    ) -> None:
+        """Move the pointer to ``new_loc`` at ``version`` if it is still at ``current.version``.
+
+        ``by_client``: the change is the client's (it also becomes the last client-changed version);
+        a poller's own moves (retries, next occurrences) leave that alone."""
+        prev = current.location if current.location != new_loc else None
+        values = {
+            "ttl": timing.row_ttl_s(new_loc.due_at, now, self.settings.retention_s),
+            "poller_id": new_loc.poller_id,
+            "due_at": new_loc.due_at,
+            "version": version,
+            "prev_poller_id": prev.poller_id if prev else UNSET_VALUE,
+            "prev_due_at": prev.due_at if prev else UNSET_VALUE,
+            "client_id": current.client_id,
+            "schedule_id": current.schedule_id,
+            "seen_version": current.version,
+        }
+        applied, _ = await self._db.applied("bump_ref" if by_client else "move_ref", values)
+        if not applied:
+            raise Conflict("the schedule was changed concurrently; read it again and retry")
+
+    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        version = current.version + 1
+        await self._bump_ref(current, current.location, version, now)
+        loc = current.location
+        cancel = status_write(current.client_id, current.schedule_id, loc, Status.CANCELLED, self.settings.retention_s)
+        writes = [cancel, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
+        await self._db.batch(writes, logged=len(writes) > 1)
+        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
+
+    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
+        new = dataclasses.replace(updated, version=current.version + 1, status=Status.SCHEDULED)
+        await self._bump_ref(current, new.location, new.version, now)
+        await self._write_replacement(current, new, now)
+        return new
+
+    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
+        """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED."""
+        retention_s = self.settings.retention_s
+        writes = [row_insert(new, now, retention_s), *self._signals(new.instance, new.location, now)]
+        old = current.location
+        if old != new.location:
+            writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, retention_s))
+            writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
+        await self._db.batch(writes, logged=True)
+        self._horizons.note(new.instance, new.location.minute)
+
+    async def requeue_schedule(
+        self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
+    ) -> Schedule:
+        """Move a fire whose callback failed to a later due time (a durable retry): same nominal time,
+        so the same fire id. Raises ``Conflict`` if the client changed the schedule meanwhile.
+
+        Safe to call again with the same arguments after ``StoreUnavailable``: if the earlier call moved
+        the pointer but its rows did not land, this call finds its own move there and writes the rows.
+        """
+        loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
+        retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
+        event = current.options.event if current.options is not None else None
+        if current.repeat is not None or event is not None:
+            # The pointer of a recurring schedule has moved on to its next occurrence (and an event row
+            # has none): a retry of this fire is a row of its own, and its run shows it waiting.
+            new = dataclasses.replace(retry, status=Status.SCHEDULED)
+            await self._write_replacement(current, new, now)
+            if event is None:
+                run = runs.waiting_run(new, Status.SCHEDULED, now, last_error, self.settings.retention_s)
+                await self._db.write(*run)
+            return new
+        new = await self._move_for_retry(current, retry, now)
+        await self._db.write("record_outcome", self._moved_outcome(current, attempts, last_error, now))
+        return new
+
+    async def _move_for_retry(self, current: Schedule, retry: Schedule, now: datetime) -> Schedule:
+        loc = retry.location
+        try:
+            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
+            await self._bump_ref(current, loc, new.version, now, by_client=False)
+            await self._write_replacement(current, new, now)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.version != current.version + 1 or ref.location != loc:
+                raise
+            new = dataclasses.replace(retry, version=ref.version, status=Status.SCHEDULED)
+            await self._write_replacement(current, new, now)
+        return new
+
+    def _moved_outcome(self, current: Schedule, attempts: int, last_error: str, now: datetime) -> Values:
+        return {
+            **_row_key(current.client_id, current.schedule_id, current.location),
+            "ttl": self.settings.retention_s,
+            "status": Status.MOVED.value,
+            "attempts": attempts,
+            "fired_at": now,
+            "last_error": last_error,
+        }
+
+    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
+        """Move a recurring schedule on from ``current`` (the occurrence about to fire) to ``following``
+        (its next occurrence, or None when the timeline ends), if nobody changed it since ``current``
+        was written: the compare-and-set that keeps a changed or cancelled schedule's old occurrences
+        from firing. Safe to call again with the same arguments after ``StoreUnavailable``."""
+        version = current.version + 1
+        target = following.location if following is not None else current.location
+        try:
+            await self._bump_ref(current, target, version, now, by_client=False)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.changed_version > current.version:
+                return Chain.CHANGED
+            if following is None or ref.version != version or ref.location != target:
+                return Chain.ALREADY
+            # This call's own earlier try moved the pointer; its row may not have landed.
+        if following is not None:
+            new = dataclasses.replace(following, version=version, status=Status.SCHEDULED)
+            writes = [row_insert(new, now, self.settings.retention_s), *self._signals(new.instance, target, now)]
+            await self._db.batch(writes, logged=True)
+            self._horizons.note(new.instance, target.minute)
+        return Chain.CHAINED
+
+    async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
+        """Write the event rows one fire produced: one unlogged batch per partition (and chunk), with the
+        partitions' hot marks and horizons. Rewriting the same rows (a fire re-expanded) is harmless."""
+        by_partition: dict[tuple[InstanceKey, datetime], list[Schedule]] = defaultdict(list)
+        for row in rows:
+            by_partition[(row.instance, row.location.minute)].append(row)
+        writes = []
+        for (instance, _), group in by_partition.items():
+            earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
+            for chunk in _chunks(group):
+                inserts = [row_insert(r, now, self.settings.retention_s) for r in chunk]
+                writes.append(self._db.batch(inserts, logged=False))
+            signals = self._signals(instance, earliest, now)
+            if signals:
+                writes.append(self._db.batch(signals, logged=False))
+        await asyncio.gather(*writes)
+        for instance, minute in by_partition:
+            self._horizons.note(instance, minute)
+
+    async def read_minute(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[Schedule]]:
+        start = from_due if from_due is not None else minute
+        values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
+        async for rows in self._db.pages("read_minute", values):
+            yield [_schedule(row) for row in rows]
+
+    async def list_schedules(
+        self,
+        client: Client,
+        start: datetime,
+        end: datetime,
+        status: Status | None,
+        after: ListCursor | None,
+        limit: int,
+    ) -> Page:
+        begin = max(start, after.due_at) if after is not None else start
+        keep = _ListFilter(start, end, status, after)
+        step = max(1, _LIST_CONCURRENCY // client.poller_span)
+        minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()
+        while minute < end:
+            chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
+            found += sorted(await self._list_chunk(client, chunk, begin, keep, limit), key=_list_order)
+            minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
+            if len(found) >= limit:
+                items = found[:limit]
+                more = len(found) > limit or minute < end
+                last = items[-1]
+                return Page(items, ListCursor(last.location.due_at, last.schedule_id).encode() if more else None)
+            if reads >= _LIST_READ_BUDGET and minute < end:
+                return Page(found, ListCursor(minute).encode())
+        return Page(found, None)
+
+    async def _list_chunk(
+        self, client: Client, minutes: list[datetime], begin: datetime, keep: _ListFilter, limit: int
+    ) -> list[Schedule]:
+        gate = asyncio.Semaphore(_LIST_CONCURRENCY)
+
+        async def one(instance: InstanceKey, minute: datetime) -> list[Schedule]:
+            async with gate:
+                return await self._list_partition(instance, minute, max(minute, begin), keep, limit)
+
+        reads = [
+            one(InstanceKey(client.client_id, poller_id), minute)
+            for minute in minutes
+            for poller_id in range(client.poller_span)
+        ]
+        return [s for rows in await asyncio.gather(*reads) for s in rows]
+
+    async def _list_partition(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: _ListFilter, limit: int
+    ) -> list[Schedule]:
+        kept: list[Schedule] = []
+        # read_minute is an async generator: close it when stopping early so its query does not dangle.
+        pages = cast(AsyncGenerator[list[Schedule], None], self.read_minute(instance, minute, from_due=from_due))
+        async with aclosing(pages):
+            async for page in pages:
+                kept += filter(keep, page)
+                if len(kept) >= limit:
+                    break
+        return kept[:limit]
+
+    async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
+        ttl = self.settings.retention_s
+        by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
+        for o in outcomes:
+            loc = o.location
+            values = {
+                **_row_key(o.client_id, o.schedule_id, loc),
+                "ttl": ttl,
+                "status": o.status.value,
+                "attempts": o.attempts,
+                "fired_at": o.fired_at,
+                "last_error": unset_if_none(o.last_error),
+            }
+            by_partition[(o.client_id, loc.poller_id, loc.minute)].append(("record_outcome", values))
+        batches = [self._db.batch(writes, logged=False) for writes in by_partition.values()]
+        await asyncio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, ttl)))
+
+    async def add_dead_letter(self, letter: DeadLetter) -> None:
+        values = {
+            "client_id": letter.client_id,
+            "day": letter.failed_at.astimezone(UTC).date(),
+            "failed_at": letter.failed_at,
+            "schedule_id": letter.schedule_id,
+            "fire_id": letter.fire_id,
+            "attempts": letter.attempts,
+            "last_error": letter.last_error,
+            "callback": encode_callback(letter.callback),
+            "payload": letter.payload,
+            "ttl": self.settings.retention_s,
+        }
+        await self._db.write("insert_dead_letter", values)
+
+    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
+        return [
+            DeadLetter(
+                client_id,
+                row.schedule_id,
+                row.fire_id,
+                utc(row.failed_at),
+                row.attempts,
+                row.last_error,
+                decode_callback(row.callback),
+                row.payload,
+            )
+            async for page in self._db.pages("read_dead_letters", {"client_id": client_id, "day": day})
+            for row in page
+        ]
+
+
+def _schedule(row: Row) -> Schedule:
+    return Schedule(
+        client_id=row.client_id,
+        schedule_id=row.schedule_id,
+        location=Location(row.poller_id, utc(row.due_at)),
+        fire_at=utc(row.fire_at),
+        payload=row.payload or b"",
+        callback=decode_callback(row.callback),
+        created_at=utc(row.created_at),
+        status=Status(row.status),
+        version=row.version or 1,
+        attempts=row.attempts or 0,
+        fired_at=utc(row.fired_at) if row.fired_at else None,
+        last_error=row.last_error,
+        options=decode_options(row.options) if row.options else None,
+        seq=row.seq or 0,
+    )
+
+
+# Event rows per unlogged batch (one partition each): at most this many, and about this many bytes,
+# well under Cassandra's batch_size_fail_threshold (50 KiB by default).
+_EVENT_CHUNK = 50
+_EVENT_CHUNK_BYTES = 16 * 1024
+_ROW_OVERHEAD_BYTES = 256
+
+
+def _chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
+    out: list[list[Schedule]] = [[]]
+    size = 0
+    for row in rows:
+        cost = len(row.payload) + _ROW_OVERHEAD_BYTES
+        if out[-1] and (len(out[-1]) >= _EVENT_CHUNK or size + cost > _EVENT_CHUNK_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(row)
+        size += cost
+    return [chunk for chunk in out if chunk]
+
+
+# Listing: partition reads in flight at once, and per page (a page may end early on the budget).
+_LIST_CONCURRENCY = 32
+_LIST_READ_BUDGET = 2048
+
+
+def _list_order(schedule: Schedule) -> tuple[datetime, UUID]:
+    return schedule.location.due_at, schedule.schedule_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ListFilter:
+    start: datetime
+    end: datetime
+    status: Status | None
+    after: ListCursor | None
+
+    def __call__(self, s: Schedule) -> bool:
+        due = s.location.due_at
+        if s.status is Status.MOVED or not self.start <= due < self.end:
+            return False
+        if s.options is not None and s.options.event is not None:
+            return False  # an event of a batch trigger: shown in its schedule's runs, not as a schedule
+        if self.status is not None and s.status is not self.status:
+            return False
+        if self.after is None:
+            return True
+        if self.after.schedule_id is None:
+            return due >= self.after.due_at
+        return (due, s.schedule_id) > (self.after.due_at, self.after.schedule_id)
