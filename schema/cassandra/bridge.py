@@ -15,8 +15,10 @@ from typing import Any
 
 from cassandra import ConsistencyLevel, DriverException
 from cassandra.auth import PlainTextAuthProvider
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
+from cassandra.connection import ConnectionBusy, ConnectionException, ProtocolError
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from schema import queries
@@ -28,7 +30,20 @@ Values = Mapping[str, Any]
 Write = tuple[str, Values]  # a statement of queries.cql by name, and its values by marker name
 
 # What the driver raises when Cassandra cannot serve a request now; each becomes ``StoreUnavailable``.
-UNAVAILABLE: tuple[type[BaseException], ...] = (DriverException,)
+# ``DriverException`` covers Unavailable, Read/WriteTimeout, Read/WriteFailure and OperationTimedOut (and,
+# as before, the request validation errors). The rest are not DriverExceptions: NoHostAvailable (every
+# host down or refusing), broken or busy connections, server errors the driver hands over unconverted
+# (overloaded, bootstrapping), and socket errors (OSError includes TimeoutError and ConnectionError).
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    DriverException,
+    NoHostAvailable,
+    ConnectionException,
+    ConnectionBusy,
+    ProtocolError,
+    RequestExecutionException,
+    ServerError,
+    OSError,
+)
 
 
 def is_unavailable(exc: BaseException) -> bool:

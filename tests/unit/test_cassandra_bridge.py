@@ -1,0 +1,165 @@
+"""The driver bridge against a stub driver session: error mapping, paging, binding by name."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout, WriteType
+from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
+from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
+
+from schema.cassandra import adapter
+from schema.cassandra.bridge import Bridge, Statements
+from schema.errors import StoreUnavailable
+from schema.settings import StoreSettings
+
+UNAVAILABLE = [
+    NoHostAvailable("Unable to complete the operation against any hosts", {"127.0.0.1:9042": ConnectionRefusedError()}),
+    OperationTimedOut("errors={}, last_host=127.0.0.1:9042"),
+    Unavailable("Cannot achieve consistency level QUORUM", ConsistencyLevel.QUORUM, 2, 1),
+    ReadTimeout("Operation timed out - received only 0 responses."),
+    WriteTimeout("Operation timed out - received only 0 responses.", write_type=WriteType.SIMPLE),
+    ConnectionException("Connection to 127.0.0.1:9042 was closed"),
+    ConnectionShutdown("Connection to 127.0.0.1:9042 is defunct"),
+    ConnectionBusy("Connection to 127.0.0.1:9042 is overloaded"),
+    OverloadedErrorMessage(0x1001, "overloaded", None),
+    IsBootstrappingErrorMessage(0x1002, "bootstrapping", None),
+    ServerError(0x0000, "java.lang.RuntimeException", None),
+    ConnectionRefusedError(111, "Connection refused"),
+    TimeoutError("timed out"),
+]
+
+
+def _stmt(*markers: str) -> Any:
+    return SimpleNamespace(column_metadata=[SimpleNamespace(name=m) for m in markers], is_idempotent=True)
+
+
+STATEMENTS = Statements({"get_claim": _stmt("client_id", "poller_id"), "read_hot_marks": _stmt("minute")})
+KEY = {"client_id": "c", "poller_id": 0}
+
+
+@dataclass
+class StubFuture:
+    """Answers like a driver ResponseFuture: rows or an error, from the driver's thread or at once."""
+
+    outcome: list[Any] | BaseException
+    paging_state: bytes | None = None
+    from_thread: bool = True
+
+    @property
+    def _paging_state(self) -> bytes | None:
+        return self.paging_state
+
+    def add_callbacks(self, on_rows: Callable[[Any], None], on_error: Callable[[BaseException], None]) -> None:
+        outcome = self.outcome
+
+        def answer() -> None:
+            on_error(outcome) if isinstance(outcome, BaseException) else on_rows(outcome)
+
+        if self.from_thread:
+            threading.Thread(target=answer).start()
+        else:
+            answer()
+
+
+@dataclass
+class StubSession:
+    """Hands out the queued futures in turn (raising a queued exception from ``execute_async`` itself)."""
+
+    answers: list[StubFuture | BaseException]
+    calls: list[tuple[Any, Any, bytes | None]] = field(default_factory=list)
+
+    def execute_async(self, statement: Any, values: Any, paging_state: bytes | None = None) -> StubFuture:
+        self.calls.append((statement, values, paging_state))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def bridge(*answers: StubFuture | BaseException) -> Bridge:
+    return Bridge(StubSession(list(answers)), STATEMENTS)  # type: ignore[arg-type]
+
+
+def _check(info: pytest.ExceptionInfo[StoreUnavailable], exc: BaseException) -> None:
+    message = str(info.value)
+    assert message.startswith(f"get_claim: {type(exc).__name__}: ")
+    assert info.value.retriable and info.value.__cause__ is exc
+
+
+@pytest.mark.parametrize("exc", UNAVAILABLE, ids=lambda e: type(e).__name__)
+async def test_errback_from_the_driver_thread_is_store_unavailable(exc: BaseException) -> None:
+    with pytest.raises(StoreUnavailable) as info:
+        await bridge(StubFuture(exc)).rows("get_claim", KEY)
+    _check(info, exc)
+
+
+@pytest.mark.parametrize("exc", UNAVAILABLE, ids=lambda e: type(e).__name__)
+async def test_errback_at_once_is_store_unavailable(exc: BaseException) -> None:
+    with pytest.raises(StoreUnavailable) as info:
+        await bridge(StubFuture(exc, from_thread=False)).rows("get_claim", KEY)
+    _check(info, exc)
+
+
+@pytest.mark.parametrize("exc", UNAVAILABLE, ids=lambda e: type(e).__name__)
+async def test_execute_async_raising_is_store_unavailable(exc: BaseException) -> None:
+    with pytest.raises(StoreUnavailable) as info:
+        await bridge(exc).applied("get_claim", KEY)
+    _check(info, exc)
+
+
+async def test_an_error_on_a_later_page_is_store_unavailable() -> None:
+    exc = NoHostAvailable("Unable to complete the operation against any hosts", {})
+    with pytest.raises(StoreUnavailable, match=r"^read_hot_marks: NoHostAvailable: "):
+        await bridge(StubFuture([1], b"p1"), StubFuture(exc)).rows("read_hot_marks", {"minute": 0})
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad value"), KeyError("x"), RuntimeError("bug")], ids=repr)
+async def test_programming_errors_are_not_disguised(exc: Exception) -> None:
+    with pytest.raises(type(exc)):
+        await bridge(StubFuture(exc)).rows("get_claim", KEY)
+
+
+async def test_rows_pages_through_to_the_end() -> None:
+    b = bridge(StubFuture([1, 2], b"p1"), StubFuture([3], b"p2"), StubFuture([]))
+    assert await b.rows("read_hot_marks", {"minute": 0}) == [1, 2, 3]
+    session: StubSession = b._session  # type: ignore[assignment]
+    assert [state for _, _, state in session.calls] == [None, b"p1", b"p2"]
+
+
+async def test_pages_come_one_at_a_time() -> None:
+    b = bridge(StubFuture([1], b"p1"), StubFuture([2]))
+    assert [page async for page in b.pages("read_hot_marks", {"minute": 0})] == [[1], [2]]
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"client_id": "c"}, r"missing values \['poller_id'\]"),
+        ({**KEY, "pollerid": 1}, r"unknown names \['pollerid'\]"),
+    ],
+)
+async def test_binding_needs_exactly_the_marker_names(values: dict[str, Any], problem: str) -> None:
+    b = bridge()
+    with pytest.raises(ValueError, match=problem):
+        await b.rows("get_claim", values)
+
+
+async def test_connect_with_every_host_down_is_store_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    exc = NoHostAvailable("Unable to connect to any servers", {"127.0.0.1:9042": ConnectionRefusedError()})
+    shut: list[bool] = []
+
+    def refuse(keyspace: str) -> None:
+        raise exc
+
+    cluster = SimpleNamespace(connect=refuse, shutdown=lambda: shut.append(True))
+    monkeypatch.setattr(adapter, "build_cluster", lambda settings: cluster)
+    with pytest.raises(StoreUnavailable, match=r"^connect to Cassandra at 127\.0\.0\.1: NoHostAvailable: ") as info:
+        await adapter.CassandraStore.connect(StoreSettings())
+    assert info.value.__cause__ is exc and shut == [True]
