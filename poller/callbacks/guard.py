@@ -1,22 +1,26 @@
 """Refuses callbacks to private, loopback, link-local and other non-public addresses.
 
 The check runs where the connection is made, not where the schedule was accepted: a name that was
-public at creation may resolve to an internal address at fire time (DNS rebinding). Two parts:
+public at creation may resolve to an internal address at fire time (DNS rebinding). What "public"
+means, and how every spelling of an address is normalised, is ``schema.addresses`` (the API uses the
+same module at create time). Two parts here:
 
 - ``GuardedResolver`` wraps aiohttp's resolver, so every name is checked on the very addresses the
   connector will dial. The connector caches resolutions for ``ttl_dns_cache`` seconds, so the cost is
   one lookup per host per cache period, and there is no window between check and connect.
-- ``literal_is_blocked`` covers URLs whose host is an IP literal, which aiohttp never resolves.
+- ``literal_is_blocked`` covers URLs whose host is an address literal in any form (``127.1``,
+  ``2130706433``, ``[::ffff:7f00:1]``, full-width digits...): aiohttp (and the system resolver behind
+  it) reads several of these as addresses without asking the resolver, so they are judged first.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
-from functools import lru_cache
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+
+from schema import addresses
 
 
 class BlockedAddressError(OSError):
@@ -24,20 +28,14 @@ class BlockedAddressError(OSError):
 
 
 def is_public(address: str) -> bool:
-    """Whether ``address`` (an IP literal) is globally routable unicast."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    """Whether ``address`` (an address literal, maybe with an IPv6 zone id) is globally routable unicast."""
+    return addresses.address_is_public(address)
 
 
-@lru_cache(maxsize=4096)
 def literal_is_blocked(host: str) -> bool:
-    """Whether ``host`` is an IP literal that is not public (names are left to the resolver)."""
-    try:
-        return not is_public(host.strip("[]"))
-    except ValueError:
-        return False
+    """Whether ``host`` is an address literal that is not public, or no valid host at all (names are
+    left to the resolver)."""
+    return addresses.literal_is_blocked(host)
 
 
 class GuardedResolver(AbstractResolver):
@@ -49,6 +47,8 @@ class GuardedResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        if literal_is_blocked(host):
+            raise BlockedAddressError(f"{host} is not a public address")
         answers = await self._inner.resolve(host, port, family)
         blocked = [a["host"] for a in answers if not is_public(a["host"])]
         if blocked:

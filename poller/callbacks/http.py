@@ -8,6 +8,8 @@ client's slots. Semaphores live in a weak mapping: an idle client's semaphore is
 Outcome of one attempt: 2xx succeeds; 408, 425, 429, 5xx, timeouts and connection errors are retried;
 any other status (other 4xx, and 3xx: redirects are not followed, so a redirect cannot reach an address
 the guard refuses) fails at once. A refused address (see ``guard``) or an invalid URL fails at once.
+Proxy environment variables are ignored (``trust_env=False``): a proxy would dial the target for us,
+past the guard.
 """
 
 from __future__ import annotations
@@ -199,8 +201,10 @@ class HttpDispatcher:
 
 @lru_cache(maxsize=4096)
 def _url_is_blocked(url: str) -> bool:
+    """Whether the URL's host is a non-public address in any spelling (``127.1``, ``2130706433``,
+    ``[::ffff:7f00:1]``, full-width digits): aiohttp dials several of these without the resolver."""
     try:
-        host = yarl.URL(url).host
+        host = yarl.URL(url).raw_host
     except ValueError:
         return False  # not a URL at all: aiohttp refuses it as an invalid request
     return host is not None and literal_is_blocked(host)
