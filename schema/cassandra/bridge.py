@@ -146,7 +146,9 @@ class Bridge:
         self.statements = statements
 
     async def rows(self, name: str, values: Values) -> list[Row]:
-        """Every row the statement returns, page after page to the end (a write returns none)."""
+        """Every row the statement returns, page after page to the end (a write returns none; a LIMIT
+        ends the paging). There is deliberately no single-page read: a partition that outgrows one
+        page must never lose its tail silently."""
         return [row async for page in self.pages(name, values) for row in page]
 
     async def pages(self, name: str, values: Values) -> AsyncIterator[list[Row]]:
@@ -162,10 +164,6 @@ class Bridge:
 
     async def write(self, name: str, values: Values) -> None:
         await self.rows(name, values)
-
-    async def first_page(self, name: str, values: Values) -> list[Row]:
-        statement, bound = self.statements.bind(name, values)
-        return (await self._request(name, statement, bound, None)).rows
 
     async def applied(self, name: str, values: Values) -> tuple[bool, Row]:
         """Run a lightweight transaction; (applied, the row as it now is or was)."""

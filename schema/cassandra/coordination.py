@@ -71,7 +71,7 @@ class Coordination:
         await self._db.write("leave_cluster", {"cluster": self.settings.cluster_name, "node_id": node_id})
 
     async def live_nodes(self) -> list[NodeInfo]:
-        rows = await self._db.first_page("live_nodes", {"cluster": self.settings.cluster_name})
+        rows = await self._db.rows("live_nodes", {"cluster": self.settings.cluster_name})
         return [NodeInfo(r.node_id, r.address, r.metrics_port, utc(r.started_at), utc(r.heartbeat_at)) for r in rows]
 
     async def get_claim(self, instance: InstanceKey) -> Claim | None:
@@ -105,7 +105,7 @@ class Coordination:
         await self._db.write("write_checkpoint", values)
 
     async def hot_marks(self, minute: datetime) -> list[HotMark]:
-        rows = await self._db.first_page("read_hot_marks", {"minute": minute})
+        rows = await self._db.rows("read_hot_marks", {"minute": minute})
         return [HotMark(minute, InstanceKey(r.client_id, r.poller_id), utc(r.touched_at)) for r in rows]
 
     async def get_horizon(self, instance: InstanceKey) -> datetime | None:

@@ -84,7 +84,7 @@ class Runs:
         """A recurring schedule's fires, newest first, with nominal time before ``before`` (exclusive)."""
         upper = before if before is not None else _FAR_FUTURE
         values = {"client_id": client_id, "schedule_id": schedule_id, "before": upper, "max_rows": limit}
-        rows = await self._db.first_page("list_runs", values)
+        rows = await self._db.rows("list_runs", values)
         return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
 
     async def _run_of(self, client_id: str, schedule_id: UUID, r: Row) -> Run:
@@ -99,7 +99,7 @@ class Runs:
         if not r.events:
             return run
         values = {"client_id": client_id, "schedule_id": schedule_id, "nominal_at": r.nominal_at}
-        events = await self._db.first_page("read_run_events", values)
+        events = await self._db.rows("read_run_events", values)
         done = [utc(e.fired_at) for e in events if e.status == Status.SUCCEEDED.value and e.fired_at]
         return dataclasses.replace(
             run,

@@ -27,14 +27,14 @@ class Throttle:
         return _policy(client_id, rows[0]) if rows else None
 
     async def list_policies(self, client_id: str) -> list[ThrottlePolicy]:
-        rows = await self._db.first_page("list_policies", {"client_id": client_id})
+        rows = await self._db.rows("list_policies", {"client_id": client_id})
         return [_policy(client_id, r) for r in rows]
 
     async def delete_policy(self, client_id: str, name: str) -> None:
         await self._db.write("delete_policy", {"client_id": client_id, "name": name})
 
     async def tokens(self, client_id: str, policy: str) -> list[Token]:
-        rows = await self._db.first_page("read_tokens", {"client_id": client_id, "policy": policy})
+        rows = await self._db.rows("read_tokens", {"client_id": client_id, "policy": policy})
         return [Token(client_id, policy, r.slot, r.event_id, r.holder, utc(r.taken_at)) for r in rows]
 
     async def take_token(self, token: Token, ttl_s: int) -> bool:
