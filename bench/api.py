@@ -3,11 +3,13 @@
 Starts ``--api-procs`` real ``tickd-api`` processes on a fresh keyspace (``tickd_bench``, dropped and
 migrated on every run), registers a client through the API, then measures in one run:
 
-- raw driver (logged batch): the store's two writes of a create (``insert_schedule`` + ``insert_ref``)
-  in one LOGGED batch per schedule, straight through cassandra-driver from this process, 256 in flight;
+- raw driver (logged batch): the store's writes of a create (``insert_schedule`` + ``insert_ref``, and a
+  horizon raise when the instance's horizon moves), taken from the store itself
+  (``schema.cassandra.schedules.create_statements``), in one LOGGED batch per schedule, straight through
+  cassandra-driver from this process, 256 in flight;
 - single creates: ``POST /v1/schedules`` from ``--concurrency`` keep-alive aiohttp workers;
 - batch creates: ``POST /v1/schedules/batch`` of ``--batch-size`` items, ``--batch-concurrency`` at once;
-- raw driver (two plain inserts): the same two writes unbatched, to show what the logged batch costs;
+- raw driver (plain inserts): the same writes unbatched, to show what the logged batch costs;
 - raw driver (logged batches of ``--write-group``): the grouping the API itself uses.
 
 Every schedule: fire_at spread over the next hour, a ~1 KiB JSON payload, an HTTP callback. Each phase
@@ -49,10 +51,13 @@ import aiohttp
 from cassandra.cluster import Cluster, Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from schema import queries, timing
+from schema import timing
 from schema.cassandra import build_cluster
+from schema.cassandra.bridge import Statements, Values
+from schema.cassandra.coordination import Horizons
+from schema.cassandra.schedules import create_statements
 from schema.migrate import drop, migrate
-from schema.model import HttpCallback, encode_callback
+from schema.model import HttpCallback, Location, Schedule, encode_callback
 from schema.settings import StoreSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -390,34 +395,33 @@ async def _timed(result: Result, workers: list[Any]) -> None:
 
 
 class RawRows:
-    """The store's ``insert_schedule`` and ``insert_ref`` parameters for fresh schedules, as
-    ``CassandraStore.create_schedule`` binds them."""
+    """Fresh schedules placed as the API places them, and the writes ``CassandraStore`` makes for their
+    create (``schema.cassandra.schedules.create_statements``: row, pointer, signals), so the raw phases
+    write exactly what the store writes."""
 
     def __init__(self, session: Session, settings: StoreSettings, seed: int) -> None:
         self.settings = settings
-        self.stmts: dict[str, PreparedStatement] = {}
-        for name in ("insert_schedule", "insert_ref"):
-            self.stmts[name] = session.prepare(queries.load()[name].cql)
-            self.stmts[name].is_idempotent = True
+        self.statements = Statements.prepare(session, settings.page_size)
+        self.horizons = Horizons()  # per phase, as per API process
         self._bodies = Bodies(seed)
-        self._callback = encode_callback(CALLBACK)
 
-    def make(self, n: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    def make(self, n: int) -> tuple[Schedule, list[tuple[PreparedStatement, Values]]]:
         now = timing.from_epoch_ms(int(time.time() * 1000))
         schedule_id = uuid.uuid4()
         fire_at = datetime.fromtimestamp(self._bodies.fire_at(), UTC)
-        due = timing.due_time(fire_at, now)
-        poller_id = timing.poller_id_for(schedule_id, POLLERS)
-        ttl = timing.row_ttl_s(due, now, self.settings.retention_s)
-        row = (CLIENT_ID, poller_id, timing.minute_bucket(due), due, schedule_id, fire_at, 1)
-        row += (self._bodies.payload(n), self._callback, 0, None, now, ttl)
-        return row, (CLIENT_ID, schedule_id, poller_id, due, 1, ttl)
+        location = Location(timing.poller_id_for(schedule_id, POLLERS), timing.due_time(fire_at, now))
+        schedule = Schedule(CLIENT_ID, schedule_id, location, fire_at, self._bodies.payload(n), CALLBACK, now)
+        return schedule, create_statements(self.statements, schedule, now, self.settings, self.horizons)
+
+    def written(self, schedules: list[Schedule]) -> None:
+        for schedule in schedules:
+            self.horizons.note(schedule.instance, schedule.location.minute)
 
 
 class RawPump:
     """Keeps ``in_flight`` requests outstanding; each completion (on the driver's I/O thread) issues
     the next, like ``cassandra.concurrent``: the fastest this driver can be driven from Python.
-    ``group`` schedules per logged batch (``group`` 0: each schedule as two plain inserts)."""
+    ``group`` schedules per logged batch (``group`` 0: each write of a create on its own)."""
 
     def __init__(self, session: Session, rows: RawRows, group: int, result: Result, cap_s: float) -> None:
         self.session, self.rows, self.group, self.result = session, rows, group, result
@@ -449,25 +453,23 @@ class RawPump:
         numbers = self._take()
         if not numbers:
             return
-        stmts = self.rows.stmts
         made = [self.rows.make(n) for n in numbers]
+        schedules = [schedule for schedule, _ in made]
         started = time.perf_counter()
         if self.group == 0:
-            row, ref = made[0]
-            futures = [
-                self.session.execute_async(stmts["insert_schedule"], row),
-                self.session.execute_async(stmts["insert_ref"], ref),
-            ]
-            self._watch(futures, len(numbers), started)
+            (_, writes), *_ = made
+            futures = [self.session.execute_async(stmt, values) for stmt, values in writes]
+            self._watch(futures, schedules, started)
             return
         batch = BatchStatement(batch_type=BatchType.LOGGED)
-        for row, ref in made:
-            batch.add(stmts["insert_schedule"], row)
-            batch.add(stmts["insert_ref"], ref)
+        for _, writes in made:
+            for stmt, values in writes:
+                batch.add(stmt, values)
         batch.is_idempotent = True
-        self._watch([self.session.execute_async(batch)], len(numbers), started)
+        self._watch([self.session.execute_async(batch)], schedules, started)
 
-    def _watch(self, futures: list[Any], count: int, started: float) -> None:
+    def _watch(self, futures: list[Any], schedules: list[Schedule], started: float) -> None:
+        count = len(schedules)
         state = {"left": len(futures), "ok": True}
 
         def settle(ok: bool) -> None:
@@ -479,6 +481,8 @@ class RawPump:
                 self._outstanding -= 1
                 self.result.done += count if state["ok"] else 0
                 self.result.failed += 0 if state["ok"] else count
+            if state["ok"]:
+                self.rows.written(schedules)
             self.result.latencies_s.append(time.perf_counter() - started)
             self._issue()
 
@@ -491,7 +495,7 @@ RAW_LOGGED = "raw driver (logged batch)"
 
 def raw_name(group: int) -> str:
     if group == 0:
-        return "raw driver (two plain inserts)"
+        return "raw driver (plain inserts)"
     return RAW_LOGGED if group == 1 else f"raw driver (logged batches of {group})"
 
 
