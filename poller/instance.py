@@ -67,6 +67,8 @@ class OpenMinute:
     # A fire of this minute ended without its outcome stored (crashed, or abandoned at a drain deadline):
     # the minute must never be checkpointed by this owner, so the next one fires it again.
     poisoned: bool = False
+    # Reads of this minute started and not finished (the first load, re-reads after hot marks).
+    reads: int = 0
     last_touch: datetime | None = None
     first_touch: datetime | None = None
     hot_until: datetime | None = None
@@ -203,15 +205,33 @@ class PollerInstance:
         self._log.debug("minute_loaded", minute=minute.isoformat(), rows=rows)
 
     async def _read(self, minute: datetime, from_due: datetime | None) -> int:
+        """Read the minute (from ``from_due``) into the plan, retrying storage errors. Until every read
+        of a minute has completed, the minute cannot close: a read cut short (an error, a drain) would
+        otherwise let the checkpoint pass rows nobody loaded."""
+        state = self._open.get(minute)
+        if state is None:
+            return 0
+        state.reads += 1
         count = 0
-        async for page in self._store.read_minute(self.instance, minute, from_due=from_due):
-            for row in page:
-                self._consider(row)
-            count += len(page)
+
+        async def read() -> None:
+            nonlocal count
+            count = 0
+            async for page in self._store.read_minute(self.instance, minute, from_due=from_due):
+                for row in page:
+                    self._consider(row)
+                count += len(page)
+
+        await self._durably("read_minute", read)
+        state.reads -= 1
         return count
 
     def _consider(self, row: Schedule) -> None:
-        """Take a row read from storage into the firing plan (new, changed, or gone)."""
+        """Take a row read from storage into the firing plan (new, changed, or gone). Rows of another
+        instance's partition (a recurring schedule's next occurrence moved off a draining poller) belong
+        to that instance's owner: taking them here would fire them twice, from two nodes."""
+        if row.location.poller_id != self.instance.poller_id:
+            return
         state = self._open.get(row.location.minute)
         key = (row.location.due_at, row.schedule_id)
         if state is None or key in state.fired:
@@ -434,6 +454,7 @@ class PollerInstance:
             await self._durably("dead_letter", lambda: self._dead_letter(row, result, fired_at))
 
     async def _durably(self, what: str, write: Callable[[], Awaitable[None]]) -> None:
+        """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s."""
         delay = 0.1
         while True:
             try:
@@ -537,8 +558,8 @@ class PollerInstance:
         now = self._now()
         for minute in sorted(self._open):
             state = self._open[minute]
-            if state.poisoned:
-                return  # never checkpoint past a fire whose outcome is not stored
+            if state.poisoned or state.reads:
+                return  # never checkpoint past a fire whose outcome is not stored, nor past unread rows
             if now < minutes.closes_at(minute, self._s.minute_close_s) or state.pending or state.inflight:
                 return
             await self._store.write_checkpoint(self.claim, minute)

@@ -189,7 +189,7 @@ class Node:
         for key, running in list(self._running.items()):
             if key not in mine and not running.stopping:
                 self._spawn(self._stop(key, "rebalanced", drain_s=self._s.shutdown_deadline_s, release=True))
-        await self._claim_new([k for k in mine if k not in self._running])
+        await self._claim_new(sorted(k for k in mine if k not in self._running))
 
     def _forget_undrained(self) -> None:
         """A drained instance is left alone only while its client's quota stays below it: once the quota
