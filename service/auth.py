@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 
@@ -19,6 +20,11 @@ from schema.store import ClientStore
 from service.errors import Forbidden, Unauthorized, Unavailable
 
 _SCHEME = "bearer "
+# What a key can look like: anything else is refused before any lookup, with the answer an unknown key
+# gets, so a malformed secret (non-ASCII, invalid UTF-8) cannot tell a registered client id from another.
+_TOKEN = re.compile(r"[\x21-\x7e]{1,512}")
+_KEY = re.compile(r"([a-z0-9_-]{1,64})\.([A-Za-z0-9_-]{16,128})")
+_NO_HASH = "0" * 64
 
 
 def new_api_key(client_id: str) -> tuple[str, str]:
@@ -32,10 +38,13 @@ def hash_secret(secret: str) -> str:
 
 
 def bearer(request: web.Request) -> str:
-    header = request.headers.get("Authorization", "")
-    if not header[: len(_SCHEME)].lower() == _SCHEME or not header[len(_SCHEME) :].strip():
-        raise Unauthorized("send 'Authorization: Bearer <key>'", code="unauthorized")
-    return header[len(_SCHEME) :].strip()
+    """The bearer token: visible ASCII, one Authorization header; 401 for anything else."""
+    given = request.headers.getall("Authorization", [])
+    header = given[0] if len(given) == 1 else ""
+    token = header[len(_SCHEME) :].strip()
+    if header[: len(_SCHEME)].lower() != _SCHEME or not _TOKEN.fullmatch(token):
+        raise Unauthorized("send 'Authorization: Bearer <key>'", code="unauthorized", field="Authorization")
+    return token
 
 
 class ClientCache:
@@ -69,7 +78,7 @@ class Authenticator:
         """The client whose key the request carries; 401 for none or an unknown one."""
         found = await self._client_for(bearer(request))
         if found is None:
-            raise Unauthorized("unknown API key", code="unauthorized")
+            raise Unauthorized("unknown API key", code="unauthorized", field="Authorization")
         return found
 
     async def admin(self, request: web.Request) -> None:
@@ -81,13 +90,16 @@ class Authenticator:
             return
         if await self._client_for(token) is not None:
             raise Forbidden("a client API key cannot use admin endpoints", code="forbidden")
-        raise Unauthorized("unknown admin token", code="unauthorized")
+        raise Unauthorized("unknown admin token", code="unauthorized", field="Authorization")
 
     async def _client_for(self, key: str) -> Client | None:
-        client_id, dot, secret = key.partition(".")
-        if not dot or not secret or len(client_id) > 64:
+        """The client the key belongs to; None for a malformed key, an unknown client or a wrong secret
+        (the same work and answer for each: the secret is hashed and compared either way)."""
+        match = _KEY.fullmatch(key)
+        if match is None:
             return None
-        client = await self.cache.get(client_id)
-        if client is None or not hmac.compare_digest(hash_secret(secret), client.api_key_hash):
+        client = await self.cache.get(match[1])
+        expected = client.api_key_hash if client is not None else _NO_HASH
+        if not hmac.compare_digest(hash_secret(match[2]), expected) or client is None:
             return None
         return client

@@ -54,6 +54,10 @@ class UnsupportedMediaType(HttpError):
     status = 415
 
 
+class RequestTimeout(HttpError):
+    status = 408
+
+
 class TooManyRequests(HttpError):
     status = 429
 
@@ -72,6 +76,9 @@ STATUS_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
 )
 
 _HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed", 413: "too_large", 400: "bad_request"}
+# Header values are handed over as they arrived; one that is not UTF-8 is refused, naming the header.
+# Authorization is the authenticator's: whatever is wrong with it is a 401.
+_UNCHECKED_HEADERS = frozenset({"authorization"})
 
 
 def status_of(exc: TickdError) -> int:
@@ -100,7 +107,31 @@ def _from_http(exc: web.HTTPException) -> web.Response:
     code = _HTTP_CODES.get(exc.status, "http_error")
     message = exc.reason if exc.status != 413 else "request body is too large"
     headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        headers = {"Allow": ", ".join(sorted(exc.allowed_methods))}
     return json_response({"error": error_body(code, message)}, exc.status, headers)
+
+
+def _not_utf8(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogates: bytes that were not UTF-8
+        return True
+    return False
+
+
+def screen(request: web.Request) -> None:
+    """400 for a path, query or header value that is not UTF-8, naming it (before any handler reads it)."""
+    if _not_utf8(request.path):
+        raise InvalidInput("the path is not UTF-8", field="path")
+    for name, value in request.query.items():
+        if _not_utf8(name) or _not_utf8(value):
+            raise InvalidInput("a query parameter is not UTF-8", field=name if not _not_utf8(name) else "query")
+    for name, value in request.headers.items():
+        if name.lower() not in _UNCHECKED_HEADERS and (_not_utf8(name) or _not_utf8(value)):
+            raise InvalidInput("a header is not UTF-8", field=name if not _not_utf8(name) else "headers")
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -109,6 +140,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
+        screen(request)
         return await handler(request)
     except TickdError as exc:
         if status_of(exc) >= 500:

@@ -14,6 +14,7 @@ from service.limits import RateLimiter
 from service.metrics import ApiMetrics
 from service.settings import ApiSettings
 from service.targets import TargetGuard
+from service.validation import RequestTypes
 
 SETTINGS = web.AppKey("settings", ApiSettings)
 STORE = web.AppKey("store", Store)
@@ -22,5 +23,7 @@ CREATES = web.AppKey("creates", CreateCombiner)
 LIMITER = web.AppKey("limiter", RateLimiter)
 TARGETS = web.AppKey("targets", TargetGuard)
 METRICS = web.AppKey("metrics", ApiMetrics)
+# The request body types with this app's limits in them (decoded by handlers, published by openapi).
+TYPES = web.AppKey("types", RequestTypes)
 # Admin changes to one client are serialised per replica: update_client overwrites the whole row.
 ADMIN_LOCKS = web.AppKey("admin_locks", defaultdict[str, asyncio.Lock])

@@ -12,6 +12,9 @@ from service.errors import Handler
 _BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+
+
 class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -39,8 +42,10 @@ class ApiMetrics:
             response = await handler(request)
             route = request.match_info.route.resource
             name = route.canonical if route is not None else "unmatched"
-            self.latency.labels(request.method, name).observe(time.perf_counter() - started)
-            self.requests.labels(request.method, name, str(response.status)).inc()
+            # Labels only from a fixed set: a client inventing methods must not grow the registry.
+            method = request.method if request.method in _METHODS else "OTHER"
+            self.latency.labels(method, name).observe(time.perf_counter() - started)
+            self.requests.labels(method, name, str(response.status)).inc()
             return response
 
         return measure

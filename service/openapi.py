@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from service import validation, views
+from service import params, validation, views
 from service.settings import ApiSettings
 
 _REF = "#/components/schemas/{name}"
@@ -29,8 +29,8 @@ class Op:
     request: type[Any] | None = None
     auth: str | None = "client"  # "client", "admin" or None
     errors: tuple[int, ...] = ()
-    query: tuple[tuple[str, str, bool], ...] = ()  # (name, description, required)
-    headers: tuple[tuple[str, str], ...] = ()
+    query: type[Any] | None = None  # a Struct of service.params: the parameters as the handler parses them
+    headers: type[Any] | None = None
     description: str = ""
     media: str = "application/json"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -94,7 +94,8 @@ OPERATIONS: tuple[Op, ...] = (
         validation.ScheduleCreate,
         "client",
         (*_V, 403, 413, 429, 503),
-        headers=(("Idempotency-Key", "A retried create with the same key returns the original (200)."),),
+        headers=params.CreateHeaders,
+        description="Idempotency-Key: a retried create with the same key returns the original (200).",
     ),
     Op(
         "post",
@@ -129,10 +130,7 @@ OPERATIONS: tuple[Op, ...] = (
         None,
         "client",
         (400, 401, 404, 503),
-        query=(
-            ("limit", "1-1000, default 100", False),
-            ("cursor", "next_cursor of the previous page", False),
-        ),
+        query=params.RunsQuery,
     ),
     Op(
         "get",
@@ -144,13 +142,7 @@ OPERATIONS: tuple[Op, ...] = (
         None,
         "client",
         (400, 401, 503),
-        query=(
-            ("from", "RFC 3339 with offset, or epoch seconds", True),
-            ("to", "end, exclusive", True),
-            ("status", "scheduled, succeeded, failed or cancelled", False),
-            ("limit", "1-1000, default 100", False),
-            ("cursor", "next_cursor of the previous page", False),
-        ),
+        query=params.ListQuery,
         description="A page may be short (even empty) and still have a next_cursor: keep paging until it is null.",
     ),
     Op(
@@ -252,6 +244,7 @@ OPERATIONS: tuple[Op, ...] = (
 
 _STATUS_TEXT = {
     400: "Invalid input (the error names the field)",
+    408: "The body did not arrive within the read timeout",
     401: "No or unknown key",
     403: "Forbidden for this key",
     404: "Unknown, or another client's",
@@ -263,29 +256,65 @@ _STATUS_TEXT = {
 }
 
 
+# Path parameters, typed as the handlers parse them (service.params).
+_PATHS: dict[str, type[Any]] = {
+    "schedule_id": params.SchedulePath,
+    "client_id": params.ClientPath,
+    "name": params.PolicyPath,
+    "event_id": params.EventPath,
+}
+
+
+def _parameters(kind: type[Any], place: str) -> list[dict[str, Any]]:
+    """One OpenAPI parameter per field of a params Struct, with the field's own schema."""
+    schema = msgspec.json.schema(kind)
+    body = schema["$defs"][kind.__name__]
+    required = set(body.get("required", ()))
+    return [
+        {"name": name, "in": place, "required": name in required or place == "path", "schema": field_schema}
+        for name, field_schema in body.get("properties", {}).items()
+    ]
+
+
 def _operation(op: Op) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary, "tags": [op.tag], "operationId": _op_id(op)}
     if op.description:
         out["description"] = op.description
-    params = [
-        {"name": n, "in": "query", "required": r, "description": d, "schema": {"type": "string"}}
-        for n, d, r in op.query
-    ]
-    params += [
-        {"name": n, "in": "header", "required": False, "description": d, "schema": {"type": "string"}}
-        for n, d in op.headers
-    ]
-    params += [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in _path_params(op)]
-    if params:
-        out["parameters"] = params
+    found: list[dict[str, Any]] = []
+    for kind, place in ((op.query, "query"), (op.headers, "header")):
+        if kind is not None:
+            found += _parameters(kind, place)
+    for name in _path_params(op):
+        found += _parameters(_PATHS[name], "path")
+    if found:
+        out["parameters"] = found
     if op.request is not None:
         out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
     ok: dict[str, Any] = {"description": "OK"}
     if op.response is not None or op.media != "application/json":
         ok["content"] = {op.media: {"schema": _ref(op.response) if op.response else {"type": "string"}}}
-    out["responses"] = {str(op.ok): ok, **{str(s): _error_response(s) for s in op.errors}}
+    out["responses"] = {str(op.ok): ok, **{str(s): _error_response(s) for s in sorted(_errors(op))}}
+    if op.response is views.PolicyView and op.method == "put":
+        out["responses"]["200"] = {"description": "Replaced", "content": ok["content"]}
+    if op.path == "/v1/schedules" and op.method == "post":
+        out["responses"]["200"] = {"description": "Replayed (Idempotency-Key)", "content": ok["content"]}
     out["security"] = [{op.auth: []}] if op.auth else []
     return out
+
+
+def _errors(op: Op) -> set[int]:
+    """Every status the operation can answer besides its success: the ones listed, and those that any
+    operation of its kind can get (bad parameters, auth, body limits, the store)."""
+    statuses = set(op.errors)
+    if op.auth is not None:
+        statuses |= {400, 401, 503} | ({403} if op.auth == "admin" else set())
+    if _path_params(op):
+        statuses |= {400, 404}
+    if op.request is not None:
+        statuses |= {400, 408, 413, 415}
+    if op.query is not None:
+        statuses.add(400)
+    return statuses
 
 
 def _op_id(op: Op) -> str:
@@ -305,8 +334,14 @@ def _error_response(status: int) -> dict[str, Any]:
 
 
 def build_spec(settings: ApiSettings) -> dict[str, Any]:
-    kinds = {k for op in OPERATIONS for k in (op.request, op.response) if k is not None} | {views.ErrorBody}
+    """The document for an app with these settings: request bodies are the types ``decode`` checks,
+    with the settings' limits in them (``validation.request_types``)."""
+    bound = {kind.__name__: kind for kind in validation.request_types(settings).all()}
+    requests = {bound.get(op.request.__name__, op.request) for op in OPERATIONS if op.request is not None}
+    kinds = {op.response for op in OPERATIONS if op.response is not None} | requests | {views.ErrorBody}
     _, components = msgspec.json.schema_components(sorted(kinds, key=lambda k: k.__name__), ref_template=_REF)
+    # A batch item is decoded on its own (one bad item fails alone), but it is a ScheduleCreate.
+    components["BatchCreate"]["properties"]["schedules"]["items"] = _ref(validation.ScheduleCreate)
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         paths.setdefault(op.path, {})[op.method] = _operation(op)

@@ -45,6 +45,19 @@ class ApiSettings:
     write_group: int = 8
     # How long a host name's "is it private?" answer is reused (only when private targets are denied).
     dns_cache_s: float = 60.0
+    # Amplification: what one accepted request may make the pollers do. Bytes written per fire (events
+    # per fire x payload bytes), fires per minute one schedule may produce, and event deliveries per
+    # minute (fires per minute x events per fire).
+    max_fire_bytes: int = 4 * 1024 * 1024
+    max_fires_per_minute: int = 60
+    max_events_per_minute: int = 10_000
+    # The server's own bounds: a request body must arrive within body_read_timeout_s; a request line or
+    # header line is at most max_line_bytes, and a request carries at most max_headers headers; an idle
+    # keep-alive connection is closed after keepalive_s.
+    body_read_timeout_s: float = 10.0
+    max_line_bytes: int = 8190
+    max_headers: int = 64
+    keepalive_s: float = 75.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -77,4 +90,13 @@ class ApiSettings:
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),
             write_group=env_int(env, "TICKD_WRITE_GROUP", cls.write_group, low=1, high=64),
             dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
+            max_fire_bytes=env_int(env, "TICKD_MAX_FIRE_BYTES", cls.max_fire_bytes, low=1024, high=1 << 30),
+            max_fires_per_minute=env_int(env, "TICKD_MAX_FIRES_PER_MINUTE", cls.max_fires_per_minute, low=1, high=60),
+            max_events_per_minute=env_int(
+                env, "TICKD_MAX_EVENTS_PER_MINUTE", cls.max_events_per_minute, low=1, high=10_000_000
+            ),
+            body_read_timeout_s=env_float(env, "TICKD_BODY_READ_TIMEOUT_S", cls.body_read_timeout_s, low=0.1, high=600),
+            max_line_bytes=env_int(env, "TICKD_MAX_LINE_BYTES", cls.max_line_bytes, low=1024, high=65536),
+            max_headers=env_int(env, "TICKD_MAX_HEADERS", cls.max_headers, low=8, high=1024),
+            keepalive_s=env_float(env, "TICKD_KEEPALIVE_S", cls.keepalive_s, low=1, high=3600),
         )

@@ -9,40 +9,27 @@ so a schedule already written to a poller id above the new count is never strand
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import structlog
 from aiohttp import web
 
 from schema.errors import AlreadyExists, NotFound
 from schema.model import Client
-from service import keys
+from service import keys, params
 from service.auth import new_api_key
 from service.errors import Invalid, json_response
 from service.routes.common import now, read_json
-from service.settings import ApiSettings
-from service.validation import CLIENT_ID_PATTERN, ClientCreate, ClientPatch, decode, topic_grants
+from service.validation import ClientPatch, decode, topic_grants
 from service.views import ApiKeyView, ClientList, client_view
 
 log = structlog.get_logger("tickd.api")
-_CLIENT_ID = re.compile(CLIENT_ID_PATTERN)
 _MAX_ADMIN_BODY = 64 * 1024
-
-
-def _poller_count(value: int, settings: ApiSettings) -> int:
-    if not settings.poller_count_min <= value <= settings.poller_count_max:
-        raise Invalid(
-            f"poller_count must be between {settings.poller_count_min} and {settings.poller_count_max}",
-            field="poller_count",
-            code="out_of_range",
-        )
-    return value
 
 
 async def create_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
-    body = decode(ClientCreate, await read_json(request, _MAX_ADMIN_BODY))
-    count = _poller_count(body.poller_count, request.app[keys.SETTINGS])
+    body = decode(request.app[keys.TYPES].client_create, await read_json(request, _MAX_ADMIN_BODY))
+    count = body.poller_count
     api_key, key_hash = new_api_key(body.client_id)
     at = now()
     client = Client(body.client_id, count, True, key_hash, at, at, kafka_topics=topic_grants(body.kafka_topics))
@@ -60,8 +47,8 @@ async def list_clients(request: web.Request) -> web.Response:
 
 
 async def _load(request: web.Request) -> Client:
-    client_id = request.match_info["client_id"]
-    client = await request.app[keys.STORE].get_client(client_id) if _CLIENT_ID.match(client_id) else None
+    client_id = params.path(params.ClientPath, request).client_id
+    client = await request.app[keys.STORE].get_client(client_id)
     if client is None:
         raise NotFound(f"no client {client_id!r}", field="client_id")
     return client
@@ -72,14 +59,14 @@ async def get_client(request: web.Request) -> web.Response:
     return json_response(client_view(await _load(request)))
 
 
-def _patched(client: Client, patch: ClientPatch, settings: ApiSettings) -> Client:
+def _patched(client: Client, patch: ClientPatch) -> Client:
     changes: dict[str, object] = {"updated_at": now()}
     if isinstance(patch.active, bool):
         changes["active"] = patch.active
     if isinstance(patch.kafka_topics, list):
         changes["kafka_topics"] = topic_grants(patch.kafka_topics)
     if isinstance(patch.poller_count, int):
-        count = _poller_count(patch.poller_count, settings)
+        count = patch.poller_count
         if count < client.poller_count:
             changes["poller_span"] = max(client.poller_span, client.poller_count)
             changes["resized_at"] = changes["updated_at"]
@@ -91,10 +78,11 @@ def _patched(client: Client, patch: ClientPatch, settings: ApiSettings) -> Clien
 
 async def patch_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
-    patch = decode(ClientPatch, await read_json(request, _MAX_ADMIN_BODY))
-    async with request.app[keys.ADMIN_LOCKS][request.match_info["client_id"]]:
+    client_id = params.path(params.ClientPath, request).client_id
+    patch = decode(request.app[keys.TYPES].client_patch, await read_json(request, _MAX_ADMIN_BODY))
+    async with request.app[keys.ADMIN_LOCKS][client_id]:
         current = await _load(request)
-        client = _patched(current, patch, request.app[keys.SETTINGS])
+        client = _patched(current, patch)
         await request.app[keys.STORE].update_client(client)
     request.app[keys.AUTH].cache.put(client.client_id, client)
     log.info(
@@ -109,7 +97,7 @@ async def patch_client(request: web.Request) -> web.Response:
 
 async def rotate_key(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
-    async with request.app[keys.ADMIN_LOCKS][request.match_info["client_id"]]:
+    async with request.app[keys.ADMIN_LOCKS][params.path(params.ClientPath, request).client_id]:
         current = await _load(request)
         api_key, key_hash = new_api_key(current.client_id)
         client = dataclasses.replace(current, api_key_hash=key_hash, updated_at=now())

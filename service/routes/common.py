@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from aiohttp import web
 
 from schema.errors import Conflict
-from service.errors import PayloadTooLarge, UnsupportedMediaType
+from service import keys
+from service.errors import Invalid, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from service.validation import to_ms
 
 
@@ -17,14 +19,39 @@ def now() -> datetime:
 
 
 async def read_json(request: web.Request, max_bytes: int) -> bytes:
-    """The raw body of a JSON request: 415 for another content type, 413 above ``max_bytes``."""
+    """The raw body of a JSON request: 415 for another content type, a charset other than UTF-8 or a
+    compressed body; 413 above ``max_bytes``; 408 if it does not arrive within the read timeout."""
+    _check_media(request)
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        raise PayloadTooLarge(f"body is larger than {max_bytes} bytes", code="too_large")
+    try:
+        async with asyncio.timeout(request.app[keys.SETTINGS].body_read_timeout_s):
+            body = await _read(request, max_bytes)
+    except TimeoutError:
+        raise RequestTimeout("the body did not arrive in time", code="request_timeout") from None
+    if not body.isascii():
+        try:
+            body.decode("utf-8")  # JSON is UTF-8 (RFC 8259); a payload is delivered byte for byte
+        except UnicodeDecodeError as exc:
+            raise Invalid(f"body is not UTF-8 (byte {exc.start})", code="malformed_json") from None
+    return body
+
+
+def _check_media(request: web.Request) -> None:
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
             "send the body as application/json", code="unsupported_media_type", field="Content-Type"
         )
-    length = request.content_length
-    if length is not None and length > max_bytes:
-        raise PayloadTooLarge(f"body is larger than {max_bytes} bytes", code="too_large")
+    if request.charset not in (None, "utf-8", "UTF-8"):
+        raise UnsupportedMediaType("JSON bodies are UTF-8", code="unsupported_media_type", field="Content-Type")
+    if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        raise UnsupportedMediaType(
+            "compressed bodies are not accepted", code="unsupported_media_type", field="Content-Encoding"
+        )
+
+
+async def _read(request: web.Request, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.read(1 << 16):

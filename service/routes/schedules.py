@@ -23,17 +23,18 @@ from msgspec import UNSET, UnsetType
 from schema import recurrence as rec
 from schema import timing
 from schema.errors import Conflict, NotFound, TickdError
-from schema.model import Callback, Client, HttpCallback, ListCursor, Location, Options, Repeat, Schedule, Status
-from service import keys, recurring
+from schema.model import Callback, Client, ListCursor, Location, Options, Repeat, Schedule, Status
+from service import budgets, keys, params, recurring
 from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
 from service.routes.common import conflict, now, read_json
+from service.settings import ApiSettings
 from service.validation import (
     REPEAT_FIELDS,
-    BatchCreate,
-    PreviewRequest,
+    HttpTarget,
     ScheduleCreate,
     SchedulePatch,
+    Target,
     check_http_shape,
     check_kafka,
     decode,
@@ -55,17 +56,16 @@ from service.views import (
 
 log = structlog.get_logger("tickd.api")
 _BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
-_MAX_IDEMPOTENCY_KEY = 255
 _SCHEDULED = Status.SCHEDULED.value
 _RACE_RETRIES = 3
 
 
-async def _callback(request: web.Request, client: Client, callback: Callback) -> Callback:
-    if isinstance(callback, HttpCallback):
-        checked, host = check_http_shape(callback, "callback.")
+async def _callback(request: web.Request, client: Client, target: Target) -> Callback:
+    if isinstance(target, HttpTarget):
+        checked, host = check_http_shape(target, "callback.")
         await request.app[keys.TARGETS].check(host, "callback.url")
         return checked
-    return check_kafka(callback, client.kafka_topics, "callback.")
+    return check_kafka(target, client.kafka_topics, "callback.")
 
 
 async def _build(request: web.Request, client: Client, body: ScheduleCreate, at: datetime) -> Schedule:
@@ -86,6 +86,7 @@ async def _build(request: web.Request, client: Client, body: ScheduleCreate, at:
     throttle = await _throttle(request, client, body.throttle, None)
     options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms, throttle)
     payload = payload_bytes(body.payload, settings)
+    budgets.check(options, len(payload), settings)
     callback = await _callback(request, client, body.callback)
     return _placed(client, uuid.uuid4(), fire_at, payload, callback, at, options)
 
@@ -128,17 +129,17 @@ async def _creator(request: web.Request) -> Client:
 
 
 def _idempotency_key(request: web.Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not (0 < len(key) <= _MAX_IDEMPOTENCY_KEY and key.isprintable()):
-        raise Invalid(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} printable characters", field="Idempotency-Key")
-    return key
+    key = params.headers(params.CreateHeaders, request).idempotency_key
+    return None if isinstance(key, UnsetType) else key
 
 
 async def create_schedule(request: web.Request) -> web.Response:
     client = await _creator(request)
     key = _idempotency_key(request)
     settings = request.app[keys.SETTINGS]
-    body = decode(ScheduleCreate, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD))
+    body = decode(
+        request.app[keys.TYPES].schedule_create, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
+    )
     at = now()
     schedule = await _build(request, client, body, at)
     request.app[keys.LIMITER].take(client.client_id)
@@ -160,7 +161,7 @@ async def create_schedule(request: web.Request) -> web.Response:
 
 
 async def _batch_item(request: web.Request, client: Client, raw: msgspec.Raw, at: datetime) -> Schedule:
-    return await _build(request, client, decode(ScheduleCreate, bytes(raw)), at)
+    return await _build(request, client, decode(request.app[keys.TYPES].schedule_create, bytes(raw)), at)
 
 
 def _item_error(index: int, exc: TickdError) -> BatchItem:
@@ -170,9 +171,7 @@ def _item_error(index: int, exc: TickdError) -> BatchItem:
 async def create_batch(request: web.Request) -> web.Response:
     client = await _creator(request)
     settings = request.app[keys.SETTINGS]
-    body = decode(BatchCreate, await read_json(request, settings.max_body_bytes))
-    if not 1 <= len(body.schedules) <= settings.max_batch:
-        raise Invalid(f"send 1 to {settings.max_batch} schedules", field="schedules", code="out_of_range")
+    body = decode(request.app[keys.TYPES].batch, await read_json(request, settings.max_body_bytes))
     request.app[keys.LIMITER].take(client.client_id, len(body.schedules))
     at = now()
     built = await asyncio.gather(
@@ -224,10 +223,7 @@ async def _write_batch(request: web.Request, built: list[Schedule | BaseExceptio
 
 
 def _schedule_id(request: web.Request) -> uuid.UUID:
-    try:
-        return uuid.UUID(request.match_info["schedule_id"])
-    except ValueError:
-        raise Invalid("schedule_id must be a UUID", field="schedule_id") from None
+    return params.path(params.SchedulePath, request).schedule_id
 
 
 async def _current(request: web.Request) -> tuple[Client, Schedule]:
@@ -324,6 +320,7 @@ def _timing(
 
 
 def _updated(
+    settings: ApiSettings,
     client: Client,
     current: Schedule,
     changes: dict[str, Any],
@@ -331,6 +328,7 @@ def _updated(
     at: datetime,
 ) -> Schedule:
     fire_at, options, seq = timed
+    budgets.check(options, len(changes.get("payload", current.payload)), settings)
     if (fire_at, options, seq) == (current.fire_at, current.options, current.seq):
         return dataclasses.replace(current, **changes)
     poller_id = current.location.poller_id
@@ -355,14 +353,16 @@ _PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "
 async def patch_schedule(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     settings = request.app[keys.SETTINGS]
-    patch = decode(SchedulePatch, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD))
+    patch = decode(
+        request.app[keys.TYPES].schedule_patch, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
+    )
     if all(getattr(patch, name) is UNSET for name in _PATCHABLE):
         raise Invalid(f"give at least one of {', '.join(_PATCHABLE)}", code="missing_field")
     changes = await _changes(request, client, patch)
 
     async def change(client: Client, current: Schedule) -> Schedule:
         at = now()
-        updated = _updated(client, current, changes, _timing(request, current, patch, at), at)
+        updated = _updated(settings, client, current, changes, _timing(request, current, patch, at), at)
         _check_mutable(request, current, at)
         return await request.app[keys.STORE].replace_schedule(current, updated, at)
 
@@ -371,68 +371,29 @@ async def patch_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(updated))
 
 
-_LIST_PARAMS = frozenset({"from", "to", "status", "limit", "cursor"})
-_LISTABLE = {s.value: s for s in Status if s is not Status.MOVED}
-
-
-def _query_time(request: web.Request, name: str) -> datetime:
-    raw = request.query.get(name)
-    if raw is None:
-        raise Invalid(f"{name} is required", field=name, code="missing_field")
-    try:
-        value: datetime | int = int(raw) if raw.lstrip("-").isdigit() else msgspec.convert(raw, datetime)
-    except msgspec.ValidationError:
-        raise Invalid(f"{name} must be RFC 3339 with an offset or epoch seconds", field=name) from None
-    return parse_time(value, name)
-
-
-def _query_limit(request: web.Request) -> int:
-    raw = request.query.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-        raise Invalid("limit must be an integer from 1 to 1000", field="limit", code="out_of_range")
-    return int(raw)
-
-
-def _query_status(request: web.Request) -> Status | None:
-    raw = request.query.get("status")
-    if raw is not None and raw not in _LISTABLE:
-        raise Invalid(f"status must be one of {', '.join(_LISTABLE)}", field="status")
-    return _LISTABLE[raw] if raw is not None else None
-
-
-def _list_query(request: web.Request) -> tuple[datetime, datetime, Status | None, ListCursor | None, int]:
-    unknown = sorted(set(request.query) - _LIST_PARAMS)
-    if unknown:
-        raise Invalid(f"unknown query parameter {unknown[0]!r}", field=unknown[0], code="unknown_field")
-    start, end = _query_time(request, "from"), _query_time(request, "to")
-    max_range_s = request.app[keys.SETTINGS].list_max_range_s
+def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, datetime]:
+    start, end = parse_time(query.start, "from"), parse_time(query.end, "to")
     if not 0 < (end - start).total_seconds() <= max_range_s:
         raise Invalid(f"to must be after from, at most {max_range_s} s later", field="to", code="out_of_range")
-    cursor = request.query.get("cursor")
-    after = ListCursor.decode(cursor) if cursor is not None else None
-    return start, end, _query_status(request), after, _query_limit(request)
+    return start, end
 
 
 async def list_schedules(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
-    start, end, status, after, limit = _list_query(request)
-    page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, limit)
+    query = params.query(params.ListQuery, request)
+    start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)
+    status = None if isinstance(query.status, UnsetType) else Status(query.status)
+    after = params.cursor(query.cursor)
+    page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, query.limit)
     return json_response(ScheduleList([schedule_view(s) for s in page.items], page.cursor))
-
-
-_RUNS_PARAMS = frozenset({"limit", "cursor"})
-_MAX_PREVIEW = 100
 
 
 async def schedule_runs(request: web.Request) -> web.Response:
     """The schedule's fires, newest first: nominal time, when it fired, status, attempts, lateness."""
-    unknown = sorted(set(request.query) - _RUNS_PARAMS)
-    if unknown:
-        raise Invalid(f"unknown query parameter {unknown[0]!r}", field=unknown[0], code="unknown_field")
-    limit = _query_limit(request)
-    cursor = request.query.get("cursor")
-    before = ListCursor.decode(cursor).due_at if cursor is not None else None
     client, current = await _current(request)
+    query = params.query(params.RunsQuery, request)
+    limit, after = query.limit, params.cursor(query.cursor)
+    before = after.due_at if after is not None else None
     if current.repeat is None and (current.options is None or not current.options.batch):
         runs = [r for r in recurring.one_time_runs(current) if before is None or r.nominal_at < before]
     else:
@@ -444,14 +405,14 @@ async def schedule_runs(request: web.Request) -> web.Response:
 
 
 async def preview_schedule(request: web.Request) -> web.Response:
-    """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing."""
-    await request.app[keys.AUTH].client(request)
+    """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing.
+    It costs a rate-limit token like a create: the search is the same work."""
+    client = await request.app[keys.AUTH].client(request)
     settings = request.app[keys.SETTINGS]
-    body = decode(PreviewRequest, await read_json(request, _BODY_OVERHEAD))
+    body = decode(request.app[keys.TYPES].preview, await read_json(request, _BODY_OVERHEAD))
+    request.app[keys.LIMITER].take(client.client_id)
     if not recurring.asks_repeat(body):
         raise Invalid("give cron or every", field="cron", code="missing_field")
-    if not 1 <= body.count <= _MAX_PREVIEW:
-        raise Invalid(f"count must be from 1 to {_MAX_PREVIEW}", field="count", code="out_of_range")
     at = now()
     after = recurring.parse_after(body.after, at)
     recurrence = recurring.parse_repeat(body, at, settings)

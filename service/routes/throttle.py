@@ -6,31 +6,24 @@ all poller nodes (see ``poller.throttle``). A schedule names one with ``"throttl
 
 from __future__ import annotations
 
-import re
-
 import structlog
 from aiohttp import web
 
 from schema import events
 from schema.errors import NotFound
 from schema.model import Client, ThrottlePolicy
-from service import keys
-from service.errors import Invalid, json_response
+from service import keys, params
+from service.errors import json_response
 from service.routes.common import now, read_json
-from service.validation import CLIENT_ID_PATTERN, PolicyPut, decode
+from service.validation import decode
 from service.views import PolicyList, ReleaseView, policy_view
 
 log = structlog.get_logger("tickd.api")
-_NAME = re.compile(CLIENT_ID_PATTERN)
 _MAX_BODY = 4096
-_MAX_RELEASE_TIMEOUT_S = 86400
 
 
 def _name(request: web.Request) -> str:
-    name = request.match_info["name"]
-    if not _NAME.match(name):
-        raise Invalid("a policy name is 1-64 of a-z, 0-9, _ and -", field="name")
-    return name
+    return params.path(params.PolicyPath, request).name
 
 
 async def _client(request: web.Request) -> Client:
@@ -40,18 +33,7 @@ async def _client(request: web.Request) -> Client:
 
 async def put_policy(request: web.Request) -> web.Response:
     client, name = await _client(request), _name(request)
-    settings = request.app[keys.SETTINGS]
-    body = decode(PolicyPut, await read_json(request, _MAX_BODY))
-    if not 1 <= body.max_in_flight <= settings.max_in_flight:
-        raise Invalid(
-            f"max_in_flight must be from 1 to {settings.max_in_flight}", field="max_in_flight", code="out_of_range"
-        )
-    if not 1 <= body.release_timeout_s <= _MAX_RELEASE_TIMEOUT_S:
-        raise Invalid(
-            f"release_timeout_s must be from 1 to {_MAX_RELEASE_TIMEOUT_S}",
-            field="release_timeout_s",
-            code="out_of_range",
-        )
+    body = decode(request.app[keys.TYPES].policy_put, await read_json(request, _MAX_BODY))
     store = request.app[keys.STORE]
     existing = await store.get_policy(client.client_id, name)
     at = now()
@@ -93,7 +75,7 @@ async def release_event(request: web.Request) -> web.Response:
     """The consumer is done with an event: free its token. Releasing twice (or after the timeout) is 200
     with ``released: false``."""
     client = await _client(request)
-    event_id = request.match_info["event_id"]
+    event_id = params.path(params.EventPath, request).event_id
     released = await events.release_event(request.app[keys.STORE], client.client_id, event_id)
     log.info("throttle_event_released", client_id=client.client_id, event_id=event_id, released=released)
     return json_response(ReleaseView(event_id, released))

@@ -244,11 +244,11 @@ BAD_CREATES: list[tuple[str, dict[str, Any], str, str]] = [
     ("cron-hashed", recurring_body(cron="H * * * *"), "invalid", "cron"),
     ("cron-never-matches", recurring_body(cron="0 0 30 2 *"), "invalid", "cron"),
     ("cron-not-string", recurring_body(cron=5), "wrong_type", "cron"),
-    ("every-zero", recurring_body(cron=None, every="0s"), "invalid", "every"),
-    ("every-bad-unit", recurring_body(cron=None, every="20x"), "invalid", "every"),
+    ("every-zero", recurring_body(cron=None, every="0s"), "invalid_value", "every"),
+    ("every-bad-unit", recurring_body(cron=None, every="20x"), "invalid_value", "every"),
     ("every-too-long", recurring_body(cron=None, every="367d"), "invalid", "every"),
-    ("bad-gap-policy", recurring_body(on_gap="later"), "invalid", "on_gap"),
-    ("bad-overlap-policy", recurring_body(on_overlap="second"), "invalid", "on_overlap"),
+    ("bad-gap-policy", recurring_body(on_gap="later"), "invalid_value", "on_gap"),
+    ("bad-overlap-policy", recurring_body(on_overlap="second"), "invalid_value", "on_overlap"),
     ("end-in-the-past", recurring_body(end_at="2020-01-01T00:00:00Z"), "invalid", "end_at"),
     (
         "end-before-first-occurrence",
@@ -268,20 +268,20 @@ BAD_CREATES: list[tuple[str, dict[str, Any], str, str]] = [
         "invalid",
         "end_at",
     ),
-    ("naive-start", recurring_body(start_at="2030-01-01T00:00:00"), "invalid", "start_at"),
+    ("naive-start", recurring_body(start_at="2030-01-01T00:00:00"), "invalid_value", "start_at"),
     (
         "start-beyond-horizon",
         recurring_body(cron=None, every="1h", start_at="2099-01-01T00:00:00Z"),
         "out_of_range",
         "start_at",
     ),
-    ("max-fires-zero", recurring_body(max_fires=0), "invalid", "max_fires"),
-    ("max-fires-negative", recurring_body(max_fires=-2), "invalid", "max_fires"),
+    ("max-fires-zero", recurring_body(max_fires=0), "out_of_range", "max_fires"),
+    ("max-fires-negative", recurring_body(max_fires=-2), "out_of_range", "max_fires"),
     ("max-fires-bool", recurring_body(max_fires=True), "wrong_type", "max_fires"),
-    ("jitter-week", schedule_body(jitter="1w"), "invalid", "jitter"),
+    ("jitter-week", schedule_body(jitter="1w"), "invalid_value", "jitter"),
     ("jitter-beyond-max", recurring_body(jitter="2h"), "invalid", "jitter"),
     ("jitter-just-beyond-max", schedule_body(jitter="3601s"), "invalid", "jitter"),
-    ("jitter-zero", schedule_body(jitter="0s"), "invalid", "jitter"),
+    ("jitter-zero", schedule_body(jitter="0s"), "invalid_value", "jitter"),
     ("jitter-number", schedule_body(jitter=30), "wrong_type", "jitter"),
 ]
 
@@ -371,8 +371,8 @@ async def test_preview_every(api: Api, register: Register, cql: Session) -> None
         ({"cron": "@daily", "jitter": "10s"}, "unknown_field", "jitter"),
         ({"cron": "@daily", "timezone": "Nowhere/City"}, "invalid", "timezone"),
         ({"cron": "not a cron"}, "invalid", "cron"),
-        ({"every": "20x"}, "invalid", "every"),
-        ({"cron": "@daily", "after": "2030-01-01T00:00:00"}, "invalid", "after"),
+        ({"every": "20x"}, "invalid_value", "every"),
+        ({"cron": "@daily", "after": "2030-01-01T00:00:00"}, "invalid_value", "after"),
         ({"cron": "@daily", "after": "tomorrow"}, "invalid_value", "after"),
     ],
 )
@@ -493,10 +493,10 @@ async def test_bad_patches_of_a_recurring_schedule(api: Api, register: Register,
         ({"cron": "@daily", "every": "1h"}, "invalid", "every"),
         ({"timezone": "Mars/Olympus_Mons"}, "invalid", "timezone"),
         ({"cron": "99 * * * *"}, "invalid", "cron"),
-        ({"every": "0s"}, "invalid", "every"),
+        ({"every": "0s"}, "invalid_value", "every"),
         ({"every": "1h", "timezone": "UTC"}, "invalid", "timezone"),
         ({"end_at": "2020-01-01T00:00:00Z"}, "invalid", "end_at"),
-        ({"max_fires": 0}, "invalid", "max_fires"),
+        ({"max_fires": 0}, "out_of_range", "max_fires"),
         ({"jitter": "2h"}, "invalid", "jitter"),
         ({"count": 3}, "unknown_field", "count"),
     ]
@@ -572,7 +572,7 @@ async def test_runs_of_an_unfired_one_time_schedule(api: Api, register: Register
         ({"page": "2"}, "unknown_field", "page"),
         ({"limit": "0"}, "out_of_range", "limit"),
         ({"limit": "1001"}, "out_of_range", "limit"),
-        ({"limit": "ten"}, "out_of_range", "limit"),
+        ({"limit": "ten"}, "wrong_type", "limit"),
         ({"cursor": "not-a-cursor"}, "invalid", "cursor"),
     ],
 )
@@ -669,7 +669,7 @@ async def test_runs_of_another_clients_schedule(api: Api, register: Register) ->
     missing = await api.get(f"/v1/schedules/{uuid.uuid4()}/runs", headers=key_b)
     assert missing.status == 404
     bad_id = await api.get("/v1/schedules/not-a-uuid/runs", headers=key_b)
-    assert await refused(bad_id) == ("invalid", "schedule_id")
+    assert await refused(bad_id) == ("invalid_value", "schedule_id")
 
 
 async def test_batch_trigger_fields(api: Api, register: Register) -> None:

@@ -1,0 +1,99 @@
+"""Query strings, path parameters and headers, parsed the typed way bodies are: one msgspec Struct per
+operation and place, whose field names are the parameter names (``service.openapi`` publishes the same
+Structs as the operation's parameters). Each error is a 400 naming the parameter.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal, TypeVar
+
+import msgspec
+from aiohttp import web
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from schema.errors import InvalidInput
+from schema.model import ListCursor
+from service.errors import Invalid
+from service.validation import NAME_PATTERN, Moment, convert
+
+T = TypeVar("T")
+
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,128}(?!\n)$"
+EVENT_ID_PATTERN = r"^[0-9a-f-]{36}:[0-9]{1,15}:[0-9]{1,9}(?!\n)$"
+IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{1,255}(?!\n)$"
+
+Cursor = Annotated[str, Meta(pattern=CURSOR_PATTERN, description="next_cursor of the previous page")]
+Limit = Annotated[int, Meta(ge=1, le=1000, description="1-1000, default 100")]
+
+
+class ListQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    start: Moment
+    end: Moment
+    status: Literal["scheduled", "succeeded", "failed", "cancelled"] | UnsetType = UNSET
+    limit: Limit = 100
+    cursor: Cursor | UnsetType = UNSET
+
+
+class RunsQuery(Struct, forbid_unknown_fields=True):
+    limit: Limit = 100
+    cursor: Cursor | UnsetType = UNSET
+
+
+class NoQuery(Struct, forbid_unknown_fields=True):
+    pass
+
+
+class SchedulePath(Struct, forbid_unknown_fields=True):
+    schedule_id: uuid.UUID
+
+
+class ClientPath(Struct, forbid_unknown_fields=True):
+    client_id: Annotated[str, Meta(pattern=NAME_PATTERN)]
+
+
+class PolicyPath(Struct, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(pattern=NAME_PATTERN)]
+
+
+class EventPath(Struct, forbid_unknown_fields=True):
+    event_id: Annotated[str, Meta(pattern=EVENT_ID_PATTERN, description="<schedule_id>:<epoch ms>:<index>")]
+
+
+class CreateHeaders(Struct, rename={"idempotency_key": "Idempotency-Key"}):
+    idempotency_key: Annotated[str, Meta(pattern=IDEMPOTENCY_KEY_PATTERN)] | UnsetType = UNSET
+
+
+def query(kind: type[T], request: web.Request) -> T:
+    """The query string as ``kind``; a parameter given twice is refused (which one would count?)."""
+    values: dict[str, str] = {}
+    for name, value in request.query.items():
+        if name in values:
+            raise Invalid(f"query parameter {name!r} is given more than once", field=name)
+        values[name] = value
+    return convert(kind, values)
+
+
+def path(kind: type[T], request: web.Request) -> T:
+    return convert(kind, dict(request.match_info))
+
+
+def headers(kind: type[T], request: web.Request) -> T:
+    """The headers ``kind`` names (by their wire names); one given twice is refused."""
+    values: dict[str, str] = {}
+    for field in msgspec.structs.fields(kind):  # type: ignore[arg-type]
+        given = request.headers.getall(field.encode_name, [])
+        if len(given) > 1:
+            raise Invalid(f"header {field.encode_name} is given more than once", field=field.encode_name)
+        if given:
+            values[field.encode_name] = given[0]
+    return convert(kind, values)
+
+
+def cursor(value: str | UnsetType) -> ListCursor | None:
+    if isinstance(value, UnsetType):
+        return None
+    try:
+        return ListCursor.decode(value)
+    except (InvalidInput, OverflowError, ValueError):  # a forged cursor can overflow the calendar
+        raise Invalid("cursor is not one this API handed out", field="cursor") from None
