@@ -1,0 +1,681 @@
+"""``schema.store.Store`` in memory, with the Cassandra adapter's semantics statement by statement.
+
+Each method sends the requests ``schema.cassandra`` sends, in the same order and grouping (so a fault
+between two of them leaves what Cassandra would be left with), and each request does to the tables
+what its CQL does (``engine`` models cells, TTLs, write timestamps and lightweight transactions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast
+from uuid import UUID
+
+from schema import timing
+from schema.errors import Conflict, StoreUnavailable
+from schema.memory import rows as to
+from schema.memory import tables as t
+from schema.memory.engine import Table, Tables, Values, Write, norm
+from schema.memory.faults import StoreFaults
+from schema.memory.listing import LIST_CONCURRENCY, LIST_READ_BUDGET, ListFilter, chunks, list_order
+from schema.memory.session import Select, Session
+from schema.model import (
+    Chain,
+    Checkpoint,
+    Claim,
+    Client,
+    DeadLetter,
+    FireOutcome,
+    HotMark,
+    InstanceKey,
+    ListCursor,
+    Location,
+    NodeInfo,
+    Page,
+    Run,
+    Schedule,
+    ScheduleRef,
+    Status,
+    ThrottlePolicy,
+    Token,
+    encode_callback,
+    encode_options,
+)
+from schema.settings import StoreSettings
+
+_FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
+_DEFAULTS = StoreSettings()
+
+
+def _set(**values: Any) -> dict[str, Any]:
+    """The columns a write sets: None means "leave as is" (the Cassandra adapter binds UNSET)."""
+    return {column: value for column, value in values.items() if value is not None}
+
+
+def _rows(tables: Tables, table: Table, key: Mapping[str, Any]) -> Select:
+    return lambda: tables.partition(table, key)
+
+
+def _one(tables: Tables, table: Table, key: Mapping[str, Any]) -> Select:
+    def select() -> list[tuple[Any, Values]]:
+        row = tables.row(table, key)
+        return [((), row)] if row is not None else []
+
+    return select
+
+
+class MemoryStore:
+    """The store in memory. ``clock`` is the server's (and the clients') time: it drives TTL expiry and
+    write timestamps; the ``now`` arguments of the methods stay the callers', as with Cassandra."""
+
+    def __init__(
+        self,
+        clock: Callable[[], datetime],
+        *,
+        page_size: int = _DEFAULTS.page_size,
+        retention_s: int = _DEFAULTS.retention_s,
+        hot_window_s: float = _DEFAULTS.hot_window_s,
+        cluster_name: str = _DEFAULTS.cluster_name,
+        faults: StoreFaults | None = None,
+        tables: Tables | None = None,
+    ) -> None:
+        self.settings = StoreSettings(
+            page_size=page_size, retention_s=retention_s, hot_window_s=hot_window_s, cluster_name=cluster_name
+        )
+        self.clock = clock
+        self.tables = tables if tables is not None else Tables(clock)
+        self._db = Session(self.tables, page_size, faults)
+        # As the Cassandra adapter: the highest minute this process wrote per instance (horizon writes
+        # at or below it are skipped).
+        self._horizons: dict[InstanceKey, datetime] = {}
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: StoreSettings,
+        clock: Callable[[], datetime],
+        *,
+        faults: StoreFaults | None = None,
+        tables: Tables | None = None,
+    ) -> MemoryStore:
+        """The store with the settings the Cassandra adapter reads (the connection ones are ignored)."""
+        return cls(
+            clock,
+            page_size=settings.page_size,
+            retention_s=settings.retention_s,
+            hot_window_s=settings.hot_window_s,
+            cluster_name=settings.cluster_name,
+            faults=faults,
+            tables=tables,
+        )
+
+    def peer(self, *, faults: StoreFaults | None = None) -> MemoryStore:
+        """Another process's adapter on the same data: its own faults and its own horizon memory."""
+        return MemoryStore.from_settings(self.settings, self.clock, faults=faults, tables=self.tables)
+
+    @property
+    def faults(self) -> StoreFaults:
+        return self._db.faults
+
+    @faults.setter
+    def faults(self, faults: StoreFaults) -> None:
+        self._db.faults = faults
+
+    async def ping(self) -> None:
+        await self._db.request("ping", lambda _: None)
+
+    async def close(self) -> None:
+        return None
+
+    # -- clients ------------------------------------------------------------------------------------
+
+    def _client_values(self, c: Client) -> dict[str, Any]:
+        return _set(
+            poller_count=c.poller_count,
+            poller_span=c.poller_span,
+            active=c.active,
+            api_key_hash=c.api_key_hash,
+            kafka_topics=frozenset(c.kafka_topics),  # an empty set is written, as null
+            updated_at=c.updated_at,
+            resized_at=c.resized_at,
+        )
+
+    async def create_client(self, client: Client) -> bool:
+        values = self._client_values(client) | {"created_at": client.created_at}
+        write = Write("insert_client", t.CLIENTS, {"client_id": client.client_id}, values, insert=True)
+        applied, _ = await self._db.lwt(write, None)
+        return applied
+
+    async def get_client(self, client_id: str) -> Client | None:
+        rows = await self._db.first_page("get_client", _one(self.tables, t.CLIENTS, {"client_id": client_id}))
+        return to.client(rows[0]) if rows else None
+
+    async def list_clients(self) -> list[Client]:
+        return [
+            to.client(r)
+            async for page in self._db.pages("list_clients", lambda: self.tables.scan(t.CLIENTS))
+            for r in page
+        ]
+
+    async def update_client(self, client: Client) -> None:
+        key = {"client_id": client.client_id}
+        await self._db.write(Write("update_client", t.CLIENTS, key, self._client_values(client)))
+
+    # -- schedules: statements ----------------------------------------------------------------------
+
+    def _ttl(self, due_at: datetime, now: datetime) -> int:
+        return timing.row_ttl_s(due_at, now, self.settings.retention_s)
+
+    def _row_insert(self, s: Schedule, now: datetime) -> Write:
+        values = _set(
+            fire_at=s.fire_at,
+            version=s.version,
+            payload=s.payload,
+            callback=encode_callback(s.callback),
+            status=Status.SCHEDULED.value,
+            attempts=s.attempts,
+            last_error=s.last_error,
+            created_at=s.created_at,
+            options=encode_options(s.options) if s.options is not None else None,
+            seq=s.seq or None,
+        )
+        key = _row_key(s.client_id, s.schedule_id, s.location)
+        return Write("insert_schedule", t.SCHEDULES, key, values, ttl_s=self._ttl(s.location.due_at, now), insert=True)
+
+    def _ref_insert(self, s: Schedule, now: datetime) -> Write:
+        loc = s.location
+        key = {"client_id": s.client_id, "schedule_id": s.schedule_id}
+        values = {"poller_id": loc.poller_id, "due_at": loc.due_at, "version": s.version}
+        return Write("insert_ref", t.REFS, key, values, ttl_s=self._ttl(loc.due_at, now), insert=True)
+
+    def _status(self, s: Schedule, loc: Location, status: Status) -> Write:
+        key = _row_key(s.client_id, s.schedule_id, loc)
+        return Write("set_status", t.SCHEDULES, key, {"status": status.value}, ttl_s=self.settings.retention_s)
+
+    def _hot_mark(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
+        if not timing.is_hot(loc.due_at, now, self.settings.hot_window_s):
+            return []
+        key = {"minute": loc.minute, "client_id": instance.client_id, "poller_id": instance.poller_id}
+        return [Write("mark_hot", t.HOT_MARKS, key, {"touched_at": now})]
+
+    def _raise_horizon(self, instance: InstanceKey, loc: Location) -> list[Write]:
+        known = self._horizons.get(instance)
+        if known is not None and loc.minute <= known:
+            return []
+        key = {"client_id": instance.client_id, "poller_id": instance.poller_id}
+        stamp = timing.horizon_timestamp(loc.minute)
+        return [Write("raise_horizon", t.HORIZONS, key, {"last_minute": loc.minute}, timestamp=stamp)]
+
+    def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
+        return self._hot_mark(instance, loc, now) + self._raise_horizon(instance, loc)
+
+    def _note_horizon(self, instance: InstanceKey, minute: datetime) -> None:
+        known = self._horizons.get(instance)
+        if known is None or minute > known:
+            self._horizons[instance] = minute
+
+    # -- schedules ----------------------------------------------------------------------------------
+
+    async def create_schedule(self, schedule: Schedule, now: datetime) -> None:
+        await self.create_schedules([schedule], now)
+
+    async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
+        writes = [
+            w
+            for s in schedules
+            for w in (self._row_insert(s, now), self._ref_insert(s, now), *self._signals(s.instance, s.location, now))
+        ]
+        await self._db.batch(writes, logged=True)
+        for s in schedules:
+            self._note_horizon(s.instance, s.location.minute)
+
+    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
+        write = Write(
+            "claim_idempotency_key",
+            t.IDEMPOTENCY_KEYS,
+            {"client_id": client_id, "key": key},
+            {"schedule_id": schedule_id},
+            insert=True,
+        )
+        applied, row = await self._db.lwt(write, None)
+        return schedule_id if applied else cast(UUID, row["schedule_id"])
+
+    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
+        key = {"client_id": client_id, "schedule_id": schedule_id}
+        rows = await self._db.first_page("get_ref", _one(self.tables, t.REFS, key))
+        if not rows:
+            return None
+        row = rows[0]
+        previous = None
+        if row.prev_poller_id is not None and row.prev_due_at is not None:
+            previous = Location(row["prev_poller_id"], row["prev_due_at"])
+        location = Location(row["poller_id"], row["due_at"])
+        return ScheduleRef(client_id, schedule_id, location, row["version"], previous, row.changed_version or 0)
+
+    async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
+        key = _row_key(client_id, schedule_id, loc)
+        rows = await self._db.first_page("get_schedule", _one(self.tables, t.SCHEDULES, key))
+        return to.schedule(rows[0]) if rows else None
+
+    async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
+        ref = await self.get_ref(client_id, schedule_id)
+        if ref is None:
+            return None
+        row = await self._row_at(client_id, schedule_id, ref.location)
+        if row is None and ref.previous is not None:
+            row = await self._row_at(client_id, schedule_id, ref.previous)
+        return row
+
+    async def _bump_ref(
+        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
+    ) -> None:
+        old = current.location
+        prev = old if old != new_loc else None
+        values = _set(
+            poller_id=new_loc.poller_id,
+            due_at=new_loc.due_at,
+            version=version,
+            prev_poller_id=prev.poller_id if prev else None,
+            prev_due_at=prev.due_at if prev else None,
+            changed_version=version if by_client else None,
+        )
+        key = {"client_id": current.client_id, "schedule_id": current.schedule_id}
+        name = "bump_ref" if by_client else "move_ref"
+        write = Write(name, t.REFS, key, values, ttl_s=self._ttl(new_loc.due_at, now))
+        applied, _ = await self._db.lwt(write, {"version": current.version})
+        if not applied:
+            raise Conflict("the schedule was changed concurrently; read it again and retry")
+
+    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        version = current.version + 1
+        await self._bump_ref(current, current.location, version, now)
+        writes = [self._status(current, current.location, Status.CANCELLED)]
+        writes += self._hot_mark(current.instance, current.location, now)
+        await self._db.batch(writes, logged=len(writes) > 1)
+        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
+
+    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
+        new = dataclasses.replace(updated, version=current.version + 1, status=Status.SCHEDULED)
+        await self._bump_ref(current, new.location, new.version, now)
+        await self._write_replacement(current, new, now)
+        return new
+
+    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
+        writes = [self._row_insert(new, now), *self._signals(new.instance, new.location, now)]
+        old = current.location
+        if old != new.location:
+            writes.append(self._status(current, old, Status.MOVED))
+            writes += self._hot_mark(current.instance, old, now)
+        await self._db.batch(writes, logged=True)
+        self._note_horizon(new.instance, new.location.minute)
+
+    async def requeue_schedule(
+        self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
+    ) -> Schedule:
+        loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
+        retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
+        event = current.options.event if current.options is not None else None
+        if current.repeat is not None or event is not None:
+            new = dataclasses.replace(retry, status=Status.SCHEDULED)
+            await self._write_replacement(current, new, now)
+            if event is None:
+                await self._db.write(self._run_write(new, Status.SCHEDULED, now, last_error))
+            return new
+        try:
+            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
+            await self._bump_ref(current, loc, new.version, now, by_client=False)
+            await self._write_replacement(current, new, now)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.version != current.version + 1 or ref.location != loc:
+                raise
+            new = dataclasses.replace(retry, version=ref.version, status=Status.SCHEDULED)
+            await self._write_replacement(current, new, now)
+        moved = _set(status=Status.MOVED.value, attempts=attempts, fired_at=now, last_error=last_error)
+        key = _row_key(current.client_id, current.schedule_id, current.location)
+        await self._db.write(Write("record_outcome", t.SCHEDULES, key, moved, ttl_s=self.settings.retention_s))
+        return new
+
+    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
+        version = current.version + 1
+        target = following.location if following is not None else current.location
+        try:
+            await self._bump_ref(current, target, version, now, by_client=False)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.changed_version > current.version:
+                return Chain.CHANGED
+            if following is None or ref.version != version or ref.location != target:
+                return Chain.ALREADY
+        if following is not None:
+            new = dataclasses.replace(following, version=version, status=Status.SCHEDULED)
+            await self._db.batch([self._row_insert(new, now), *self._signals(new.instance, target, now)], logged=True)
+            self._note_horizon(new.instance, target.minute)
+        return Chain.CHAINED
+
+    async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
+        by_partition: dict[tuple[InstanceKey, datetime], list[Schedule]] = defaultdict(list)
+        for row in rows:
+            by_partition[(row.instance, row.location.minute)].append(row)
+        writes = []
+        for (instance, _), group in by_partition.items():
+            earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
+            for chunk in chunks(group):
+                writes.append(self._db.batch([self._row_insert(r, now) for r in chunk], logged=False))
+            signals = self._signals(instance, earliest, now)
+            if signals:
+                writes.append(self._db.batch(signals, logged=False))
+        await asyncio.gather(*writes)
+        for instance, minute in by_partition:
+            self._note_horizon(instance, minute)
+
+    def read_minute(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[Schedule]]:
+        return self._read_minute(instance, minute, norm(from_due if from_due is not None else minute))
+
+    async def _read_minute(
+        self, instance: InstanceKey, minute: datetime, start: datetime
+    ) -> AsyncIterator[list[Schedule]]:
+        key = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute}
+
+        def select() -> list[tuple[Any, Values]]:
+            return [(o, r) for o, r in self.tables.partition(t.SCHEDULES, key) if r["due_at"] >= start]
+
+        async for rows in self._db.pages("read_minute", select):
+            yield [to.schedule(r) for r in rows]
+
+    async def list_schedules(
+        self,
+        client: Client,
+        start: datetime,
+        end: datetime,
+        status: Status | None,
+        after: ListCursor | None,
+        limit: int,
+    ) -> Page:
+        begin = max(start, after.due_at) if after is not None else start
+        keep = ListFilter(start, end, status, after)
+        step = max(1, LIST_CONCURRENCY // client.poller_span)
+        minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()
+        while minute < end:
+            chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
+            found += sorted(await self._list_chunk(client, chunk, begin, keep, limit), key=list_order)
+            minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
+            if len(found) >= limit:
+                items = found[:limit]
+                more = len(found) > limit or minute < end
+                last = items[-1]
+                return Page(items, ListCursor(last.location.due_at, last.schedule_id).encode() if more else None)
+            if reads >= LIST_READ_BUDGET and minute < end:
+                return Page(found, ListCursor(minute).encode())
+        return Page(found, None)
+
+    async def _list_chunk(
+        self, client: Client, minutes: list[datetime], begin: datetime, keep: ListFilter, limit: int
+    ) -> list[Schedule]:
+        gate = asyncio.Semaphore(LIST_CONCURRENCY)
+
+        async def one(instance: InstanceKey, minute: datetime) -> list[Schedule]:
+            async with gate:
+                return await self._list_partition(instance, minute, max(minute, begin), keep, limit)
+
+        reads = [
+            one(InstanceKey(client.client_id, poller_id), minute)
+            for minute in minutes
+            for poller_id in range(client.poller_span)
+        ]
+        return [s for rows in await asyncio.gather(*reads) for s in rows]
+
+    async def _list_partition(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: ListFilter, limit: int
+    ) -> list[Schedule]:
+        kept: list[Schedule] = []
+        pages = cast(AsyncGenerator[list[Schedule], None], self.read_minute(instance, minute, from_due=from_due))
+        async with aclosing(pages):
+            async for page in pages:
+                kept += filter(keep, page)
+                if len(kept) >= limit:
+                    break
+        return kept[:limit]
+
+    async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
+        by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
+        ttl = self.settings.retention_s
+        for o in outcomes:
+            values = _set(status=o.status.value, attempts=o.attempts, fired_at=o.fired_at, last_error=o.last_error)
+            key = _row_key(o.client_id, o.schedule_id, o.location)
+            write = Write("record_outcome", t.SCHEDULES, key, values, ttl_s=ttl)
+            by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(write)
+        runs = [self._db.write(self._outcome_run(o)) for o in outcomes if o.nominal_at is not None and o.event is None]
+        runs += [
+            self._db.write(self._event_run(o)) for o in outcomes if o.event is not None and o.nominal_at is not None
+        ]
+        await asyncio.gather(*(self._db.batch(ws, logged=False) for ws in by_partition.values()), *runs)
+
+    # -- runs ---------------------------------------------------------------------------------------
+
+    def _run(self, client_id: str, schedule_id: UUID, nominal_at: datetime | None, values: dict[str, Any]) -> Write:
+        key = {"client_id": client_id, "schedule_id": schedule_id, "nominal_at": nominal_at}
+        return Write("record_run", t.RUNS, key, values, ttl_s=self.settings.retention_s, insert=True)
+
+    def _outcome_run(self, o: FireOutcome) -> Write:
+        values = _set(
+            seq=o.seq or None,
+            status=o.status.value,
+            attempts=o.attempts,
+            fired_at=o.fired_at,
+            last_error=o.last_error,
+            events=o.events or None,
+            window_ms=o.window_ms or None,
+        )
+        return self._run(o.client_id, o.schedule_id, o.nominal_at, values)
+
+    def _event_run(self, o: FireOutcome) -> Write:
+        assert o.event is not None
+        key = {
+            "client_id": o.client_id,
+            "schedule_id": o.event.parent,
+            "nominal_at": o.nominal_at,
+            "idx": o.event.index,
+        }
+        values = {"status": o.status.value, "fired_at": o.fired_at}
+        return Write("record_run_event", t.RUN_EVENTS, key, values, ttl_s=self.settings.retention_s, insert=True)
+
+    def _run_write(self, s: Schedule, status: Status, fired_at: datetime | None, error: str | None) -> Write:
+        events, window_ms = s.options.expansion if s.options is not None else (0, 0)
+        values = _set(
+            seq=s.seq or None,
+            status=status.value,
+            attempts=s.attempts,
+            fired_at=fired_at,
+            last_error=error,
+            events=events or None,
+            window_ms=window_ms or None,
+        )
+        return self._run(s.client_id, s.schedule_id, s.fire_at, values)
+
+    async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
+        upper = norm(before if before is not None else _FAR_FUTURE)
+        key = {"client_id": client_id, "schedule_id": schedule_id}
+
+        def select() -> list[tuple[Any, Values]]:
+            if limit <= 0:
+                raise StoreUnavailable("list_runs: InvalidRequest: LIMIT must be strictly positive")
+            return [(o, r) for o, r in self.tables.partition(t.RUNS, key) if r["nominal_at"] < upper]
+
+        rows = await self._db.first_page("list_runs", select, limit=max(limit, 1))
+        return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+
+    async def _run_of(self, client_id: str, schedule_id: UUID, r: Values) -> Run:
+        run = Run(
+            r["nominal_at"],
+            Status(r.status),
+            r.attempts or 0,
+            r.fired_at,
+            r.last_error,
+            r.seq or 0,
+        )
+        if not r.events:
+            return run
+        key = {"client_id": client_id, "schedule_id": schedule_id, "nominal_at": r["nominal_at"]}
+        events = await self._db.first_page("read_run_events", _rows(self.tables, t.RUN_EVENTS, key))
+        done = [e["fired_at"] for e in events if e.status == Status.SUCCEEDED.value and e.fired_at]
+        return dataclasses.replace(
+            run,
+            events=r["events"],
+            events_done=len(done),
+            last_event_at=max(done) if done else None,
+            window_end=run.nominal_at + timedelta(milliseconds=r.window_ms or 0),
+        )
+
+    # -- dead letters -------------------------------------------------------------------------------
+
+    async def add_dead_letter(self, letter: DeadLetter) -> None:
+        day = letter.failed_at.astimezone(UTC).date()
+        key = {
+            "client_id": letter.client_id,
+            "day": day,
+            "failed_at": letter.failed_at,
+            "schedule_id": letter.schedule_id,
+        }
+        values = {
+            "fire_id": letter.fire_id,
+            "attempts": letter.attempts,
+            "last_error": letter.last_error,
+            "callback": encode_callback(letter.callback),
+            "payload": letter.payload,
+        }
+        ttl = self.settings.retention_s
+        await self._db.write(Write("insert_dead_letter", t.DEAD_LETTERS, key, values, ttl_s=ttl, insert=True))
+
+    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
+        key = {"client_id": client_id, "day": day}
+        select = _rows(self.tables, t.DEAD_LETTERS, key)
+        return [to.dead_letter(r) async for page in self._db.pages("read_dead_letters", select) for r in page]
+
+    # -- throttle policies and tokens ---------------------------------------------------------------
+
+    async def put_policy(self, policy: ThrottlePolicy) -> None:
+        key = {"client_id": policy.client_id, "name": policy.name}
+        values = {
+            "max_in_flight": policy.max_in_flight,
+            "release_timeout_s": policy.release_timeout_s,
+            "created_at": policy.created_at,
+            "updated_at": policy.updated_at,
+        }
+        await self._db.write(Write("put_policy", t.POLICIES, key, values, insert=True))
+
+    async def get_policy(self, client_id: str, name: str) -> ThrottlePolicy | None:
+        key = {"client_id": client_id, "name": name}
+        rows = await self._db.first_page("get_policy", _one(self.tables, t.POLICIES, key))
+        return to.policy(rows[0]) if rows else None
+
+    async def list_policies(self, client_id: str) -> list[ThrottlePolicy]:
+        select = _rows(self.tables, t.POLICIES, {"client_id": client_id})
+        return [to.policy(r) for r in await self._db.first_page("list_policies", select)]
+
+    async def delete_policy(self, client_id: str, name: str) -> None:
+        await self._db.write(Write("delete_policy", t.POLICIES, {"client_id": client_id, "name": name}, delete=True))
+
+    async def tokens(self, client_id: str, policy: str) -> list[Token]:
+        select = _rows(self.tables, t.TOKENS, {"client_id": client_id, "policy": policy})
+        return [to.token(r) for r in await self._db.first_page("read_tokens", select)]
+
+    async def take_token(self, token: Token, ttl_s: int) -> bool:
+        key = {"client_id": token.client_id, "policy": token.policy, "slot": token.slot}
+        values = {"event_id": token.event_id, "holder": token.holder, "taken_at": token.taken_at}
+        applied, _ = await self._db.lwt(Write("take_token", t.TOKENS, key, values, ttl_s=ttl_s, insert=True), None)
+        return applied
+
+    async def release_token(self, client_id: str, policy: str, slot: int, event_id: str) -> bool:
+        key = {"client_id": client_id, "policy": policy, "slot": slot}
+        applied, _ = await self._db.lwt(Write("release_token", t.TOKENS, key, delete=True), {"event_id": event_id})
+        return applied
+
+    # -- coordination -------------------------------------------------------------------------------
+
+    async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
+        key = {"cluster": self.settings.cluster_name, "node_id": node.node_id}
+        values = {
+            "address": node.address,
+            "metrics_port": node.metrics_port,
+            "started_at": node.started_at,
+            "heartbeat_at": node.heartbeat_at,
+        }
+        await self._db.write(Write("heartbeat", t.NODES, key, values, ttl_s=ttl_s, insert=True))
+
+    async def leave(self, node_id: str) -> None:
+        key = {"cluster": self.settings.cluster_name, "node_id": node_id}
+        await self._db.write(Write("leave_cluster", t.NODES, key, delete=True))
+
+    async def live_nodes(self) -> list[NodeInfo]:
+        select = _rows(self.tables, t.NODES, {"cluster": self.settings.cluster_name})
+        return [to.node(r) for r in await self._db.first_page("live_nodes", select)]
+
+    async def get_claim(self, instance: InstanceKey) -> Claim | None:
+        rows = await self._db.first_page("get_claim", _one(self.tables, t.CLAIMS, _instance_key(instance)))
+        return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
+
+    async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
+        key = _instance_key(instance)
+        if seen is None:
+            values = {"owner": node_id, "epoch": 1, "claimed_at": now}
+            applied, _ = await self._db.lwt(Write("first_claim", t.CLAIMS, key, values, insert=True), None)
+            return Claim(instance, node_id, 1) if applied else None
+        epoch = seen.epoch + 1
+        values = {"owner": node_id, "epoch": epoch, "claimed_at": now}
+        applied, _ = await self._db.lwt(Write("take_claim", t.CLAIMS, key, values), {"epoch": seen.epoch})
+        return Claim(instance, node_id, epoch) if applied else None
+
+    async def release(self, claim: Claim) -> bool:
+        write = Write("release_claim", t.CLAIMS, _instance_key(claim.instance), {"owner": None})
+        applied, _ = await self._db.lwt(write, {"owner": claim.owner, "epoch": claim.epoch})
+        return applied
+
+    async def get_checkpoint(self, instance: InstanceKey) -> Checkpoint | None:
+        rows = await self._db.first_page("get_checkpoint", _one(self.tables, t.CHECKPOINTS, _instance_key(instance)))
+        if not rows or rows[0].minute is None:
+            return None
+        return Checkpoint(instance, rows[0]["minute"], rows[0].epoch)
+
+    async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
+        stamp = timing.fenced_timestamp(claim.epoch, minute)
+        values = {"minute": minute, "epoch": claim.epoch}
+        write = Write("write_checkpoint", t.CHECKPOINTS, _instance_key(claim.instance), values, timestamp=stamp)
+        await self._db.write(write)
+
+    async def hot_marks(self, minute: datetime) -> list[HotMark]:
+        select = _rows(self.tables, t.HOT_MARKS, {"minute": minute})
+        rows = await self._db.first_page("read_hot_marks", select)
+        return [HotMark(minute, InstanceKey(r["client_id"], r["poller_id"]), r["touched_at"]) for r in rows]
+
+    async def get_horizon(self, instance: InstanceKey) -> datetime | None:
+        rows = await self._db.first_page("get_horizon", _one(self.tables, t.HORIZONS, _instance_key(instance)))
+        return cast(datetime, rows[0]["last_minute"]) if rows and rows[0].last_minute else None
+
+    async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None:
+        key = _instance_key(instance) | {"minute": minute}
+        ttl = self.settings.retention_s
+        await self._db.write(
+            Write("record_skipped", t.SKIPPED, key, {"reason": reason, "rows": rows}, ttl_s=ttl, insert=True)
+        )
+
+
+def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, Any]:
+    return {
+        "client_id": client_id,
+        "poller_id": loc.poller_id,
+        "minute": loc.minute,
+        "due_at": loc.due_at,
+        "schedule_id": schedule_id,
+    }
+
+
+def _instance_key(instance: InstanceKey) -> dict[str, Any]:
+    return {"client_id": instance.client_id, "poller_id": instance.poller_id}
