@@ -276,7 +276,10 @@ def _bound(moment: datetime | None, field: str) -> datetime | None:
         return None
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidInput(f"{field} needs a UTC offset, such as 2026-01-01T09:00:00Z", field=field)
-    return _to_ms(moment.astimezone(UTC))
+    try:
+        return _to_ms(moment.astimezone(UTC))
+    except OverflowError:  # year 1 or 9999 with an offset
+        raise InvalidInput(f"{field} is outside years 1-9999 in UTC", field=field) from None
 
 
 def _max_fires(value: int | None) -> int | None:

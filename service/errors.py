@@ -131,7 +131,7 @@ def screen(request: web.Request) -> None:
             raise InvalidInput("a query parameter is not UTF-8", field=name if not _not_utf8(name) else "query")
     for name, value in request.headers.items():
         if name.lower() not in _UNCHECKED_HEADERS and (_not_utf8(name) or _not_utf8(value)):
-            raise InvalidInput("a header is not UTF-8", field=name if not _not_utf8(name) else "headers")
+            raise InvalidInput("a header is not UTF-8", field=str(name) if not _not_utf8(name) else "headers")
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
