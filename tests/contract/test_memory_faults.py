@@ -1,0 +1,187 @@
+"""The in-memory adapter's fault points (what the simulation injects through): which requests a method
+sends, and what each kind of failure leaves behind. Memory only: Cassandra cannot be stopped mid-call
+on demand, which is why the simulation runs on this adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from schema.errors import Conflict, StoreUnavailable
+from schema.memory import MemoryStore, StoreFaults
+from schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
+from tests.contract.conftest import START, Factory, FailOn, ManualClock, read_all
+
+pytestmark = pytest.mark.parametrize("env", ["memory"], indirect=True)
+
+
+@pytest.fixture
+def clock(store: MemoryStore) -> ManualClock:
+    assert isinstance(store.clock, ManualClock)
+    return store.clock
+
+
+def faults(store: MemoryStore, **points: tuple[str, ...]) -> FailOn:
+    injected = FailOn(**points)
+    store.faults = injected
+    return injected
+
+
+async def test_each_method_sends_the_requests_of_the_cassandra_adapter(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    seen = faults(store).seen
+    s = new_schedule(START + timedelta(minutes=10), poller_id=1)
+    await store.create_schedule(s, START)
+    assert seen == ["batch:insert_schedule"]
+    seen.clear()
+    retried = await store.requeue_schedule(s, START + timedelta(minutes=20), 2, "HTTP 503", START)
+    assert seen == ["move_ref", "batch:insert_schedule", "record_outcome"]
+    seen.clear()
+    await store.cancel_schedule(retried, START)
+    assert seen == ["bump_ref", "batch:set_status"]
+    seen.clear()
+    assert await store.get_schedule(client_id, s.schedule_id) is not None
+    assert seen == ["get_ref", "get_schedule"]
+
+
+async def test_a_refused_request_applies_nothing(store: MemoryStore, new_schedule: Factory, client_id: str) -> None:
+    s = new_schedule(START + timedelta(minutes=10))
+    faults(store, before=("batch:insert_schedule",))
+    with pytest.raises(StoreUnavailable):
+        await store.create_schedule(s, START)
+    assert await store.get_schedule(client_id, s.schedule_id) is None
+
+
+async def test_an_unknown_outcome_applied(store: MemoryStore, new_schedule: Factory, client_id: str) -> None:
+    s = new_schedule(START + timedelta(minutes=10))
+    faults(store, after=("batch:insert_schedule",))
+    with pytest.raises(StoreUnavailable):
+        await store.create_schedule(s, START)
+    assert await store.get_schedule(client_id, s.schedule_id) == s
+
+
+async def test_a_requeue_with_an_unknown_outcome_is_finished_by_calling_it_again(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(START + timedelta(seconds=30))
+    await store.create_schedule(s, START)
+    retry_at = START + timedelta(minutes=5)
+    faults(store, after=("move_ref",))
+    with pytest.raises(StoreUnavailable):
+        await store.requeue_schedule(s, retry_at, 2, "timeout", START)
+    assert await store.get_schedule(client_id, s.schedule_id) == s  # the pointer alone changes nothing
+    retried = await store.requeue_schedule(s, retry_at, 2, "timeout", START)
+    assert await store.get_schedule(client_id, s.schedule_id) == retried
+    old = await read_all(store, s.instance, s.location.minute)
+    assert [r.status for r in old] == [Status.MOVED]
+
+
+async def test_a_half_done_cancel_leaves_the_row_live_and_the_version_spent(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(START + timedelta(minutes=10))
+    await store.create_schedule(s, START)
+    faults(store, before=("batch:set_status",))
+    with pytest.raises(StoreUnavailable):
+        await store.cancel_schedule(s, START)
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.status is Status.SCHEDULED and got.version == 1
+    with pytest.raises(Conflict):  # the row still says version 1, the pointer 2
+        await store.cancel_schedule(got, START)
+
+
+async def test_an_unlogged_batch_over_two_partitions_can_half_apply(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    """An event row due inside the hot window: its signals batch marks the minute (one partition) and
+    raises the horizon (another); a failure between the two leaves the mark without the horizon."""
+    at = START + timedelta(seconds=20)
+    parent = uuid.uuid4()
+    event = new_schedule(at, schedule_id=uuid.uuid5(parent, "0"), options=Options(event=EventOf(parent, 0, 1)))
+    faults(store, after=("batch:mark_hot/partial",))
+    with pytest.raises(StoreUnavailable):
+        await store.add_events([event], START)
+    assert [r.schedule_id for r in await read_all(store, event.instance, event.location.minute)] == [event.schedule_id]
+    assert InstanceKey(client_id, 0) in {m.instance for m in await store.hot_marks(event.location.minute)}
+    assert await store.get_horizon(InstanceKey(client_id, 0)) is None
+
+
+async def test_outcomes_of_other_partitions_land_when_one_fails(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    made = [new_schedule(START + timedelta(minutes=10 + i), options=Options(jitter_ms=1)) for i in range(3)]
+    await store.create_schedules(made, START)
+    outcomes = [
+        FireOutcome(client_id, s.schedule_id, s.location, Status.SUCCEEDED, 1, START, nominal_at=s.fire_at, seq=1)
+        for s in made
+    ]
+    injected = faults(store, before=("batch:record_outcome",))
+    with pytest.raises(StoreUnavailable):
+        await store.record_outcomes(outcomes)
+    await asyncio.sleep(0.01)  # the other requests were sent with it and complete (as under gather)
+    assert injected.seen.count("batch:record_outcome") == 3 and injected.seen.count("record_run") == 3
+    statuses = [(await store.get_schedule(client_id, s.schedule_id)).status for s in made]  # type: ignore[union-attr]
+    assert statuses == [Status.SCHEDULED, Status.SUCCEEDED, Status.SUCCEEDED]
+    assert len(await store.list_runs(client_id, made[0].schedule_id, None, 10)) == 1
+
+
+async def test_a_chain_whose_pointer_move_failed_finds_nothing_to_finish(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    first = new_schedule(START + timedelta(minutes=10), seq=1)
+    await store.create_schedule(first, START)
+    nxt = dataclasses.replace(first, location=Location(0, START + timedelta(minutes=11)), seq=2)
+    faults(store, before=("move_ref",))
+    with pytest.raises(StoreUnavailable):
+        await store.chain_schedule(first, nxt, START)
+    assert await store.chain_schedule(first, nxt, START) is Chain.CHAINED
+
+
+class Hold:
+    """Faults that hold one request in flight until released (a slow network call)."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.released = asyncio.Event()
+
+    async def before(self, op: str) -> None:
+        if op == self.op:
+            await self.released.wait()
+
+    async def after(self, op: str) -> None:
+        return None
+
+
+async def test_a_delayed_write_keeps_the_timestamp_it_was_sent_with(
+    store: MemoryStore, clock: ManualClock, client_id: str
+) -> None:
+    """Write timestamps are the client's, taken at send time: a request held up in the network that
+    lands after a later write loses to it (last write wins by timestamp, not by arrival)."""
+    client = Client(client_id, 2, True, "h", START, START)
+    assert await store.create_client(client)
+    hold: StoreFaults = Hold("update_client")
+    slow = store.peer(faults=hold)
+    first = asyncio.create_task(slow.update_client(dataclasses.replace(client, poller_count=5)))
+    await asyncio.sleep(0)
+    clock.advance(1)
+    await store.update_client(dataclasses.replace(client, poller_count=7))
+    hold.released.set()  # type: ignore[attr-defined]
+    await first
+    got = await store.get_client(client_id)
+    assert got is not None and got.poller_count == 7
+
+
+async def test_ttls_count_whole_seconds(store: MemoryStore, clock: ManualClock) -> None:
+    """Cassandra's expiry is ``floor(write second) + ttl``: written at x.9 with TTL 1, gone at x+1."""
+    clock.now = START.replace(microsecond=900_000)
+    node = NodeInfo("n1", "10.0.0.1", 9100, START, START)
+    await store.heartbeat(node, ttl_s=1)
+    clock.advance(0.099)
+    assert await store.live_nodes() == [node]
+    clock.advance(0.002)
+    assert await store.live_nodes() == []

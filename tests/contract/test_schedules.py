@@ -1,0 +1,475 @@
+"""Schedules in the store: create, read, cancel and move under compare-and-set, durable retries (and
+finishing a half-done one), minute reads in clustering order a page at a time, listings, outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from schema import timing
+from schema.errors import Conflict, StoreUnavailable
+from schema.model import (
+    Client,
+    DeadLetter,
+    EventOf,
+    FireOutcome,
+    HttpCallback,
+    InstanceKey,
+    KafkaCallback,
+    ListCursor,
+    Location,
+    Options,
+    Schedule,
+    Status,
+)
+from schema.store import Store
+from tests.contract.conftest import Env, Factory, FailOn, make_client, read_all
+
+
+async def test_create_read_cancel(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    s = new_schedule(env.later(3600), poller_id=2, callback=KafkaCallback(topic="orders.fired"))
+    await store.create_schedule(s, env.now())
+
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got == s
+
+    cancelled = await store.cancel_schedule(got, env.now())
+    assert cancelled.status is Status.CANCELLED and cancelled.version == 2
+    again = await store.get_schedule(client_id, s.schedule_id)
+    assert again is not None and again.status is Status.CANCELLED and again.version == 1
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and ref.version == 2 and ref.changed_version == 2 and ref.previous is None
+
+
+async def test_create_schedules_writes_a_group(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    group = [new_schedule(env.later(60 * i), poller_id=i % 3) for i in range(1, 6)]
+    await store.create_schedules(group, env.now())
+    for s in group:
+        assert await store.get_schedule(client_id, s.schedule_id) == s
+
+
+async def test_stored_times_keep_milliseconds(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    due = env.now() + timedelta(seconds=600, microseconds=456_789)
+    s = new_schedule(due, last_error="", payload=b"")
+    await store.create_schedule(s, env.now())
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location.due_at == timing.truncate_ms(due) and got.fire_at == timing.truncate_ms(due)
+    assert got.last_error == "" and got.payload == b""
+
+
+async def test_unknown_and_foreign_schedules_are_not_found(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(env.later(600))
+    await store.create_schedule(s, env.now())
+    assert await store.get_schedule("someone-else", s.schedule_id) is None
+    assert await store.get_schedule(client_id, new_schedule(env.later(1)).schedule_id) is None
+    assert await store.get_ref(client_id, uuid.uuid4()) is None
+
+
+async def test_stale_change_conflicts(env: Env, store: Store, new_schedule: Factory) -> None:
+    s = new_schedule(env.later(3600))
+    await store.create_schedule(s, env.now())
+    await store.cancel_schedule(s, env.now())
+    with pytest.raises(Conflict):
+        await store.cancel_schedule(s, env.now())  # still version 1: someone changed it since
+    with pytest.raises(Conflict):
+        await store.replace_schedule(s, dataclasses.replace(s, payload=b"{}"), env.now())
+
+
+async def test_changing_an_unknown_schedule_conflicts(env: Env, store: Store, new_schedule: Factory) -> None:
+    ghost = new_schedule(env.later(3600))
+    with pytest.raises(Conflict):
+        await store.cancel_schedule(ghost, env.now())
+    assert await read_all(store, ghost.instance, ghost.location.minute) == []  # nothing was written
+
+
+async def test_replace_moves_the_row_and_leaves_no_live_copy(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    new_due = env.later(7200)
+    moved = await store.replace_schedule(
+        s, dataclasses.replace(s, location=Location(3, new_due), fire_at=new_due, payload=b"{}"), env.now()
+    )
+    assert moved.version == 2
+
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location == Location(3, new_due) and got.payload == b"{}"
+    old_rows = await read_all(store, s.instance, s.location.minute)
+    assert [r.status for r in old_rows if r.schedule_id == s.schedule_id] == [Status.MOVED]
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and ref.previous == s.location and ref.location == Location(3, new_due)
+
+
+async def test_replace_in_place_keeps_cells_it_does_not_write(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A write binds "unset" for absent values: a change that drops options leaves the stored ones."""
+    s = new_schedule(env.later(3600), options=Options(jitter_ms=500), last_error="HTTP 500")
+    await store.create_schedule(s, env.now())
+    plain = dataclasses.replace(s, options=None, last_error=None, payload=b"{}")
+    await store.replace_schedule(s, plain, env.now())
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.payload == b"{}" and got.version == 2
+    assert got.options == Options(jitter_ms=500) and got.last_error == "HTTP 500"
+
+
+async def test_a_half_done_move_leaves_the_old_row_live(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """The pointer moved but the rows of the move did not land: the old row is still the schedule."""
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    target = dataclasses.replace(s, location=Location(2, env.later(5400)))
+    if env.memory:
+        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        with pytest.raises(StoreUnavailable):
+            await store.replace_schedule(s, target, env.now())
+    else:
+        await store._bump_ref(s, target.location, 2, env.now())  # type: ignore[attr-defined]
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and ref.location == target.location and ref.previous == s.location
+    assert await store.get_schedule(client_id, s.schedule_id) == s
+
+
+async def test_concurrent_changes_only_one_wins(env: Env, store: Store, new_schedule: Factory) -> None:
+    s = new_schedule(env.later(3600))
+    await store.create_schedule(s, env.now())
+    moves = [
+        store.replace_schedule(s, dataclasses.replace(s, location=Location(p, env.later(4000 + p))), env.now())
+        for p in range(4)
+    ]
+    results = await asyncio.gather(*moves, return_exceptions=True)
+    assert sum(not isinstance(r, BaseException) for r in results) == 1
+    assert all(isinstance(r, Conflict) for r in results if isinstance(r, BaseException))
+
+
+async def test_read_minute_in_due_order_across_pages(env: Env, new_schedule: Factory, client_id: str) -> None:
+    store = await env.store_with(page_size=7)
+    minute = timing.minute_bucket(env.later(3 * 3600))
+    rng = random.Random(7)
+    made = [new_schedule(minute + timedelta(milliseconds=rng.randrange(60_000)), poller_id=1) for _ in range(40)]
+    made += [new_schedule(minute + timedelta(seconds=30), poller_id=1) for _ in range(5)]  # equal due times
+    for i in range(0, len(made), 5):
+        await store.create_schedules(made[i : i + 5], env.now())
+
+    pages = [page async for page in store.read_minute(InstanceKey(client_id, 1), minute)]
+    rows = [r for page in pages for r in page]
+    assert [len(p) for p in pages] == [7] * 6 + [3]
+    assert len(rows) == 45 and {r.schedule_id for r in rows} == {s.schedule_id for s in made}
+    keys = [(r.location.due_at, r.schedule_id) for r in rows]
+    assert keys == sorted(keys)
+
+    # The tail read a poller uses after a hot mark starts where it is told.
+    cut = rows[20].location.due_at
+    tail = await read_all(store, InstanceKey(client_id, 1), minute, from_due=cut)
+    assert tail == [r for r in rows if r.location.due_at >= cut]
+
+
+async def test_a_full_last_page_is_followed_by_an_empty_one(env: Env, new_schedule: Factory, client_id: str) -> None:
+    store = await env.store_with(page_size=7)
+    minute = timing.minute_bucket(env.later(3 * 3600))
+    await store.create_schedules([new_schedule(minute + timedelta(seconds=i)) for i in range(7)], env.now())
+    assert [len(p) async for p in store.read_minute(InstanceKey(client_id, 0), minute)] == [7, 0]
+    assert [len(p) async for p in store.read_minute(InstanceKey(client_id, 5), minute)] == [0]
+
+
+async def test_equal_due_times_sort_by_cassandra_uuid_order(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """Cassandra orders uuids by version first: a v5 id (an event row's) after every v4 id."""
+    due = env.later(3600)
+    v5 = new_schedule(due, schedule_id=uuid.UUID("00000000-0000-5000-8000-000000000000"))
+    v4 = new_schedule(due, schedule_id=uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff"))
+    await store.create_schedules([v5, v4], env.now())
+    assert [r.schedule_id for r in await read_all(store, v4.instance, v4.location.minute)] == [
+        v4.schedule_id,
+        v5.schedule_id,
+    ]
+
+
+async def test_hot_writes_leave_marks_and_raise_the_horizon(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    soon, far = new_schedule(env.later(5), poller_id=3), new_schedule(env.later(7200), poller_id=3)
+    for s in (soon, far):
+        await store.create_schedule(s, env.now())
+    marks = await store.hot_marks(soon.location.minute)
+    mark = next(m for m in marks if m.instance == InstanceKey(client_id, 3))
+    assert mark.minute == soon.location.minute
+    far_marks = await store.hot_marks(far.location.minute)
+    assert InstanceKey(client_id, 3) not in {m.instance for m in far_marks}
+    assert await store.get_horizon(InstanceKey(client_id, 3)) == far.location.minute
+    # A later write of an earlier minute never lowers the horizon, not even from another process.
+    await store.create_schedule(new_schedule(env.later(120), poller_id=3), env.now())
+    other = await env.store_with(page_size=11)
+    await other.create_schedule(new_schedule(env.later(180), poller_id=3), env.now())
+    assert await store.get_horizon(InstanceKey(client_id, 3)) == far.location.minute
+    assert await store.get_horizon(InstanceKey(client_id, 2)) is None
+
+
+async def test_a_cancel_inside_the_hot_window_leaves_a_mark(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    assert InstanceKey(client_id, 1) not in {m.instance for m in await store.hot_marks(s.location.minute)}
+    await store.cancel_schedule(s, s.location.due_at - timedelta(seconds=30))  # the API's now, near the fire
+    assert InstanceKey(client_id, 1) in {m.instance for m in await store.hot_marks(s.location.minute)}
+
+
+async def test_idempotency_key_binds_once(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    first, second = new_schedule(env.later(60)).schedule_id, new_schedule(env.later(60)).schedule_id
+    assert await store.claim_idempotency_key(client_id, "k1", first) == first
+    assert await store.claim_idempotency_key(client_id, "k1", second) == first
+    assert await store.claim_idempotency_key(f"{client_id}-other", "k1", second) == second
+    assert await store.claim_idempotency_key(client_id, "k2", second) == second
+
+
+async def test_requeue_keeps_the_fire_id_and_moves_the_row(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(env.later(30), poller_id=2)
+    await store.create_schedule(s, env.now())
+    retry_at = env.later(600)
+    retried = await store.requeue_schedule(s, retry_at, 2, "HTTP 503", env.now())
+    assert retried.fire_id == s.fire_id and retried.attempts == 2 and retried.location.due_at == retry_at
+
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location.due_at == retry_at and got.attempts == 2
+    assert got.last_error == "HTTP 503" and got.status is Status.SCHEDULED
+    old = await read_all(store, s.instance, s.location.minute)
+    assert [(r.status, r.attempts) for r in old if r.schedule_id == s.schedule_id] == [(Status.MOVED, 2)]
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and ref.changed_version == 0  # a retry is not the client's change
+
+
+async def test_requeue_finishes_its_own_half_done_move(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A requeue whose pointer move landed but whose row batch did not (a failure between the two) is
+    finished by calling it again: the retried fire must not be dropped as a concurrent change."""
+    s = new_schedule(env.later(30), poller_id=1)
+    await store.create_schedule(s, env.now())
+    retry_at = env.now() + timedelta(seconds=600, microseconds=123)  # sub-ms digits: dropped
+    loc = Location(s.location.poller_id, timing.truncate_ms(retry_at))
+    if env.memory:
+        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        with pytest.raises(StoreUnavailable):
+            await store.requeue_schedule(s, retry_at, 3, "timeout", env.now())
+    else:
+        await store._bump_ref(s, loc, s.version + 1, env.now(), by_client=False)  # type: ignore[attr-defined]
+    assert await store.get_schedule(client_id, s.schedule_id) == s  # the pointer alone changes nothing
+
+    retried = await store.requeue_schedule(s, retry_at, 3, "timeout", env.now())
+    assert retried.location == loc and retried.version == s.version + 1 and retried.attempts == 3
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location == loc and got.status is Status.SCHEDULED and got.fire_id == s.fire_id
+    old = await read_all(store, s.instance, s.location.minute)
+    assert [r.status for r in old if r.schedule_id == s.schedule_id] == [Status.MOVED]
+
+    # Called once more (a retry after an unknown outcome), even with another due time: the row is there.
+    assert await store.requeue_schedule(s, env.later(900), 3, "timeout", env.now()) == got
+
+
+async def test_a_takeover_finishes_a_crashed_requeue_where_it_pointed(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(env.later(30), poller_id=1)
+    await store.create_schedule(s, env.now())
+    theirs = env.later(600)
+    if env.memory:
+        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        with pytest.raises(StoreUnavailable):
+            await store.requeue_schedule(s, theirs, 2, "HTTP 503", env.now())
+    else:
+        await store._bump_ref(s, Location(1, theirs), 2, env.now(), by_client=False)  # type: ignore[attr-defined]
+    retried = await store.requeue_schedule(s, env.later(700), 2, "HTTP 503", env.now())
+    assert retried.location == Location(1, theirs) and retried.version == 2
+    assert await store.get_schedule(client_id, s.schedule_id) == retried
+
+
+async def test_a_client_change_beats_a_requeue(env: Env, store: Store, new_schedule: Factory) -> None:
+    s = new_schedule(env.later(30), poller_id=1)
+    await store.create_schedule(s, env.now())
+    await store.replace_schedule(s, dataclasses.replace(s, payload=b"{}"), env.now())
+    with pytest.raises(Conflict):
+        await store.requeue_schedule(s, env.later(600), 2, "HTTP 503", env.now())
+
+
+async def test_outcomes_update_the_rows_of_a_minute(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    minute = timing.minute_bucket(env.later(600))
+    made = [new_schedule(minute + timedelta(seconds=i), poller_id=i % 2) for i in range(4)]
+    await store.create_schedules(made, env.now())
+    fired = env.later(0)
+    await store.record_outcomes(
+        [
+            FireOutcome(client_id, made[0].schedule_id, made[0].location, Status.SUCCEEDED, 1, fired),
+            FireOutcome(client_id, made[1].schedule_id, made[1].location, Status.FAILED, 5, fired, "HTTP 500"),
+            FireOutcome(client_id, made[2].schedule_id, made[2].location, Status.SUCCEEDED, 2, fired),
+        ]
+    )
+    got = [await store.get_schedule(client_id, s.schedule_id) for s in made]
+    assert [(g.status, g.attempts, g.fired_at, g.last_error) for g in got if g is not None] == [
+        (Status.SUCCEEDED, 1, fired, None),
+        (Status.FAILED, 5, fired, "HTTP 500"),
+        (Status.SUCCEEDED, 2, fired, None),
+        (Status.SCHEDULED, 0, None, None),
+    ]
+    await store.record_outcomes([])
+
+
+async def test_listing_pages_with_cursors(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    client = make_client(env, client_id, pollers=3)
+    start = timing.minute_bucket(env.later(7200))
+    made = [new_schedule(start + timedelta(seconds=20 * i), poller_id=i % 3) for i in range(12)]
+    await store.create_schedules(made[:6], env.now())
+    await store.create_schedules(made[6:], env.now())
+    await store.cancel_schedule(made[4], env.now())
+    moved = await store.replace_schedule(
+        made[5], dataclasses.replace(made[5], location=Location(2, start + timedelta(seconds=230))), env.now()
+    )
+    end = start + timedelta(minutes=10)
+
+    seen: list[Schedule] = []
+    cursor: str | None = None
+    for _ in range(20):
+        after = ListCursor.decode(cursor) if cursor is not None else None
+        page = await store.list_schedules(client, start, end, None, after, 5)
+        seen += page.items
+        cursor = page.cursor
+        if cursor is None:
+            break
+    expected = sorted([*(s for s in made if s is not made[5]), moved], key=lambda s: (s.location.due_at, s.schedule_id))
+    assert [s.schedule_id for s in seen] == [s.schedule_id for s in expected]
+    assert [s.status for s in seen].count(Status.CANCELLED) == 1
+
+    cancelled = await store.list_schedules(client, start, end, Status.CANCELLED, None, 100)
+    assert [s.schedule_id for s in cancelled.items] == [made[4].schedule_id] and cancelled.cursor is None
+    narrow = await store.list_schedules(client, start, start + timedelta(seconds=40), None, None, 100)
+    assert [s.schedule_id for s in narrow.items] == [s.schedule_id for s in made[:2]]
+
+
+async def test_listing_hides_event_rows(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    at = timing.minute_bucket(env.later(3600)) + timedelta(seconds=10)  # its events in the same minute
+    trigger = new_schedule(at, poller_id=2, options=Options(events=3, window_ms=3000))
+    await store.create_schedule(trigger, env.now())
+    events = [
+        dataclasses.replace(
+            trigger,
+            schedule_id=uuid.uuid5(trigger.schedule_id, f"{trigger.fire_id}:{i}"),
+            location=Location(2, at + timedelta(seconds=i)),
+            options=Options(event=EventOf(trigger.schedule_id, i, 3)),
+        )
+        for i in range(3)
+    ]
+    await store.add_events(events, env.now())
+    await store.add_events(events, env.now())  # a re-expansion writes the same rows
+    rows = await read_all(store, trigger.instance, trigger.location.minute)
+    assert sorted(r.event_id or "" for r in rows if r.schedule_id != trigger.schedule_id) == [
+        f"{trigger.fire_id}:{i}" for i in range(3)
+    ]
+    page = await store.list_schedules(
+        make_client(env, client_id), at - timedelta(minutes=1), at + timedelta(minutes=1), None, None, 100
+    )
+    assert [s.schedule_id for s in page.items] == [trigger.schedule_id]
+
+
+async def test_events_over_several_minutes_and_pollers(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    base = timing.minute_bucket(env.later(600))
+    parent = uuid.uuid4()
+    events = [
+        new_schedule(
+            base + timedelta(seconds=25 * i),
+            poller_id=i % 2,
+            schedule_id=uuid.uuid5(parent, str(i)),
+            options=Options(event=EventOf(parent, i, 6)),
+            payload=b"x" * 9000,  # two rows per batch at most: several batches per partition
+        )
+        for i in range(6)
+    ]
+    await store.add_events(events, env.now())
+    found = set()
+    for minute in sorted({timing.minute_bucket(e.location.due_at) for e in events}):
+        for poller_id in (0, 1):
+            found |= {r.schedule_id for r in await read_all(store, InstanceKey(client_id, poller_id), minute)}
+    assert found == {e.schedule_id for e in events}
+    assert await store.get_horizon(events[-1].instance) == timing.minute_bucket(events[-1].location.due_at)
+
+
+async def test_dead_letters_round_trip(env: Env, store: Store, client_id: str) -> None:
+    now = env.later(0)
+    letters = [
+        DeadLetter(
+            client_id,
+            uuid.uuid4(),
+            f"fid{i}",
+            now + timedelta(seconds=i),
+            5,
+            "HTTP 500",
+            HttpCallback(url="http://x/"),
+            b"{}",
+        )
+        for i in range(3)
+    ]
+    for letter in letters:
+        await store.add_dead_letter(letter)
+    assert await store.dead_letters(client_id, now.date()) == letters[::-1]  # newest first
+    assert await store.dead_letters(client_id, now.date() - timedelta(days=1)) == []
+
+
+async def test_clients_create_once_update_list(env: Env, store: Store, client_id: str) -> None:
+    client = make_client(env, client_id, pollers=4)
+    assert await store.create_client(client)
+    assert not await store.create_client(make_client(env, client_id, pollers=9))
+    got = await store.get_client(client_id)
+    assert got == client and got.kafka_topics == frozenset()
+
+    shrunk = Client(
+        client_id,
+        2,
+        False,
+        "h2",
+        client.created_at,
+        env.later(1),
+        poller_span=4,
+        kafka_topics=frozenset({"orders.", "audit."}),
+        resized_at=env.later(1),
+    )
+    await store.update_client(shrunk)
+    assert await store.get_client(client_id) == shrunk
+    emptied = dataclasses.replace(shrunk, kafka_topics=frozenset(), resized_at=None)
+    await store.update_client(emptied)
+    got = await store.get_client(client_id)
+    assert got == dataclasses.replace(emptied, resized_at=shrunk.resized_at)  # None leaves it as it was
+    assert client_id in {c.client_id for c in await store.list_clients()}
+    assert await store.get_client("nobody-" + client_id) is None
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="bug in both adapters: see the docstring")
+async def test_a_cancel_far_ahead_keeps_its_status_until_the_row_expires(
+    env: Env, new_schedule: Factory, client_id: str
+) -> None:
+    """A cancel writes ``status`` with the retention TTL counted from now, while the row's other cells
+    live until due time + retention. Cancel a schedule due more than the retention ahead and its status
+    cell expires first: the expired cell shadows 'scheduled', the row reads with a null status, and
+    reading its minute fails (``Status(None)``), for the poller and for listings. Shown here with a
+    retention of 2 s (production: 7 days)."""
+    store = await env.store_with(retention_s=2)
+    s = new_schedule(env.later(5))
+    await store.create_schedule(s, env.now())
+    await store.cancel_schedule(s, env.now())
+    await env.wait(3.0)
+    rows = await read_all(store, s.instance, s.location.minute)
+    assert [r.status for r in rows] == [Status.CANCELLED]
