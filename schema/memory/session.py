@@ -68,20 +68,23 @@ class Session:
 
         return await self.request(write.name, apply)
 
-    async def first_page(self, op: str, select: Select, limit: int | None = None) -> list[Values]:
-        """What the adapter's single-request reads return: the first page only."""
-        size = self.page_size if limit is None else min(limit, self.page_size)
-        rows, _ = await self.request(op, lambda _: page(select(), None, size))
-        return rows
+    async def rows(self, op: str, select: Select, limit: int | None = None) -> list[Values]:
+        """Every row of a read, page after page to the end (as the Cassandra adapter reads)."""
+        return [row async for page in self.pages(op, select, limit) for row in page]
 
-    async def pages(self, op: str, select: Select) -> AsyncIterator[list[Values]]:
-        """A paged read: one request per page, each resuming after the last row of the one before."""
+    async def pages(self, op: str, select: Select, limit: int | None = None) -> AsyncIterator[list[Values]]:
+        """A paged read: one request per page, each resuming after the last row of the one before. A
+        full page promises another (perhaps empty) one, unless it used up the ``limit``."""
         after: Any | None = None
+        left = limit
         while True:
-            rows, after = await self.request(op, self._pager(select, after))
+            size = self.page_size if left is None else min(left, self.page_size)
+            rows, after = await self.request(op, self._pager(select, after, size))
             yield rows
-            if after is None:
+            if left is not None:
+                left -= len(rows)
+            if after is None or left == 0:
                 return
 
-    def _pager(self, select: Select, after: Any | None) -> Callable[[int], tuple[list[Values], Any | None]]:
-        return lambda _: page(select(), after, self.page_size)
+    def _pager(self, select: Select, after: Any | None, size: int) -> Callable[[int], tuple[list[Values], Any | None]]:
+        return lambda _: page(select(), after, size)

@@ -152,7 +152,7 @@ class MemoryStore:
         return applied
 
     async def get_client(self, client_id: str) -> Client | None:
-        rows = await self._db.first_page("get_client", _one(self.tables, t.CLIENTS, {"client_id": client_id}))
+        rows = await self._db.rows("get_client", _one(self.tables, t.CLIENTS, {"client_id": client_id}))
         return to.client(rows[0]) if rows else None
 
     async def list_clients(self) -> list[Client]:
@@ -247,7 +247,7 @@ class MemoryStore:
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
         key = {"client_id": client_id, "schedule_id": schedule_id}
-        rows = await self._db.first_page("get_ref", _one(self.tables, t.REFS, key))
+        rows = await self._db.rows("get_ref", _one(self.tables, t.REFS, key))
         if not rows:
             return None
         row = rows[0]
@@ -259,7 +259,7 @@ class MemoryStore:
 
     async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
         key = _row_key(client_id, schedule_id, loc)
-        rows = await self._db.first_page("get_schedule", _one(self.tables, t.SCHEDULES, key))
+        rows = await self._db.rows("get_schedule", _one(self.tables, t.SCHEDULES, key))
         return to.schedule(rows[0]) if rows else None
 
     async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
@@ -326,19 +326,27 @@ class MemoryStore:
             if event is None:
                 await self._db.write(self._run_write(new, Status.SCHEDULED, now, last_error))
             return new
-        try:
-            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
-            await self._bump_ref(current, loc, new.version, now, by_client=False)
-            await self._write_replacement(current, new, now)
-        except Conflict:
-            ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or ref.version != current.version + 1 or ref.location != loc:
-                raise
-            new = dataclasses.replace(retry, version=ref.version, status=Status.SCHEDULED)
-            await self._write_replacement(current, new, now)
+        new = await self._move_for_retry(current, retry, now)
         moved = _set(status=Status.MOVED.value, attempts=attempts, fired_at=now, last_error=last_error)
         key = _row_key(current.client_id, current.schedule_id, current.location)
         await self._db.write(Write("record_outcome", t.SCHEDULES, key, moved, ttl_s=self.settings.retention_s))
+        return new
+
+    async def _move_for_retry(self, current: Schedule, retry: Schedule, now: datetime) -> Schedule:
+        try:
+            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
+            await self._bump_ref(current, retry.location, new.version, now, by_client=False)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or not _moved_on_by_poller(current, ref):
+                raise
+            # A poller's retry of this fire moved the pointer but its rows did not land: finish that
+            # move where the pointer says, unless its rows did land.
+            landed = await self._row_at(current.client_id, current.schedule_id, ref.location)
+            if landed is not None:
+                return landed
+            new = dataclasses.replace(retry, location=ref.location, version=ref.version, status=Status.SCHEDULED)
+        await self._write_replacement(current, new, now)
         return new
 
     async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
@@ -350,13 +358,22 @@ class MemoryStore:
             ref = await self.get_ref(current.client_id, current.schedule_id)
             if ref is None or ref.changed_version > current.version:
                 return Chain.CHANGED
-            if following is None or ref.version != version or ref.location != target:
+            if following is None or not _moved_on_by_poller(current, ref):
                 return Chain.ALREADY
+            # A poller chained from this occurrence and its next row may not have landed: finish it
+            # where the pointer says; only this call's own move counts as CHAINED.
+            if await self._row_at(current.client_id, current.schedule_id, ref.location) is not None:
+                return Chain.ALREADY
+            await self._write_following(following, ref.location, version, now)
+            return Chain.CHAINED if ref.location == target else Chain.ALREADY
         if following is not None:
-            new = dataclasses.replace(following, version=version, status=Status.SCHEDULED)
-            await self._db.batch([self._row_insert(new, now), *self._signals(new.instance, target, now)], logged=True)
-            self._note_horizon(new.instance, target.minute)
+            await self._write_following(following, target, version, now)
         return Chain.CHAINED
+
+    async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
+        new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
+        await self._db.batch([self._row_insert(new, now), *self._signals(new.instance, at, now)], logged=True)
+        self._note_horizon(new.instance, at.minute)
 
     async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
         by_partition: dict[tuple[InstanceKey, datetime], list[Schedule]] = defaultdict(list)
@@ -452,9 +469,10 @@ class MemoryStore:
             key = _row_key(o.client_id, o.schedule_id, o.location)
             write = Write("record_outcome", t.SCHEDULES, key, values, ttl_s=ttl)
             by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(write)
-        runs = [self._db.write(self._outcome_run(o)) for o in outcomes if o.nominal_at is not None and o.event is None]
-        runs += [
-            self._db.write(self._event_run(o)) for o in outcomes if o.event is not None and o.nominal_at is not None
+        runs = [
+            self._db.write(self._outcome_run(o) if o.event is None else self._event_run(o))
+            for o in outcomes
+            if o.nominal_at is not None
         ]
         await asyncio.gather(*(self._db.batch(ws, logged=False) for ws in by_partition.values()), *runs)
 
@@ -509,7 +527,7 @@ class MemoryStore:
                 raise StoreUnavailable("list_runs: InvalidRequest: LIMIT must be strictly positive")
             return [(o, r) for o, r in self.tables.partition(t.RUNS, key) if r["nominal_at"] < upper]
 
-        rows = await self._db.first_page("list_runs", select, limit=max(limit, 1))
+        rows = await self._db.rows("list_runs", select, limit=max(limit, 1))
         return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
 
     async def _run_of(self, client_id: str, schedule_id: UUID, r: Values) -> Run:
@@ -524,7 +542,7 @@ class MemoryStore:
         if not r.events:
             return run
         key = {"client_id": client_id, "schedule_id": schedule_id, "nominal_at": r["nominal_at"]}
-        events = await self._db.first_page("read_run_events", _rows(self.tables, t.RUN_EVENTS, key))
+        events = await self._db.rows("read_run_events", _rows(self.tables, t.RUN_EVENTS, key))
         done = [e["fired_at"] for e in events if e.status == Status.SUCCEEDED.value and e.fired_at]
         return dataclasses.replace(
             run,
@@ -573,19 +591,19 @@ class MemoryStore:
 
     async def get_policy(self, client_id: str, name: str) -> ThrottlePolicy | None:
         key = {"client_id": client_id, "name": name}
-        rows = await self._db.first_page("get_policy", _one(self.tables, t.POLICIES, key))
+        rows = await self._db.rows("get_policy", _one(self.tables, t.POLICIES, key))
         return to.policy(rows[0]) if rows else None
 
     async def list_policies(self, client_id: str) -> list[ThrottlePolicy]:
         select = _rows(self.tables, t.POLICIES, {"client_id": client_id})
-        return [to.policy(r) for r in await self._db.first_page("list_policies", select)]
+        return [to.policy(r) for r in await self._db.rows("list_policies", select)]
 
     async def delete_policy(self, client_id: str, name: str) -> None:
         await self._db.write(Write("delete_policy", t.POLICIES, {"client_id": client_id, "name": name}, delete=True))
 
     async def tokens(self, client_id: str, policy: str) -> list[Token]:
         select = _rows(self.tables, t.TOKENS, {"client_id": client_id, "policy": policy})
-        return [to.token(r) for r in await self._db.first_page("read_tokens", select)]
+        return [to.token(r) for r in await self._db.rows("read_tokens", select)]
 
     async def take_token(self, token: Token, ttl_s: int) -> bool:
         key = {"client_id": token.client_id, "policy": token.policy, "slot": token.slot}
@@ -616,10 +634,10 @@ class MemoryStore:
 
     async def live_nodes(self) -> list[NodeInfo]:
         select = _rows(self.tables, t.NODES, {"cluster": self.settings.cluster_name})
-        return [to.node(r) for r in await self._db.first_page("live_nodes", select)]
+        return [to.node(r) for r in await self._db.rows("live_nodes", select)]
 
     async def get_claim(self, instance: InstanceKey) -> Claim | None:
-        rows = await self._db.first_page("get_claim", _one(self.tables, t.CLAIMS, _instance_key(instance)))
+        rows = await self._db.rows("get_claim", _one(self.tables, t.CLAIMS, _instance_key(instance)))
         return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
 
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
@@ -639,7 +657,7 @@ class MemoryStore:
         return applied
 
     async def get_checkpoint(self, instance: InstanceKey) -> Checkpoint | None:
-        rows = await self._db.first_page("get_checkpoint", _one(self.tables, t.CHECKPOINTS, _instance_key(instance)))
+        rows = await self._db.rows("get_checkpoint", _one(self.tables, t.CHECKPOINTS, _instance_key(instance)))
         if not rows or rows[0].minute is None:
             return None
         return Checkpoint(instance, rows[0]["minute"], rows[0].epoch)
@@ -652,11 +670,11 @@ class MemoryStore:
 
     async def hot_marks(self, minute: datetime) -> list[HotMark]:
         select = _rows(self.tables, t.HOT_MARKS, {"minute": minute})
-        rows = await self._db.first_page("read_hot_marks", select)
+        rows = await self._db.rows("read_hot_marks", select)
         return [HotMark(minute, InstanceKey(r["client_id"], r["poller_id"]), r["touched_at"]) for r in rows]
 
     async def get_horizon(self, instance: InstanceKey) -> datetime | None:
-        rows = await self._db.first_page("get_horizon", _one(self.tables, t.HORIZONS, _instance_key(instance)))
+        rows = await self._db.rows("get_horizon", _one(self.tables, t.HORIZONS, _instance_key(instance)))
         return cast(datetime, rows[0]["last_minute"]) if rows and rows[0].last_minute else None
 
     async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None:
@@ -665,6 +683,13 @@ class MemoryStore:
         await self._db.write(
             Write("record_skipped", t.SKIPPED, key, {"reason": reason, "rows": rows}, ttl_s=ttl, insert=True)
         )
+
+
+def _moved_on_by_poller(current: Schedule, ref: ScheduleRef) -> bool:
+    """The pointer is one version past ``current`` and no client changed the schedule since: a poller
+    (an earlier try of this call, or an owner that crashed) moved it on from this very row. The rule
+    of ``schema.moves.moved_on_by_poller``, which the Cassandra adapter applies."""
+    return ref.version == current.version + 1 and ref.changed_version <= current.version
 
 
 def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, Any]:
