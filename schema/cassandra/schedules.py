@@ -18,7 +18,7 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from schema import timing
+from schema import moves, timing
 from schema.cassandra import runs
 from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc
 from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
@@ -243,17 +243,20 @@ class Schedules:
         return new
 
     async def _move_for_retry(self, current: Schedule, retry: Schedule, now: datetime) -> Schedule:
-        loc = retry.location
         try:
             new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
-            await self._bump_ref(current, loc, new.version, now, by_client=False)
-            await self._write_replacement(current, new, now)
+            await self._bump_ref(current, retry.location, new.version, now, by_client=False)
         except Conflict:
             ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or ref.version != current.version + 1 or ref.location != loc:
+            if ref is None or not moves.moved_on_by_poller(current, ref):
                 raise
-            new = dataclasses.replace(retry, version=ref.version, status=Status.SCHEDULED)
-            await self._write_replacement(current, new, now)
+            # A poller's retry of this fire moved the pointer but died before the rows: finish that
+            # move where the pointer says (its due time, not ours), unless its rows did land.
+            landed = await self._row_at(current.client_id, current.schedule_id, ref.location)
+            if landed is not None:
+                return landed
+            new = dataclasses.replace(retry, location=ref.location, version=ref.version, status=Status.SCHEDULED)
+        await self._write_replacement(current, new, now)
         return new
 
     def _moved_outcome(self, current: Schedule, attempts: int, last_error: str, now: datetime) -> Values:
@@ -279,15 +282,24 @@ class Schedules:
             ref = await self.get_ref(current.client_id, current.schedule_id)
             if ref is None or ref.changed_version > current.version:
                 return Chain.CHANGED
-            if following is None or ref.version != version or ref.location != target:
+            if following is None or not moves.moved_on_by_poller(current, ref):
                 return Chain.ALREADY
-            # This call's own earlier try moved the pointer; its row may not have landed.
+            # A poller chained from this occurrence (this call's earlier try, or an owner that crashed):
+            # its next row may not have landed. Finish it where the pointer says (that owner's due
+            # time may differ from ours); only our own move counts as CHAINED here.
+            if await self._row_at(current.client_id, current.schedule_id, ref.location) is not None:
+                return Chain.ALREADY
+            await self._write_following(following, ref.location, version, now)
+            return Chain.CHAINED if ref.location == target else Chain.ALREADY
         if following is not None:
-            new = dataclasses.replace(following, version=version, status=Status.SCHEDULED)
-            writes = [row_insert(new, now, self.settings.retention_s), *self._signals(new.instance, target, now)]
-            await self._db.batch(writes, logged=True)
-            self._horizons.note(new.instance, target.minute)
+            await self._write_following(following, target, version, now)
         return Chain.CHAINED
+
+    async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
+        new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
+        writes = [row_insert(new, now, self.settings.retention_s), *self._signals(new.instance, at, now)]
+        await self._db.batch(writes, logged=True)
+        self._horizons.note(new.instance, at.minute)
 
     async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
         """Write the event rows one fire produced: one unlogged batch per partition (and chunk), with the

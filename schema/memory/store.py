@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from schema import timing
+from schema import moves, timing
 from schema.errors import Conflict, StoreUnavailable
 from schema.memory import rows as to
 from schema.memory import tables as t
@@ -338,7 +338,7 @@ class MemoryStore:
             await self._bump_ref(current, retry.location, new.version, now, by_client=False)
         except Conflict:
             ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or not _moved_on_by_poller(current, ref):
+            if ref is None or not moves.moved_on_by_poller(current, ref):
                 raise
             # A poller's retry of this fire moved the pointer but its rows did not land: finish that
             # move where the pointer says, unless its rows did land.
@@ -358,7 +358,7 @@ class MemoryStore:
             ref = await self.get_ref(current.client_id, current.schedule_id)
             if ref is None or ref.changed_version > current.version:
                 return Chain.CHANGED
-            if following is None or not _moved_on_by_poller(current, ref):
+            if following is None or not moves.moved_on_by_poller(current, ref):
                 return Chain.ALREADY
             # A poller chained from this occurrence and its next row may not have landed: finish it
             # where the pointer says; only this call's own move counts as CHAINED.
@@ -683,13 +683,6 @@ class MemoryStore:
         await self._db.write(
             Write("record_skipped", t.SKIPPED, key, {"reason": reason, "rows": rows}, ttl_s=ttl, insert=True)
         )
-
-
-def _moved_on_by_poller(current: Schedule, ref: ScheduleRef) -> bool:
-    """The pointer is one version past ``current`` and no client changed the schedule since: a poller
-    (an earlier try of this call, or an owner that crashed) moved it on from this very row. The rule
-    of ``schema.moves.moved_on_by_poller``, which the Cassandra adapter applies."""
-    return ref.version == current.version + 1 and ref.changed_version <= current.version
 
 
 def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, Any]:
