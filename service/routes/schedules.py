@@ -352,6 +352,7 @@ _PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "
 
 async def patch_schedule(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
+    _schedule_id(request)  # the path before the body
     settings = request.app[keys.SETTINGS]
     patch = decode(
         request.app[keys.TYPES].schedule_patch, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
@@ -426,7 +427,9 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/v1/schedules/batch", create_batch)
     app.router.add_post("/v1/schedules/preview", preview_schedule)
     app.router.add_get("/v1/schedules", list_schedules, allow_head=False)
-    app.router.add_get("/v1/schedules/{schedule_id}", get_schedule, allow_head=False)
-    app.router.add_get("/v1/schedules/{schedule_id}/runs", schedule_runs, allow_head=False)
-    app.router.add_patch("/v1/schedules/{schedule_id}", patch_schedule)
-    app.router.add_delete("/v1/schedules/{schedule_id}", cancel_schedule)
+    # "batch" and "preview" are not schedule ids: another method on them is a 405, not a lookup.
+    one = "/v1/schedules/{schedule_id:(?!(?:batch|preview)$)[^/]+}"
+    app.router.add_get(one, get_schedule, allow_head=False)
+    app.router.add_get(one + "/runs", schedule_runs, allow_head=False)
+    app.router.add_patch(one, patch_schedule)
+    app.router.add_delete(one, cancel_schedule)
