@@ -32,6 +32,7 @@ from schema import timing
 from schema.errors import Conflict, StoreUnavailable
 from schema.model import (
     Chain,
+    Chained,
     Claim,
     Client,
     DeadLetter,
@@ -384,17 +385,18 @@ class PollerInstance:
         client changed or cancelled the schedule since this row was written: then it must not fire."""
         assert row.repeat is not None
         following = self._following(row, row.repeat, row.fire_at, self._now())
-        outcome: list[Chain] = []
+        outcome: list[Chained] = []
 
         async def write() -> None:
             outcome.append(await self._store.chain_schedule(row, following, self._now()))
 
         await self._durably("chain", write)
-        if outcome[-1] is Chain.CHANGED:
+        chained = outcome[-1]
+        if chained.outcome is Chain.CHANGED:
             self._log.info("occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
             return False
-        if outcome[-1] is Chain.CHAINED and following is not None:
-            self._consider(dataclasses.replace(following, version=row.version + 1))
+        if chained.following is not None:
+            self._consider(chained.following)
         return True
 
     # -- batch triggers -------------------------------------------------------------------------------

@@ -259,6 +259,14 @@ class Chain(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Chained:
+    """A chain's outcome, and the next occurrence's row as written (CHAINED with a next occurrence)."""
+
+    outcome: Chain
+    following: Schedule | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FireOutcome:
     """What a poller records for one fire; written in one batch per partition."""
 

@@ -1,19 +1,119 @@
-"""Finishing a poller's move that a crash cut short: the rule both store adapters apply when a poller's
-compare-and-set on a schedule's pointer finds a version other than the one it read.
+"""A poller's moves of a schedule (a durable retry, a recurring schedule's next occurrence), written once
+for both store adapters on the few requests each of them provides.
 
-A poller moves a schedule on (a durable retry, a recurring schedule's next occurrence) with two
-requests: the pointer's compare-and-set, then the rows. If the process dies between them, whoever
-handles the same row next (the same poller retrying, or the instance's next owner) finds the pointer
-one version ahead and no row where it points, and must finish the move there rather than drop the
-fire or end the timeline.
+A move is two requests: the pointer's compare-and-set, then the rows. If the process dies between them,
+whoever handles the same row next (the same poller retrying, or the instance's next owner) finds the
+pointer one version ahead and no row where it points. It must finish the move rather than drop the
+fire or end the timeline, and never by writing a row whose due time is already past: pollers look for
+late rows only just behind "now", so a row written into the past (worse: into a minute another
+instance has closed) would never fire. Such a move is made again from where the pointer stopped.
 """
 
 from __future__ import annotations
 
-from schema.model import Schedule, ScheduleRef
+import dataclasses
+from datetime import datetime
+from uuid import UUID
+
+from schema import timing
+from schema.errors import Conflict
+from schema.model import Chain, Chained, Location, Schedule, ScheduleRef, Status
 
 
 def moved_on_by_poller(current: Schedule, ref: ScheduleRef) -> bool:
     """The pointer is exactly one version past ``current`` and no client changed the schedule since:
     a poller (this call's earlier try, or an owner that crashed) moved it on from this very row."""
     return ref.version == current.version + 1 and ref.changed_version <= current.version
+
+
+def from_now(loc: Location, now: datetime) -> Location:
+    """``loc``, or the same partition's row due now if ``loc`` is already past."""
+    return loc if loc.due_at >= now else Location(loc.poller_id, timing.truncate_ms(now))
+
+
+# A poller's move found after a lost compare-and-set: the pointer, and its row (None: not landed).
+PollerMove = tuple[ScheduleRef, Schedule | None]
+
+
+class PollerMoves:
+    """``requeue``'s pointer move and ``chain_schedule`` over an adapter's primitives (mixed in)."""
+
+    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
+        raise NotImplementedError
+
+    async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
+        raise NotImplementedError
+
+    async def _bump_ref(
+        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
+    ) -> None:
+        raise NotImplementedError
+
+    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
+        raise NotImplementedError
+
+    async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
+        raise NotImplementedError
+
+    async def _poller_move(
+        self, current: Schedule, ref: ScheduleRef | None
+    ) -> tuple[ScheduleRef, Schedule | None] | None:
+        """After a lost compare-and-set: if a poller moved the schedule on from ``current``, the pointer
+        and the row it points at (None: that move stopped before its row landed)."""
+        if ref is None or not moved_on_by_poller(current, ref):
+            return None
+        return ref, await self._row_at(current.client_id, current.schedule_id, ref.location)
+
+    async def _resume_move(self, current: Schedule, stopped: ScheduleRef, now: datetime) -> tuple[Location, int]:
+        """Where, at which version, to finish a poller's move that stopped before its row: where the
+        pointer says, or, if that time is past by now, moved again from there to now."""
+        at = from_now(stopped.location, now)
+        if at == stopped.location:
+            return at, stopped.version
+        await self._bump_ref(
+            dataclasses.replace(current, version=stopped.version), at, stopped.version + 1, now, by_client=False
+        )
+        return at, stopped.version + 1
+
+    async def _move_for_retry(self, current: Schedule, retry: Schedule, now: datetime) -> Schedule:
+        """Point the schedule at its retry row and write it (the old row becomes MOVED). ``Conflict`` if
+        the client changed the schedule meanwhile, or another retry of this fire completed."""
+        at, version = retry.location, current.version + 1
+        try:
+            await self._bump_ref(current, at, version, now, by_client=False)
+        except Conflict:
+            moved = await self._poller_move(current, await self.get_ref(current.client_id, current.schedule_id))
+            if moved is None:
+                raise
+            stopped, landed = moved
+            if landed is not None:
+                return landed  # an earlier try of this retry completed (its answer was lost)
+            at, version = await self._resume_move(current, stopped, now)
+        new = dataclasses.replace(retry, location=at, version=version, status=Status.SCHEDULED)
+        await self._write_replacement(current, new, now)
+        return new
+
+    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chained:
+        """Move a recurring schedule on from ``current`` (the occurrence about to fire) to ``following``
+        (its next occurrence, or None when the timeline ends), if nobody changed it since ``current``
+        was written: the compare-and-set that keeps a changed or cancelled schedule's old occurrences
+        from firing. Safe to call again with the same arguments after ``StoreUnavailable``."""
+        target = following.location if following is not None else current.location
+        version = current.version + 1
+        try:
+            await self._bump_ref(current, target, version, now, by_client=False)
+        except Conflict:
+            ref = await self.get_ref(current.client_id, current.schedule_id)
+            if ref is None or ref.changed_version > current.version:
+                return Chained(Chain.CHANGED)
+            moved = await self._poller_move(current, ref) if following is not None else None
+            if moved is None or moved[1] is not None:
+                return Chained(Chain.ALREADY)
+            try:
+                target, version = await self._resume_move(current, moved[0], now)
+            except Conflict:
+                return Chained(Chain.ALREADY)  # another owner finished it meanwhile
+        if following is None:
+            return Chained(Chain.CHAINED)
+        await self._write_following(following, target, version, now)
+        return Chained(Chain.CHAINED, dataclasses.replace(following, location=target, version=version))

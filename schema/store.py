@@ -12,7 +12,7 @@ from typing import Protocol
 from uuid import UUID
 
 from schema.model import (
-    Chain,
+    Chained,
     Checkpoint,
     Claim,
     Client,
@@ -71,7 +71,7 @@ class ScheduleStore(Protocol):
     ) -> Schedule:
         """Durable retry: the fire moves to ``due_at`` keeping its fire id. ``Conflict`` if changed meanwhile."""
 
-    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
+    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chained:
         """Move a recurring schedule on from ``current`` to its next occurrence ``following`` (None: the
         timeline ends) unless the client changed it since; see ``Chain`` for the outcomes."""
 

@@ -24,7 +24,6 @@ from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unse
 from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from schema.errors import Conflict
 from schema.model import (
-    Chain,
     Client,
     DeadLetter,
     FireOutcome,
@@ -113,7 +112,7 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, obje
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class Schedules:
+class Schedules(moves.PollerMoves):
     """``schema.store.ScheduleStore`` on Cassandra, but for throttle policies and runs."""
 
     settings: StoreSettings
@@ -242,23 +241,6 @@ class Schedules:
         await self._db.write("record_outcome", self._moved_outcome(current, attempts, last_error, now))
         return new
 
-    async def _move_for_retry(self, current: Schedule, retry: Schedule, now: datetime) -> Schedule:
-        try:
-            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
-            await self._bump_ref(current, retry.location, new.version, now, by_client=False)
-        except Conflict:
-            ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or not moves.moved_on_by_poller(current, ref):
-                raise
-            # A poller's retry of this fire moved the pointer but died before the rows: finish that
-            # move where the pointer says (its due time, not ours), unless its rows did land.
-            landed = await self._row_at(current.client_id, current.schedule_id, ref.location)
-            if landed is not None:
-                return landed
-            new = dataclasses.replace(retry, location=ref.location, version=ref.version, status=Status.SCHEDULED)
-        await self._write_replacement(current, new, now)
-        return new
-
     def _moved_outcome(self, current: Schedule, attempts: int, last_error: str, now: datetime) -> Values:
         return {
             **_row_key(current.client_id, current.schedule_id, current.location),
@@ -268,32 +250,6 @@ class Schedules:
             "fired_at": now,
             "last_error": last_error,
         }
-
-    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
-        """Move a recurring schedule on from ``current`` (the occurrence about to fire) to ``following``
-        (its next occurrence, or None when the timeline ends), if nobody changed it since ``current``
-        was written: the compare-and-set that keeps a changed or cancelled schedule's old occurrences
-        from firing. Safe to call again with the same arguments after ``StoreUnavailable``."""
-        version = current.version + 1
-        target = following.location if following is not None else current.location
-        try:
-            await self._bump_ref(current, target, version, now, by_client=False)
-        except Conflict:
-            ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or ref.changed_version > current.version:
-                return Chain.CHANGED
-            if following is None or not moves.moved_on_by_poller(current, ref):
-                return Chain.ALREADY
-            # A poller chained from this occurrence (this call's earlier try, or an owner that crashed):
-            # its next row may not have landed. Finish it where the pointer says (that owner's due
-            # time may differ from ours); only our own move counts as CHAINED here.
-            if await self._row_at(current.client_id, current.schedule_id, ref.location) is not None:
-                return Chain.ALREADY
-            await self._write_following(following, ref.location, version, now)
-            return Chain.CHAINED if ref.location == target else Chain.ALREADY
-        if following is not None:
-            await self._write_following(following, target, version, now)
-        return Chain.CHAINED
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)

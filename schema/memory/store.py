@@ -25,7 +25,6 @@ from schema.memory.faults import StoreFaults
 from schema.memory.listing import LIST_CONCURRENCY, LIST_READ_BUDGET, ListFilter, chunks, list_order
 from schema.memory.session import Select, Session
 from schema.model import (
-    Chain,
     Checkpoint,
     Claim,
     Client,
@@ -69,7 +68,7 @@ def _one(tables: Tables, table: Table, key: Mapping[str, Any]) -> Select:
     return select
 
 
-class MemoryStore:
+class MemoryStore(moves.PollerMoves):
     """The store in memory. ``clock`` is the server's (and the clients') time: it drives TTL expiry and
     write timestamps; the ``now`` arguments of the methods stay the callers', as with Cassandra."""
 
@@ -331,44 +330,6 @@ class MemoryStore:
         key = _row_key(current.client_id, current.schedule_id, current.location)
         await self._db.write(Write("record_outcome", t.SCHEDULES, key, moved, ttl_s=self.settings.retention_s))
         return new
-
-    async def _move_for_retry(self, current: Schedule, retry: Schedule, now: datetime) -> Schedule:
-        try:
-            new = dataclasses.replace(retry, version=current.version + 1, status=Status.SCHEDULED)
-            await self._bump_ref(current, retry.location, new.version, now, by_client=False)
-        except Conflict:
-            ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or not moves.moved_on_by_poller(current, ref):
-                raise
-            # A poller's retry of this fire moved the pointer but its rows did not land: finish that
-            # move where the pointer says, unless its rows did land.
-            landed = await self._row_at(current.client_id, current.schedule_id, ref.location)
-            if landed is not None:
-                return landed
-            new = dataclasses.replace(retry, location=ref.location, version=ref.version, status=Status.SCHEDULED)
-        await self._write_replacement(current, new, now)
-        return new
-
-    async def chain_schedule(self, current: Schedule, following: Schedule | None, now: datetime) -> Chain:
-        version = current.version + 1
-        target = following.location if following is not None else current.location
-        try:
-            await self._bump_ref(current, target, version, now, by_client=False)
-        except Conflict:
-            ref = await self.get_ref(current.client_id, current.schedule_id)
-            if ref is None or ref.changed_version > current.version:
-                return Chain.CHANGED
-            if following is None or not moves.moved_on_by_poller(current, ref):
-                return Chain.ALREADY
-            # A poller chained from this occurrence and its next row may not have landed: finish it
-            # where the pointer says; only this call's own move counts as CHAINED.
-            if await self._row_at(current.client_id, current.schedule_id, ref.location) is not None:
-                return Chain.ALREADY
-            await self._write_following(following, ref.location, version, now)
-            return Chain.CHAINED if ref.location == target else Chain.ALREADY
-        if following is not None:
-            await self._write_following(following, target, version, now)
-        return Chain.CHAINED
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
@@ -635,6 +596,16 @@ class MemoryStore:
     async def live_nodes(self) -> list[NodeInfo]:
         select = _rows(self.tables, t.NODES, {"cluster": self.settings.cluster_name})
         return [to.node(r) for r in await self._db.rows("live_nodes", select)]
+
+    # -- for checkers (the simulation): read at once, no request, no fault, no yield to the loop ----------
+
+    def peek_claim(self, instance: InstanceKey) -> Claim | None:
+        row = self.tables.row(t.CLAIMS, _instance_key(instance))
+        return Claim(instance, row.owner, row.epoch) if row is not None else None
+
+    def peek_tokens(self, client_id: str, policy: str) -> list[Token]:
+        select = _rows(self.tables, t.TOKENS, {"client_id": client_id, "policy": policy})
+        return [to.token(values) for _, values in select()]
 
     async def get_claim(self, instance: InstanceKey) -> Claim | None:
         rows = await self._db.rows("get_claim", _one(self.tables, t.CLAIMS, _instance_key(instance)))

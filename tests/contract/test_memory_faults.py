@@ -139,7 +139,7 @@ async def test_a_chain_whose_pointer_move_failed_finds_nothing_to_finish(
     faults(store, before=("move_ref",))
     with pytest.raises(StoreUnavailable):
         await store.chain_schedule(first, nxt, START)
-    assert await store.chain_schedule(first, nxt, START) is Chain.CHAINED
+    assert (await store.chain_schedule(first, nxt, START)).outcome is Chain.CHAINED
 
 
 class Hold:

@@ -35,7 +35,7 @@ async def chained(env: Env, new_schedule: Factory, in_s: float = 600) -> tuple[S
     first = recurring(env, new_schedule, in_s)
     await env.store.create_schedule(first, env.now())
     second = following(first)
-    assert await env.store.chain_schedule(first, second, env.now()) is Chain.CHAINED
+    assert (await env.store.chain_schedule(first, second, env.now())).outcome is Chain.CHAINED
     return first, second
 
 
@@ -47,7 +47,7 @@ async def test_chain_moves_the_pointer_to_the_next_occurrence(
     assert await store.get_schedule(client_id, first.schedule_id) == first  # options and seq round-trip
 
     second = following(first)
-    assert await store.chain_schedule(first, second, env.now()) is Chain.CHAINED
+    assert (await store.chain_schedule(first, second, env.now())).outcome is Chain.CHAINED
     got = await store.get_schedule(client_id, first.schedule_id)
     assert got == dataclasses.replace(second, version=2)
     ref = await store.get_ref(client_id, first.schedule_id)
@@ -59,10 +59,10 @@ async def test_chain_again_after_it_landed_finds_it_done(
 ) -> None:
     first, second = await chained(env, new_schedule)
     # The same call again (a retry after an unknown outcome): its rows landed, so the occurrence fires.
-    assert await store.chain_schedule(first, second, env.now()) is Chain.ALREADY
+    assert (await store.chain_schedule(first, second, env.now())).outcome is Chain.ALREADY
     # A new owner re-firing the first occurrence computes a different due time: already chained, fire it.
     moved = dataclasses.replace(second, location=Location(1, second.location.due_at + timedelta(seconds=1)))
-    assert await store.chain_schedule(first, moved, env.now()) is Chain.ALREADY
+    assert (await store.chain_schedule(first, moved, env.now())).outcome is Chain.ALREADY
     assert (await store.get_schedule(client_id, first.schedule_id)) == dataclasses.replace(second, version=2)
 
 
@@ -70,7 +70,7 @@ async def test_a_takeover_finishes_a_crashed_owners_chain_where_it_pointed(
     env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     """The owner that crashed moved the pointer to its own next due time; the next owner computes
-    another one, writes the row where the pointer says, and fires the occurrence (ALREADY)."""
+    another one, writes the row where the pointer says (still ahead), and fires the occurrence."""
     first = recurring(env, new_schedule)
     await store.create_schedule(first, env.now())
     theirs = following(first)
@@ -81,9 +81,26 @@ async def test_a_takeover_finishes_a_crashed_owners_chain_where_it_pointed(
     else:
         await store._bump_ref(first, theirs.location, 2, env.now(), by_client=False)  # type: ignore[attr-defined]
     ours = dataclasses.replace(theirs, location=Location(1, theirs.location.due_at + timedelta(seconds=1)))
-    assert await store.chain_schedule(first, ours, env.now()) is Chain.ALREADY
+    chained = await store.chain_schedule(first, ours, env.now())
+    assert chained.outcome is Chain.CHAINED
     got = await store.get_schedule(client_id, first.schedule_id)
-    assert got == dataclasses.replace(ours, location=theirs.location, version=2)
+    assert got == chained.following == dataclasses.replace(ours, location=theirs.location, version=2)
+
+
+async def test_a_crashed_owners_chain_to_a_time_now_past_is_moved_again_to_now(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A row written where the stopped move pointed, if that time is past by now, would land behind
+    every poller's re-reads (maybe in a minute already closed) and never fire: the move is made again
+    from where it stopped, to now."""
+    first = recurring(env, new_schedule)
+    await store.create_schedule(first, env.now())
+    past = dataclasses.replace(following(first), location=Location(0, env.now() - timedelta(seconds=30)))
+    await store._bump_ref(first, past.location, 2, env.now(), by_client=False)  # type: ignore[attr-defined]
+    chained = await store.chain_schedule(first, following(first), env.now())
+    assert chained.outcome is Chain.CHAINED and chained.following is not None
+    assert chained.following.version == 3 and chained.following.location.due_at >= env.now() - timedelta(seconds=1)
+    assert await store.get_schedule(client_id, first.schedule_id) == chained.following
 
 
 async def test_a_client_change_stops_queued_occurrences(
@@ -97,10 +114,10 @@ async def test_a_client_change_stops_queued_occurrences(
     assert ref is not None and ref.changed_version == changed.version == 3
 
     # The occurrence queued before the change (version 2) must not fire, nor the one before it.
-    assert await store.chain_schedule(head, following(head), env.now()) is Chain.CHANGED
-    assert await store.chain_schedule(first, second, env.now()) is Chain.CHANGED
+    assert (await store.chain_schedule(head, following(head), env.now())).outcome is Chain.CHANGED
+    assert (await store.chain_schedule(first, second, env.now())).outcome is Chain.CHANGED
     # The changed schedule chains on.
-    assert await store.chain_schedule(changed, following(changed), env.now()) is Chain.CHAINED
+    assert (await store.chain_schedule(changed, following(changed), env.now())).outcome is Chain.CHAINED
 
 
 async def test_cancel_stops_the_timeline(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
@@ -108,7 +125,7 @@ async def test_cancel_stops_the_timeline(env: Env, store: Store, new_schedule: F
     await store.create_schedule(first, env.now())
     await store.cancel_schedule(first, env.now())
     second = following(first)
-    assert await store.chain_schedule(first, second, env.now()) is Chain.CHANGED
+    assert (await store.chain_schedule(first, second, env.now())).outcome is Chain.CHANGED
     rows = await read_all(store, second.instance, second.location.minute)
     assert second.schedule_id not in {r.schedule_id for r in rows}  # nothing was written for it
 
@@ -116,10 +133,10 @@ async def test_cancel_stops_the_timeline(env: Env, store: Store, new_schedule: F
 async def test_end_of_timeline_seals_the_version(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
     last = recurring(env, new_schedule)
     await store.create_schedule(last, env.now())
-    assert await store.chain_schedule(last, None, env.now()) is Chain.CHAINED
+    assert (await store.chain_schedule(last, None, env.now())).outcome is Chain.CHAINED
     ref = await store.get_ref(client_id, last.schedule_id)
     assert ref is not None and ref.version == 2 and ref.location == last.location
-    assert await store.chain_schedule(last, None, env.now()) is Chain.ALREADY  # a re-fire still fires
+    assert (await store.chain_schedule(last, None, env.now())).outcome is Chain.ALREADY  # a re-fire still fires
 
 
 async def test_retry_of_an_occurrence_keeps_the_pointer_and_shows_in_runs(
@@ -192,7 +209,7 @@ async def test_chain_again_finishes_a_half_done_chain(
     assert await read_all(store, second.instance, second.location.minute) == []
     assert await store.get_schedule(client_id, first.schedule_id) == first  # the old row is still the truth
 
-    assert await store.chain_schedule(first, second, env.now()) is Chain.CHAINED
+    assert (await store.chain_schedule(first, second, env.now())).outcome is Chain.CHAINED
     assert await store.get_schedule(client_id, first.schedule_id) == dataclasses.replace(second, version=2)
 
 
