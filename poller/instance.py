@@ -52,6 +52,7 @@ from schema.timing import minute_bucket
 log = structlog.get_logger("tickd.poller")
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]
+_ONE_MS = timedelta(milliseconds=1)
 # Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
 _MAX_STORE_RETRY_S = 5.0
 
@@ -368,6 +369,9 @@ class PollerInstance:
             poller_id = timing.poller_id_for(row.schedule_id, self.client.poller_count)
         jitter_ms = row.options.jitter_ms if row.options is not None else 0
         due = timing.truncate_ms(timing.due_time(nominal + timing.jitter(row.schedule_id, nominal, jitter_ms), now))
+        # Catching up, several overdue occurrences are each due "now": the next one's row must not land on
+        # this one's key (same due, same id), or writing it overwrites the occurrence being fired.
+        due = max(due, row.location.due_at + _ONE_MS)
         return dataclasses.replace(
             row,
             location=Location(poller_id, due),

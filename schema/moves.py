@@ -12,7 +12,7 @@ instance has closed) would never fire. Such a move is made again from where the 
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from schema import timing
@@ -26,9 +26,12 @@ def moved_on_by_poller(current: Schedule, ref: ScheduleRef) -> bool:
     return ref.version == current.version + 1 and ref.changed_version <= current.version
 
 
-def from_now(loc: Location, now: datetime) -> Location:
-    """``loc``, or the same partition's row due now if ``loc`` is already past."""
-    return loc if loc.due_at >= now else Location(loc.poller_id, timing.truncate_ms(now))
+def from_now(loc: Location, now: datetime, after: Location) -> Location:
+    """``loc``, or, if it is already past, the same partition due now; never at or before ``after``
+    (the row being moved on from: a row written on its key would overwrite it)."""
+    if loc.due_at >= now and loc.due_at > after.due_at:
+        return loc
+    return Location(loc.poller_id, max(timing.truncate_ms(now), after.due_at + timedelta(milliseconds=1)))
 
 
 # A poller's move found after a lost compare-and-set: the pointer, and its row (None: not landed).
@@ -67,7 +70,7 @@ class PollerMoves:
     async def _resume_move(self, current: Schedule, stopped: ScheduleRef, now: datetime) -> tuple[Location, int]:
         """Where, at which version, to finish a poller's move that stopped before its row: where the
         pointer says, or, if that time is past by now, moved again from there to now."""
-        at = from_now(stopped.location, now)
+        at = from_now(stopped.location, now, current.location)
         if at == stopped.location:
             return at, stopped.version
         await self._bump_ref(
