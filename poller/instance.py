@@ -454,7 +454,12 @@ class PollerInstance:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
             wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
             due = self._now() + timedelta(seconds=max(wait_s, 0.05))
-            await self._durably("requeue", lambda: self._retry_later(row, result, due))
+            retried: list[bool] = []
+            await self._durably("requeue", lambda: self._retry_later(row, result, due, retried))
+            if not retried[-1]:
+                # The client changed the schedule since (or a change of theirs half-landed): this fire
+                # of the old version ends here, and its row must say so, not stay "scheduled".
+                await self._record(row, Status.MOVED, result, fired_at)
         else:
             await self._record(row, Status.FAILED, result, fired_at)
             await self._durably("dead_letter", lambda: self._dead_letter(row, result, fired_at))
@@ -471,14 +476,17 @@ class PollerInstance:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _MAX_STORE_RETRY_S)
 
-    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> None:
+    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
-        it again with the same ``due`` after a storage error is safe (the store finishes its own move)."""
+        it again with the same ``due`` after a storage error is safe (the store finishes its own move).
+        Appends to ``retried`` whether a retry was stored (False: the schedule changed meanwhile)."""
         try:
             await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", self._now())
         except Conflict:
             self._log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
+            retried.append(False)
             return
+        retried.append(True)
         self._log.info(
             "callback_retry_scheduled",
             schedule_id=str(row.schedule_id),
