@@ -72,6 +72,10 @@ class Node:
         self._clients_read_at = 0.0
         self._live: set[str] = set()
         self._drained: set[InstanceKey] = set()
+        # Instances whose claim this node may hold without running them (a release that failed, a claim
+        # whose answer was lost, a fence, an earlier process with this node id): others wait for a live
+        # owner to release, so each is checked and released. None until the first client read fills it.
+        self._maybe_held: set[InstanceKey] | None = None
         self._fenced = False
         # Loop time (monotonic; virtual under the simulation), set when the node starts.
         self._heartbeat_ok = 0.0
@@ -206,6 +210,8 @@ class Node:
             return
         self._clients = {c.client_id: c for c in await self._store.list_clients()}
         self._clients_read_at = now
+        if self._maybe_held is None:  # at start, any instance may still be claimed under our node id
+            self._maybe_held = set(ring.instances_of(self._clients.values()))
         for key, running in self._running.items():
             client = self._clients.get(key.client_id)
             if client is not None:
@@ -228,7 +234,11 @@ class Node:
         client = self._clients[key.client_id]
         if await self._is_drained(key, client):
             return
-        claim = await self._store.claim(key, self.node_id, seen, self._now())
+        try:
+            claim = await self._store.claim(key, self.node_id, seen, self._now())
+        except StoreUnavailable:
+            self._may_hold(key)  # the claim may have applied with its answer lost
+            raise
         if claim is None:
             return
         self._metrics.claims.labels("acquired").inc()
@@ -310,18 +320,29 @@ class Node:
         self._log.info("instance_stopped", instance=str(instance.instance), epoch=instance.claim.epoch, reason=reason)
         if release:
             await self._release(instance.claim)
+        else:
+            self._may_hold(instance.instance)
 
-    async def _release(self, claim: Claim) -> None:
+    def _may_hold(self, key: InstanceKey) -> None:
+        if self._maybe_held is not None:
+            self._maybe_held.add(key)
+
+    async def _release(self, claim: Claim) -> bool:
+        """Give the claim up (if still held at its epoch); False if storage did not answer (then the
+        claim is remembered and released later)."""
         try:
             released = await self._store.release(claim)
         except StoreUnavailable as exc:
             self._log.warning("release_failed", instance=str(claim.instance), error=str(exc))
-            return
+            self._may_hold(claim.instance)
+            return False
         if released:
             self._metrics.claims.labels("released").inc()
             self._log.info("instance_released", instance=str(claim.instance), epoch=claim.epoch)
+        return True
 
     async def _verify_claims(self) -> None:
+        await self._release_stray_claims()
         for key, running in list(self._running.items()):
             current = await self._store.get_claim(key)
             mine = running.instance.claim
@@ -330,6 +351,22 @@ class Node:
                     "claim_lost", instance=str(key), epoch=mine.epoch, now_owner=current.owner if current else None
                 )
                 await self._stop(key, "claim_lost", drain_s=0, release=False)
+
+    async def _release_stray_claims(self) -> None:
+        """Release claims held under this node id by no running instance (the epoch in the release
+        keeps a claim taken again meanwhile safe)."""
+        if not self._maybe_held or self._fenced:
+            return
+        for key in sorted(self._maybe_held):
+            if key in self._running:
+                self._maybe_held.discard(key)
+                continue
+            claim = await self._store.get_claim(key)
+            if claim is not None and claim.owner == self.node_id and key not in self._running:
+                self._log.info("stray_claim_released", instance=str(key), epoch=claim.epoch)
+                if not await self._release(claim):
+                    continue  # storage failed: next tick
+            self._maybe_held.discard(key)
 
     # -- hot marks ------------------------------------------------------------------------------------
 
