@@ -164,21 +164,29 @@ class Node:
         async with asyncio.timeout(budget_s):
             await self._store.heartbeat(info, self._s.node_ttl_s)
         self._heartbeat_ok = max(self._heartbeat_ok, sent)
-        if self._fenced:
+        if self._fenced and not self._running:  # unfenced only once every instance of before is stopped
             self._fenced = False
             self._log.warning("node_unfenced")
 
     async def _heartbeat_tick(self) -> None:
+        # Checked before renewing too: a node that was paused past its lease may have lost its instances
+        # meanwhile, and a fresh heartbeat must not make its old instances look owned again.
+        await self._fence_if_lapsed()
         try:
             await self._heartbeat()
         except (StoreUnavailable, TimeoutError) as exc:
             self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
+        await self._fence_if_lapsed()
+
+    async def _fence_if_lapsed(self) -> None:
+        """Others will think us dead at node_ttl_s: stop firing before they may start. The flag is set
+        before anything awaits, so no instance fires once the lapse is seen."""
+        if self._fenced or self.lease_held():
+            return
+        self._fenced = True
         silent_s = asyncio.get_running_loop().time() - self._heartbeat_ok
-        if not self._fenced and not self.lease_held():
-            # Others will think us dead at node_ttl_s: stop firing before they may start.
-            self._fenced = True
-            self._log.error("node_fenced", silent_s=round(silent_s, 2))
-            await asyncio.gather(*(self._stop(k, "fenced", drain_s=0, release=False) for k in list(self._running)))
+        self._log.error("node_fenced", silent_s=round(silent_s, 2))
+        await asyncio.gather(*(self._stop(k, "fenced", drain_s=0, release=False) for k in list(self._running)))
 
     # -- ownership ------------------------------------------------------------------------------------
 
