@@ -440,8 +440,14 @@ class PollerInstance:
                 )
             )
         await self._durably("events", lambda: self._store.add_events(events, self._now()))
+        # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
+        # in a crash), some events went out already and their rows say so.
+        earliest: dict[datetime, datetime] = {}
         for event in events:
-            self._consider(event)
+            minute, due = event.location.minute, event.location.due_at
+            earliest[minute] = min(due, earliest.get(minute, due))
+        for minute, due in sorted(earliest.items()):
+            await self._read(minute, due)
         self._log.info("fire_expanded", fire_id=fire_id, events=len(events), window_ms=options.window_ms)
         await self._record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
 

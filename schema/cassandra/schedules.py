@@ -44,6 +44,12 @@ from schema.settings import StoreSettings
 # -- the writes, as plain functions -------------------------------------------------------------------
 
 
+def event_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
+    """An event row: as ``row_insert``, but leaving the status (and attempts) of a row already there."""
+    _, values = row_insert(s, now, retention_s)
+    return "insert_event", {name: value for name, value in values.items() if name != "attempts"}
+
+
 def row_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
     """The schedule's row in its minute partition, status scheduled."""
     loc = s.location
@@ -77,9 +83,13 @@ def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
     return "insert_ref", values
 
 
-def status_write(client_id: str, schedule_id: UUID, loc: Location, status: Status, retention_s: int) -> Write:
-    values = {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": retention_s}
-    return "set_status", values
+def status_write(
+    client_id: str, schedule_id: UUID, loc: Location, status: Status, now: datetime, retention_s: int
+) -> Write:
+    """A row's new status, expiring with the row: a status cell that expired first would leave the row
+    reading as scheduled again (a schedule cancelled more than the retention ahead would fire)."""
+    ttl = timing.row_ttl_s(loc.due_at, now, retention_s)
+    return "set_status", {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": ttl}
 
 
 def creation(s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons) -> list[Write]:
@@ -194,7 +204,9 @@ class Schedules(moves.PollerMoves):
         version = current.version + 1
         await self._bump_ref(current, current.location, version, now)
         loc = current.location
-        cancel = status_write(current.client_id, current.schedule_id, loc, Status.CANCELLED, self.settings.retention_s)
+        cancel = status_write(
+            current.client_id, current.schedule_id, loc, Status.CANCELLED, now, self.settings.retention_s
+        )
         writes = [cancel, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
         await self._db.batch(writes, logged=len(writes) > 1)
         return dataclasses.replace(current, status=Status.CANCELLED, version=version)
@@ -211,7 +223,7 @@ class Schedules(moves.PollerMoves):
         writes = [row_insert(new, now, retention_s), *self._signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location:
-            writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, retention_s))
+            writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s))
             writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
         await self._db.batch(writes, logged=True)
         self._horizons.note(new.instance, new.location.minute)
@@ -244,7 +256,7 @@ class Schedules(moves.PollerMoves):
     def _moved_outcome(self, current: Schedule, attempts: int, last_error: str, now: datetime) -> Values:
         return {
             **_row_key(current.client_id, current.schedule_id, current.location),
-            "ttl": self.settings.retention_s,
+            "ttl": timing.row_ttl_s(current.location.due_at, now, self.settings.retention_s),
             "status": Status.MOVED.value,
             "attempts": attempts,
             "fired_at": now,
@@ -259,7 +271,8 @@ class Schedules(moves.PollerMoves):
 
     async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
         """Write the event rows one fire produced: one unlogged batch per partition (and chunk), with the
-        partitions' hot marks and horizons. Rewriting the same rows (a fire re-expanded) is harmless."""
+        partitions' hot marks and horizons. Rewriting the same rows (a fire re-expanded) keeps the status
+        of events already delivered."""
         by_partition: dict[tuple[InstanceKey, datetime], list[Schedule]] = defaultdict(list)
         for row in rows:
             by_partition[(row.instance, row.location.minute)].append(row)
@@ -267,7 +280,7 @@ class Schedules(moves.PollerMoves):
         for (instance, _), group in by_partition.items():
             earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
             for chunk in _chunks(group):
-                inserts = [row_insert(r, now, self.settings.retention_s) for r in chunk]
+                inserts = [event_insert(r, now, self.settings.retention_s) for r in chunk]
                 writes.append(self._db.batch(inserts, logged=False))
             signals = self._signals(instance, earliest, now)
             if signals:
@@ -346,7 +359,7 @@ class Schedules(moves.PollerMoves):
             loc = o.location
             values = {
                 **_row_key(o.client_id, o.schedule_id, loc),
-                "ttl": ttl,
+                "ttl": timing.row_ttl_s(loc.due_at, o.fired_at, ttl),  # expires with the row, see status_write
                 "status": o.status.value,
                 "attempts": o.attempts,
                 "fired_at": o.fired_at,
@@ -397,7 +410,7 @@ def _schedule(row: Row) -> Schedule:
         payload=row.payload or b"",
         callback=decode_callback(row.callback),
         created_at=utc(row.created_at),
-        status=Status(row.status),
+        status=Status(row.status) if row.status else Status.SCHEDULED,
         version=row.version or 1,
         attempts=row.attempts or 0,
         fired_at=utc(row.fired_at) if row.fired_at else None,

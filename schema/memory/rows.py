@@ -35,7 +35,8 @@ def client(row: Values) -> Client:
 
 
 def schedule(row: Values) -> Schedule:
-    """Fails, as the Cassandra adapter does, on a row whose status or callback cell is gone."""
+    """Fails, as the Cassandra adapter does, on a row whose callback cell is gone (no status: an event row
+    not fired yet, scheduled)."""
     options = row.options
     return Schedule(
         client_id=row.client_id,
@@ -45,7 +46,7 @@ def schedule(row: Values) -> Schedule:
         payload=row.payload or b"",
         callback=decode_callback(row.callback),
         created_at=row.created_at,
-        status=Status(row.status),
+        status=Status(row.status) if row.status else Status.SCHEDULED,
         version=row.version or 1,
         attempts=row.attempts or 0,
         fired_at=row.fired_at,

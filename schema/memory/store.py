@@ -170,21 +170,23 @@ class MemoryStore(moves.PollerMoves):
     def _ttl(self, due_at: datetime, now: datetime) -> int:
         return timing.row_ttl_s(due_at, now, self.settings.retention_s)
 
-    def _row_insert(self, s: Schedule, now: datetime) -> Write:
+    def _row_insert(self, s: Schedule, now: datetime, *, event: bool = False) -> Write:
+        """``insert_schedule``; with ``event``, ``insert_event`` (no status, no attempts: see queries.cql)."""
         values = _set(
             fire_at=s.fire_at,
             version=s.version,
             payload=s.payload,
             callback=encode_callback(s.callback),
-            status=Status.SCHEDULED.value,
-            attempts=s.attempts,
+            status=None if event else Status.SCHEDULED.value,
+            attempts=None if event else s.attempts,
             last_error=s.last_error,
             created_at=s.created_at,
             options=encode_options(s.options) if s.options is not None else None,
             seq=s.seq or None,
         )
         key = _row_key(s.client_id, s.schedule_id, s.location)
-        return Write("insert_schedule", t.SCHEDULES, key, values, ttl_s=self._ttl(s.location.due_at, now), insert=True)
+        name = "insert_event" if event else "insert_schedule"
+        return Write(name, t.SCHEDULES, key, values, ttl_s=self._ttl(s.location.due_at, now), insert=True)
 
     def _ref_insert(self, s: Schedule, now: datetime) -> Write:
         loc = s.location
@@ -192,9 +194,9 @@ class MemoryStore(moves.PollerMoves):
         values = {"poller_id": loc.poller_id, "due_at": loc.due_at, "version": s.version}
         return Write("insert_ref", t.REFS, key, values, ttl_s=self._ttl(loc.due_at, now), insert=True)
 
-    def _status(self, s: Schedule, loc: Location, status: Status) -> Write:
-        key = _row_key(s.client_id, s.schedule_id, loc)
-        return Write("set_status", t.SCHEDULES, key, {"status": status.value}, ttl_s=self.settings.retention_s)
+    def _status(self, s: Schedule, loc: Location, status: Status, now: datetime) -> Write:
+        key = _row_key(s.client_id, s.schedule_id, loc)  # expiring with the row (see the Cassandra adapter)
+        return Write("set_status", t.SCHEDULES, key, {"status": status.value}, ttl_s=self._ttl(loc.due_at, now))
 
     def _hot_mark(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
         if not timing.is_hot(loc.due_at, now, self.settings.hot_window_s):
@@ -293,7 +295,7 @@ class MemoryStore(moves.PollerMoves):
     async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
         version = current.version + 1
         await self._bump_ref(current, current.location, version, now)
-        writes = [self._status(current, current.location, Status.CANCELLED)]
+        writes = [self._status(current, current.location, Status.CANCELLED, now)]
         writes += self._hot_mark(current.instance, current.location, now)
         await self._db.batch(writes, logged=len(writes) > 1)
         return dataclasses.replace(current, status=Status.CANCELLED, version=version)
@@ -308,7 +310,7 @@ class MemoryStore(moves.PollerMoves):
         writes = [self._row_insert(new, now), *self._signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location:
-            writes.append(self._status(current, old, Status.MOVED))
+            writes.append(self._status(current, old, Status.MOVED, now))
             writes += self._hot_mark(current.instance, old, now)
         await self._db.batch(writes, logged=True)
         self._note_horizon(new.instance, new.location.minute)
@@ -328,7 +330,8 @@ class MemoryStore(moves.PollerMoves):
         new = await self._move_for_retry(current, retry, now)
         moved = _set(status=Status.MOVED.value, attempts=attempts, fired_at=now, last_error=last_error)
         key = _row_key(current.client_id, current.schedule_id, current.location)
-        await self._db.write(Write("record_outcome", t.SCHEDULES, key, moved, ttl_s=self.settings.retention_s))
+        ttl_s = self._ttl(current.location.due_at, now)
+        await self._db.write(Write("record_outcome", t.SCHEDULES, key, moved, ttl_s=ttl_s))
         return new
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
@@ -344,7 +347,7 @@ class MemoryStore(moves.PollerMoves):
         for (instance, _), group in by_partition.items():
             earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
             for chunk in chunks(group):
-                writes.append(self._db.batch([self._row_insert(r, now) for r in chunk], logged=False))
+                writes.append(self._db.batch([self._row_insert(r, now, event=True) for r in chunk], logged=False))
             signals = self._signals(instance, earliest, now)
             if signals:
                 writes.append(self._db.batch(signals, logged=False))
@@ -424,11 +427,10 @@ class MemoryStore(moves.PollerMoves):
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
-        ttl = self.settings.retention_s
         for o in outcomes:
             values = _set(status=o.status.value, attempts=o.attempts, fired_at=o.fired_at, last_error=o.last_error)
             key = _row_key(o.client_id, o.schedule_id, o.location)
-            write = Write("record_outcome", t.SCHEDULES, key, values, ttl_s=ttl)
+            write = Write("record_outcome", t.SCHEDULES, key, values, ttl_s=self._ttl(o.location.due_at, o.fired_at))
             by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(write)
         runs = [
             self._db.write(self._outcome_run(o) if o.event is None else self._event_run(o))

@@ -457,15 +457,12 @@ async def test_clients_create_once_update_list(env: Env, store: Store, client_id
     assert await store.get_client("nobody-" + client_id) is None
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="bug in both adapters: see the docstring")
 async def test_a_cancel_far_ahead_keeps_its_status_until_the_row_expires(
     env: Env, new_schedule: Factory, client_id: str
 ) -> None:
-    """A cancel writes ``status`` with the retention TTL counted from now, while the row's other cells
-    live until due time + retention. Cancel a schedule due more than the retention ahead and its status
-    cell expires first: the expired cell shadows 'scheduled', the row reads with a null status, and
-    reading its minute fails (``Status(None)``), for the poller and for listings. Shown here with a
-    retention of 2 s (production: 7 days)."""
+    """The row's other cells live until due time + retention; a cancel's status cell must live as long.
+    (It once got the retention counted from now: cancelled more than the retention ahead, the status
+    expired first and the row read as scheduled again.) Shown with a retention of 2 s (production: 7 days)."""
     store = await env.store_with(retention_s=2)
     s = new_schedule(env.later(5))
     await store.create_schedule(s, env.now())
