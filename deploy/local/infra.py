@@ -519,7 +519,8 @@ class Cassandra(Server):
             f"-Dcassandra.logdir={self.state_dir}",
             f"-Dlogback.configurationFile={self.state_dir / 'logback.xml'}",
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-            "-Dcassandra.unsafesystem=true",
+            # Not -Dcassandra.unsafesystem=true: it skips flushing the schema tables, and a node killed
+            # with kill -9 came back without a keyspace made seconds before (acceptance S13).
             "-Dcassandra.libjemalloc=-",
             "-cp", f"{self.state_dir}:{self.lib_dir}/*",
             "org.apache.cassandra.service.CassandraDaemon",

@@ -17,7 +17,7 @@ from cassandra import ConsistencyLevel, DriverException
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.connection import ConnectionBusy, ConnectionException, ProtocolError
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
@@ -85,6 +85,9 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         auth_provider=auth,
         connect_timeout=settings.connect_timeout_s,
         protocol_version=settings.protocol_version,
+        # The driver's default backs off to 10 minutes between reconnects: after an outage, pollers and
+        # the API would wait that long to see Cassandra back. A few seconds at most, with jitter.
+        reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=5.0),
     )
 
 
