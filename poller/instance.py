@@ -398,10 +398,27 @@ class PollerInstance:
         chained = outcome[-1]
         if chained.outcome is Chain.CHANGED:
             self._log.info("occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+            await self._superseded(row)
             return False
         if chained.following is not None:
             self._consider(chained.following)
         return True
+
+    async def _superseded(self, row: Schedule) -> None:
+        """An occurrence dropped because the client changed the schedule ends with its row MOVED, unless the
+        change already marked it (a cancel keeps the row, CANCELLED). A change that half-landed (its
+        pointer swapped, its rows not written) marks nothing, and the row must not stay "scheduled"."""
+        found: list[Schedule | None] = []
+
+        async def read() -> None:
+            found.append(await self._store.get_schedule(row.client_id, row.schedule_id))
+
+        await self._durably("read_schedule", read)
+        current = found[-1]
+        if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
+            return
+        result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
+        await self._record(row, Status.MOVED, result, self._now())
 
     # -- batch triggers -------------------------------------------------------------------------------
 
