@@ -257,7 +257,8 @@ class PollerInstance:
     def on_mark(self, minute: datetime, touched_at: datetime) -> None:
         """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh."""
         state = self._open.get(minute)
-        if state is None or (state.last_touch is not None and touched_at <= state.last_touch):
+        # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time.
+        if state is None or touched_at == state.last_touch:
             return
         state.last_touch = touched_at
         if state.first_touch is None or touched_at < state.first_touch:
@@ -504,12 +505,13 @@ class PollerInstance:
         it again with the same ``due`` after a storage error is safe (the store finishes its own move).
         Appends to ``retried`` whether a retry was stored (False: the schedule changed meanwhile)."""
         try:
-            await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", self._now())
+            retry = await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", self._now())
         except Conflict:
             self._log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
             retried.append(False)
             return
         retried.append(True)
+        self._consider(retry)  # planned at once if its minute is open here (else read when it opens)
         self._log.info(
             "callback_retry_scheduled",
             schedule_id=str(row.schedule_id),
