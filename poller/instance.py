@@ -443,7 +443,9 @@ class PollerInstance:
         events: list[Schedule] = []
         for index in range(options.events):
             offset = timing.event_offset(f"{fire_id}:{index}", index, options.events, options.window_ms)
-            due = timing.truncate_ms(timing.due_time(row.fire_at + offset, fired_at))
+            # From the fire's own due time, not the expansion's moment: a fire expanded again after a crash
+            # must put each event on the same row, or an event delivered already goes out twice.
+            due = timing.truncate_ms(timing.due_time(row.fire_at + offset, row.location.due_at))
             events.append(
                 dataclasses.replace(
                     row,
