@@ -103,8 +103,8 @@ class PollerInstance:
         self._heap: list[tuple[datetime, UUID]] = []
         self._pending: dict[RowKey, Schedule] = {}
         self._open: dict[datetime, OpenMinute] = {}
-        self._outcomes: list[FireOutcome] = []
-        self._flushed: asyncio.Future[None] | None = None
+        # Outcomes waiting for the next batch write, each with the future its fire waits on.
+        self._outcomes: list[tuple[FireOutcome, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._slots = asyncio.Semaphore(settings.instance_max_inflight)
@@ -546,7 +546,7 @@ class PollerInstance:
         """Queue the outcome for the next per-partition batch and wait until it is durable."""
         options = row.options
         events, window_ms = options.expansion if options is not None else (0, 0)
-        self._outcomes.append(
+        outcome = (
             FireOutcome(
                 row.client_id,
                 row.schedule_id,
@@ -560,11 +560,11 @@ class PollerInstance:
                 event=options.event if options is not None else None,
                 events=events,
                 window_ms=window_ms,
-            )
+            ),
+            asyncio.get_running_loop().create_future(),
         )
-        if self._flushed is None:
-            self._flushed = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._flushed)
+        self._outcomes.append(outcome)
+        await asyncio.shield(outcome[1])
 
     async def _flush_loop(self) -> None:
         while True:
@@ -572,19 +572,20 @@ class PollerInstance:
             await self._flush_once()
 
     async def _flush_once(self) -> None:
+        """Write the waiting outcomes (one batch per partition); on a storage error they wait for the next
+        flush, their fires still in flight, so no minute closes over them."""
         if not self._outcomes:
             return
-        batch, done = self._outcomes, self._flushed
-        self._outcomes, self._flushed = [], None
+        batch, self._outcomes = self._outcomes, []
         try:
-            await self._store.record_outcomes(batch)
+            await self._store.record_outcomes([outcome for outcome, _ in batch])
         except StoreUnavailable as exc:
             self._log.warning("outcomes_not_written", rows=len(batch), error=str(exc))
             self._outcomes = batch + self._outcomes
-            self._flushed = done if self._flushed is None else self._flushed
             return
-        if done is not None and not done.done():
-            done.set_result(None)
+        for _, done in batch:
+            if not done.done():
+                done.set_result(None)
 
     # -- closing minutes ------------------------------------------------------------------------------
 
