@@ -249,6 +249,9 @@ class Node:
             raise
         if claim is None:
             return
+        if self._fenced:  # the fence came while the claim was in flight: run nothing, give it back later
+            self._may_hold(key)
+            return
         self._metrics.claims.labels("acquired").inc()
         self._log.info(
             "instance_claimed", instance=str(key), epoch=claim.epoch, previous_owner=seen.owner if seen else None
