@@ -254,15 +254,19 @@ class PollerInstance:
 
     # -- hot marks ------------------------------------------------------------------------------------
 
-    def on_mark(self, minute: datetime, touched_at: datetime) -> None:
-        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh."""
+    def on_mark(self, minute: datetime, touched_at: datetime, since: datetime) -> None:
+        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh.
+
+        A mark keeps only its latest write, so earlier writes that changed it since the node's last
+        good poll (``since``) are re-read too, not only those near ``touched_at``."""
         state = self._open.get(minute)
         # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time.
         if state is None or touched_at == state.last_touch:
             return
         state.last_touch = touched_at
-        if state.first_touch is None or touched_at < state.first_touch:
-            state.first_touch = touched_at
+        start = min(touched_at, since)
+        if state.first_touch is None or start < state.first_touch:
+            state.first_touch = start
         until = max(touched_at, self._now()) + timedelta(seconds=self._s.mark_settle_s)
         state.hot_until = until if state.hot_until is None else max(state.hot_until, until)
 

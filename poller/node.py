@@ -76,6 +76,7 @@ class Node:
         # whose answer was lost, a fence, an earlier process with this node id): others wait for a live
         # owner to release, so each is checked and released. None until the first client read fills it.
         self._maybe_held: set[InstanceKey] | None = None
+        self._marks_polled_at: datetime | None = None  # when the last poll of hot marks began that succeeded
         self._fenced = False
         # Loop time (monotonic; virtual under the simulation), set when the node starts.
         self._heartbeat_ok = 0.0
@@ -392,11 +393,13 @@ class Node:
         if (current + timedelta(minutes=1) - now).total_seconds() < self._s.preload_s + 1:
             watched.append(current + timedelta(minutes=1))
         found = await asyncio.gather(*(self._store.hot_marks(m) for m in watched))
+        # A mark keeps only its latest write: every write that changed it landed after our last good poll.
+        since, self._marks_polled_at = self._marks_polled_at or now, now
         for minute, marks in zip(watched, found, strict=True):
             for mark in marks:
                 running = self._running.get(mark.instance)
                 if running is not None and not running.stopping:
-                    running.instance.on_mark(minute, mark.touched_at)
+                    running.instance.on_mark(minute, mark.touched_at, since)
 
     # -- shutdown -------------------------------------------------------------------------------------
 
