@@ -4,9 +4,10 @@ for both store adapters on the few requests each of them provides.
 A move is two requests: the pointer's compare-and-set, then the rows. If the process dies between them,
 whoever handles the same row next (the same poller retrying, or the instance's next owner) finds the
 pointer one version ahead and no row where it points. It must finish the move rather than drop the
-fire or end the timeline, and never by writing a row whose due time is already past: pollers look for
-late rows only just behind "now", so a row written into the past (worse: into a minute another
-instance has closed) would never fire. Such a move is made again from where the pointer stopped.
+fire or end the timeline. A row due in the past is written only into the caller's own partition (its
+instance plans the row it gets back); into another instance's partition it could land behind that
+instance's re-reads, or in a minute it has closed, and never fire, so such a move is made again from
+where the pointer stopped, to now.
 """
 
 from __future__ import annotations
@@ -71,8 +72,10 @@ class PollerMoves:
         """Where, at which version, to finish a poller's move that stopped before its row: where the
         pointer says, or, if that time is past by now, moved again from there to now."""
         at = from_now(stopped.location, now, current.location)
-        if at == stopped.location:
-            return at, stopped.version
+        if at == stopped.location or stopped.location.poller_id == current.location.poller_id:
+            # In the caller's own partition a past row is fine: its instance (the caller) plans the row it
+            # is handed back. Moving again would bump the version past what the next owner recognises.
+            return stopped.location, stopped.version
         await self._bump_ref(
             dataclasses.replace(current, version=stopped.version), at, stopped.version + 1, now, by_client=False
         )
