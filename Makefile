@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lint test test-unit run migrate bench-api bench-fire clean
+.PHONY: install lint test test-unit run migrate bench-api bench-fire clean simulate
 
 install: $(STAMP)
 
@@ -26,6 +26,13 @@ lint: install
 # Unit tests only: no Cassandra, no Kafka.
 test-unit: install
 	$(BIN)/pytest tests/unit
+
+# The deterministic simulation of the whole cluster with faults, on many seeds (make test runs 200).
+# SEEDS=N seeds from FIRST (default 0); replay one with `PYTHONHASHSEED=0 $(BIN)/python -m tests.simulation --seed N -v`.
+SEEDS ?= 2000
+FIRST ?= 0
+simulate: install
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.simulation --seeds $(SEEDS) --first $(FIRST) --jobs $$(nproc)
 
 # Everything: lint, then infra up, a fresh test keyspace, the whole suite; stops what it started.
 test: install lint

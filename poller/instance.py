@@ -114,6 +114,12 @@ class PollerInstance:
         self._crash: BaseException | None = None
         self._rng = rng or random.Random()
         self._lease = lease
+        # Every change acknowledged before this (node clock) is in the plan: the latest poll of hot marks
+        # whose marks have all been re-read. A row fires only once this is close enough to its due time.
+        self._seen_until: datetime | None = None
+        self._unread_poll: datetime | None = None  # a poll that brought new marks, not re-read yet
+        self._marks_new = False
+        self._see_ahead = timedelta(seconds=settings.mutation_guard_s / 2)
         self._checkpoint: datetime | None = None
         self.drained = False
         self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
@@ -264,15 +270,26 @@ class PollerInstance:
         if state is None or touched_at == state.last_touch:
             return
         state.last_touch = touched_at
+        self._marks_new = True
         start = min(touched_at, since)
         if state.first_touch is None or start < state.first_touch:
             state.first_touch = start
         until = max(touched_at, self._now()) + timedelta(seconds=self._s.mark_settle_s)
         state.hot_until = until if state.hot_until is None else max(state.hot_until, until)
 
+    def marks_polled(self, polled_at: datetime) -> None:
+        """The node read the hot marks, in a poll that began at ``polled_at``: with no new mark for this
+        instance, every change acknowledged before then is in the plan; with new marks, once re-read."""
+        if self._marks_new:
+            self._marks_new = False
+            self._unread_poll = polled_at
+        elif self._unread_poll is None:
+            self._seen_until = polled_at
+
     async def _reread_loop(self) -> None:
         while True:
             await asyncio.sleep(self._s.mark_poll_s)
+            polled = self._unread_poll
             now = self._now()
             for state in list(self._open.values()):
                 if state.hot_until is None or state.first_touch is None:
@@ -281,6 +298,16 @@ class PollerInstance:
                 await self._read(state.minute, start)
                 if now > state.hot_until:
                     state.hot_until = state.first_touch = None
+            if polled is not None:
+                self._seen_until = polled
+                if self._unread_poll is polled:
+                    self._unread_poll = None
+                self._wake.set()
+
+    def _changes_seen(self, due: datetime) -> bool:
+        """Whether a cancel or change acknowledged in time (the API's guard) for a row due at ``due``
+        would be in the plan by now; if the marks could not be read lately, the row waits."""
+        return self._seen_until is not None and self._seen_until + self._see_ahead >= due
 
     # -- firing ---------------------------------------------------------------------------------------
 
@@ -294,10 +321,10 @@ class PollerInstance:
             if delay > 0:
                 await self._wait(self._wake, delay)
                 continue
-            if not self._lease():
-                # The node may be declared dead by now (it was paused, or its heartbeats fail): fire
-                # nothing until it knows; it fences (stopping this instance) or renews the lease.
-                await asyncio.sleep(self._s.mark_poll_s)
+            if not self._lease() or not self._changes_seen(due):
+                # The node may be declared dead by now (it was paused, or its heartbeats fail), or it
+                # could not read hot marks lately: fire nothing until it knows.
+                await self._wait(self._wake, self._s.mark_poll_s)
                 continue
             heapq.heappop(self._heap)
             row = self._pending.pop((due, sid), None)

@@ -400,6 +400,8 @@ class Node:
                 running = self._running.get(mark.instance)
                 if running is not None and not running.stopping:
                     running.instance.on_mark(minute, mark.touched_at, since)
+        for running in self._running.values():
+            running.instance.marks_polled(now)
 
     # -- shutdown -------------------------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ class PollerSettings:
     mark_settle_s: float = 2.0
     # How far before the mark's time a re-read starts (covers API/poller clock skew).
     reread_lag_s: float = 5.0
+    # The API's TICKD_MUTATION_GUARD_S (same variable, must agree): a row fires only once every change
+    # acknowledged before its due time minus half this is in the plan (the other half covers clock skew).
+    mutation_guard_s: float = 2.0
     catch_up_window_s: int = 3600
     shutdown_deadline_s: float = 10.0
     drain_grace_s: float = 60.0
@@ -81,6 +84,7 @@ class PollerSettings:
             mark_poll_s=env_float(env, "TICKD_MARK_POLL_S", d.mark_poll_s, low=0.05, high=10),
             mark_settle_s=env_float(env, "TICKD_MARK_SETTLE_S", d.mark_settle_s, low=0, high=60),
             reread_lag_s=env_float(env, "TICKD_REREAD_LAG_S", d.reread_lag_s, low=0, high=120),
+            mutation_guard_s=env_float(env, "TICKD_MUTATION_GUARD_S", d.mutation_guard_s, low=0, high=3600),
             catch_up_window_s=env_int(env, "TICKD_CATCH_UP_WINDOW_S", d.catch_up_window_s, low=60, high=30 * 86400),
             shutdown_deadline_s=env_float(env, "TICKD_SHUTDOWN_DEADLINE_S", d.shutdown_deadline_s, low=0, high=600),
             drain_grace_s=env_float(env, "TICKD_DRAIN_GRACE_S", d.drain_grace_s, low=0, high=86400),

@@ -20,6 +20,8 @@ trap cleanup EXIT
 
 $INFRA up || exit 1
 
+# Seeds of the simulation replay exactly under the same hash seed.
+export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 export TICKD_KEYSPACE=${TICKD_KEYSPACE:-tickd_test}
 export TICKD_CALLBACK_ALLOW_PRIVATE=${TICKD_CALLBACK_ALLOW_PRIVATE:-true}
 "$BIN/tickd-migrate" --drop && "$BIN/tickd-migrate" || exit 1

@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 
 from schema import recurrence as rec
 from schema import timing
-from schema.errors import Conflict, NotFound, TickdError
+from schema.errors import Conflict, NotFound, StoreUnavailable, TickdError
 from schema.model import Callback, Client, ListCursor, Location, Options, Repeat, Schedule, Status
 from service import budgets, keys, params, recurring
 from service.creates import groups
@@ -239,16 +239,33 @@ async def get_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(schedule))
 
 
-def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> None:
+def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> float | None:
+    """Refuse a change the schedule's state forbids; the seconds left to confirm it (None: no limit)."""
     if schedule.status is Status.CANCELLED:
         raise conflict("the schedule is cancelled", "already_cancelled")
     if schedule.status in (Status.SUCCEEDED, Status.FAILED):
         raise conflict("the schedule has already fired", "already_fired")
     if schedule.repeat is not None:
-        return  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
+        return None  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
     guard_s = request.app[keys.SETTINGS].mutation_guard_s
-    if (schedule.location.due_at - at).total_seconds() < guard_s:
+    left_s = (schedule.location.due_at - at).total_seconds() - guard_s
+    if left_s < 0:
         raise conflict(f"the schedule fires in less than {guard_s:g} s; it can no longer change", "fire_imminent")
+    return left_s
+
+
+async def _confirmed_in(left_s: float | None, change: Awaitable[Schedule]) -> Schedule:
+    """A one-time schedule's change must be written before its guard point: a write confirmed later may
+    land after the old version fired. Past it the answer is 503 (outcome unknown), never a 200."""
+    if left_s is None:
+        return await change
+    try:
+        async with asyncio.timeout(left_s):
+            return await change
+    except TimeoutError:
+        raise StoreUnavailable(
+            "the change was not confirmed before the fire time: it may or may not apply; read the schedule"
+        ) from None
 
 
 async def _retrying_races(request: web.Request, change: Callable[[Client, Schedule], Awaitable[Schedule]]) -> Schedule:
@@ -269,8 +286,8 @@ async def cancel_schedule(request: web.Request) -> web.Response:
         if current.status is Status.CANCELLED:
             return current  # cancelling twice is not an error
         at = now()
-        _check_mutable(request, current, at)
-        return await request.app[keys.STORE].cancel_schedule(current, at)
+        left_s = _check_mutable(request, current, at)
+        return await _confirmed_in(left_s, request.app[keys.STORE].cancel_schedule(current, at))
 
     cancelled = await _retrying_races(request, cancel)
     client_id, current = cancelled.client_id, cancelled
@@ -364,8 +381,8 @@ async def patch_schedule(request: web.Request) -> web.Response:
     async def change(client: Client, current: Schedule) -> Schedule:
         at = now()
         updated = _updated(settings, client, current, changes, _timing(request, current, patch, at), at)
-        _check_mutable(request, current, at)
-        return await request.app[keys.STORE].replace_schedule(current, updated, at)
+        left_s = _check_mutable(request, current, at)
+        return await _confirmed_in(left_s, request.app[keys.STORE].replace_schedule(current, updated, at))
 
     updated = await _retrying_races(request, change)
     log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))

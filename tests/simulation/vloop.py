@@ -10,12 +10,17 @@ callbacks depends only on the program and its seed: a run replays exactly.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import selectors
-from collections.abc import Coroutine
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# Which simulated process a callback belongs to: tasks inherit it from the task that created them.
+ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("ACTOR", default=None)
 
 
 class Deadlock(RuntimeError):
@@ -36,18 +41,57 @@ class _JumpingSelector(selectors.DefaultSelector):
 
 
 class VirtualLoop(asyncio.SelectorEventLoop):
-    """``time()`` starts at 0 and moves only when the loop would otherwise sleep."""
+    """``time()`` starts at 0 and moves only when the loop would otherwise sleep.
+
+    Actors can be frozen: while an actor is paused, every callback scheduled in its context (task
+    steps, future callbacks) is parked instead of run, as if its process got SIGSTOP; its timers still
+    come due, but nothing of it runs until ``resume``. A killed actor is paused for good (kill -9).
+    """
 
     def __init__(self) -> None:
         self._virtual = 0.0
         super().__init__(_JumpingSelector(self))
         self._clock_resolution = 1e-9
+        self._paused: set[str] = set()
+        self._parked: defaultdict[str, list[asyncio.Handle]] = defaultdict(list)
 
     def time(self) -> float:
         return self._virtual
 
     def advance(self, seconds: float) -> None:
         self._virtual += seconds
+
+    def call_soon(  # type: ignore[override]
+        self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
+        ctx = context if context is not None else contextvars.copy_context()
+        actor = ctx.get(ACTOR)
+        if actor is not None and actor in self._paused:
+            handle = asyncio.Handle(callback, args, self, ctx)
+            self._parked[actor].append(handle)
+            return handle
+        return super().call_soon(callback, *args, context=ctx)
+
+    def pause(self, actor: str) -> None:
+        self._paused.add(actor)
+
+    def resume(self, actor: str) -> None:
+        self._paused.discard(actor)
+        for handle in self._parked.pop(actor, []):
+            if not handle.cancelled():
+                self._ready.append(handle)  # type: ignore[attr-defined]
+
+    def kill(self, actor: str) -> None:
+        """The actor never runs again during the run (its parked steps only run at cleanup, cancelled)."""
+        self._paused.add(actor)
+
+    def release_all(self) -> None:
+        """At the end of a run: let every parked step run, so leftover tasks can be cancelled."""
+        for actor in list(self._paused):
+            self.resume(actor)
+
+    def is_paused(self, actor: str) -> bool:
+        return actor in self._paused
 
 
 class VirtualClock:
@@ -73,6 +117,7 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 
 def _cancel_leftovers(loop: VirtualLoop) -> None:
+    loop.release_all()
     pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in pending:
         task.cancel()

@@ -1,0 +1,154 @@
+"""What the simulation promised and what it saw, and the invariants that compare the two.
+
+The workload records every acknowledged operation (a create, cancel or reschedule that returned);
+the subscribers record every delivery with the node, instance and claim epoch that made it; the
+store wrapper checks each checkpoint as it is written. ``Oracle.violations()`` then says, in words,
+every way the run broke a promise of the README.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from schema import recurrence as rec
+from schema import timing
+from schema.model import InstanceKey, Repeat
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    at: float  # virtual seconds
+    actor: str  # the node incarnation that sent it
+    instance: InstanceKey
+    epoch: int
+    fire_id: str
+    event_id: str | None
+    schedule_id: UUID
+    attempt: int
+    ok: bool
+
+
+@dataclass
+class Promise:
+    """One acknowledged schedule and what became of the client's later requests."""
+
+    client_id: str
+    schedule_id: UUID
+    fire_at: datetime  # the nominal time acknowledged last (one-time), or the first occurrence
+    events: int = 0  # a batch trigger's events per fire (each delivered under its event id); 0: plain fires
+    repeat: Repeat | None = None
+    until: datetime | None = None  # recurring: check occurrences before this
+    cancelled_at: datetime | None = None  # when a cancel was acknowledged (API clock)
+    old_fire_ids: list[str] = field(default_factory=list)  # superseded by acknowledged reschedules
+    uncertain: bool = False  # a later change was not acknowledged: either outcome is allowed
+
+    @property
+    def fire_id(self) -> str:
+        return timing.fire_id(self.schedule_id, self.fire_at)
+
+
+@dataclass
+class Oracle:
+    guard_s: float
+    deliveries: list[Delivery] = field(default_factory=list)
+    promises: dict[UUID, Promise] = field(default_factory=dict)
+    dead_letters: set[str] = field(default_factory=set)  # fire ids (events: event ids) given up on
+    problems: list[str] = field(default_factory=list)  # violations seen while running
+
+    def saw(self, problem: str) -> None:
+        self.problems.append(problem)
+
+    def violations(self) -> list[str]:
+        found = list(self.problems)
+        ok = self._ok_deliveries()
+        for promise in self.promises.values():
+            found += self._check_promise(promise, ok)
+        found += self._duplicates()
+        return found
+
+    # -- per schedule ---------------------------------------------------------------------------------
+
+    def _ok_deliveries(self) -> dict[UUID, dict[str, list[Delivery]]]:
+        """Successful deliveries by schedule id, then by delivery key (event id, else fire id)."""
+        out: dict[UUID, dict[str, list[Delivery]]] = defaultdict(lambda: defaultdict(list))
+        for d in self.deliveries:
+            if d.ok:
+                out[d.schedule_id][d.event_id or d.fire_id].append(d)
+        return out
+
+    def _done(self, key: str, seen: dict[str, list[Delivery]]) -> bool:
+        return key in seen or key in self.dead_letters
+
+    def _check_promise(self, p: Promise, ok: dict[UUID, dict[str, list[Delivery]]]) -> list[str]:
+        seen = ok.get(p.schedule_id, {})
+        if p.repeat is not None:
+            return self._check_timeline(p, seen)
+        problems = [f"{p.schedule_id}: superseded fire {old} was delivered" for old in p.old_fire_ids if old in seen]
+        if p.cancelled_at is not None:
+            if p.fire_id in seen or any(k.startswith(p.fire_id + ":") for k in seen):
+                problems.append(f"{p.schedule_id}: delivered after a cancel acknowledged at {p.cancelled_at}")
+            return problems
+        if p.uncertain:
+            return problems
+        for key in _keys(p.fire_id, p.events):
+            if not self._done(key, seen):
+                problems.append(f"{p.schedule_id}: acknowledged fire {key} (due {p.fire_at}) never delivered")
+        return problems
+
+    def _check_timeline(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:
+        assert p.repeat is not None and p.until is not None
+        expected = _occurrences(p.repeat, p.fire_at, p.until)
+        delivered = {_nominal_ms(k) for k in seen}
+        problems = []
+        if p.cancelled_at is not None:
+            limit = p.cancelled_at + timedelta(seconds=self.guard_s)
+            late = sorted(ms for ms in delivered if ms > timing.to_epoch_ms(limit))
+            if late:
+                problems.append(f"{p.schedule_id}: {len(late)} occurrence(s) after the cancel at {p.cancelled_at}")
+            return problems
+        wanted = {timing.to_epoch_ms(n) for n in expected}
+        if stray := sorted(ms for ms in delivered - wanted if ms < timing.to_epoch_ms(p.until)):
+            problems.append(f"{p.schedule_id}: occurrences not on its timeline were delivered: {stray[:5]}")
+        if p.uncertain:
+            return problems
+        for nominal in expected:
+            key = timing.fire_id(p.schedule_id, nominal)
+            if not all(self._done(k, seen) for k in _keys(key, p.events)):
+                problems.append(f"{p.schedule_id}: occurrence {nominal} skipped (never delivered)")
+        return problems
+
+    # -- across schedules -----------------------------------------------------------------------------
+
+    def _duplicates(self) -> list[str]:
+        """A key delivered successfully twice by the same owner (node incarnation and epoch) is a
+        duplicate no crash or handover explains."""
+        by_owner: dict[tuple[str, str, int], int] = defaultdict(int)
+        for d in self.deliveries:
+            if d.ok:
+                by_owner[(d.event_id or d.fire_id, d.actor, d.epoch)] += 1
+        return [
+            f"{key} delivered {n} times by {actor} at epoch {epoch}"
+            for (key, actor, epoch), n in sorted(by_owner.items())
+            if n > 1
+        ]
+
+
+def _keys(fire_id: str, events: int) -> list[str]:
+    return [fire_id] if events == 0 else [f"{fire_id}:{i}" for i in range(events)]
+
+
+def _nominal_ms(key: str) -> int:
+    return int(key.split(":")[1])
+
+
+def _occurrences(repeat: Repeat, first: datetime, until: datetime) -> list[datetime]:
+    out: list[datetime] = []
+    nominal: datetime | None = first
+    recurrence = repeat.recurrence()
+    while nominal is not None and nominal < until:
+        out.append(nominal)
+        nominal = rec.next_fire(recurrence, nominal, fired=len(out))
+    return out

@@ -1,0 +1,400 @@
+"""The seeded workload: what clients and admins ask of the API, and what goes wrong meanwhile.
+
+The API's schedule operations are made here the way its handlers make them (the same placement, due
+time, mutation guard and store calls); each one that returns is recorded as a promise in the oracle,
+each that raises is "not acknowledged" and leaves its schedule uncertain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+import msgspec
+
+from schema import events, timing
+from schema.errors import Conflict, NotFound, StoreUnavailable
+from schema.model import (
+    Client,
+    HttpCallback,
+    Location,
+    Options,
+    Repeat,
+    Schedule,
+    Status,
+    ThrottlePolicy,
+)
+from service import recurring
+from tests.simulation.oracle import Promise
+from tests.simulation.vloop import ACTOR, VirtualClock
+from tests.simulation.world import API, Endpoint, World
+
+T = TypeVar("T")
+_CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
+_GUARD_S = 2.0
+
+
+class Api:
+    """The API replica: its own (skewed) clock, its store calls made as the ``api`` actor."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.rng = world.rng
+        skew = self.rng.uniform(-world.config.max_skew_s, world.config.max_skew_s)
+        self.clock = VirtualClock(world.loop, world.start, skew)
+        self.store = world.memory
+        self.clients: dict[str, Client] = {}
+        self.policies: dict[str, ThrottlePolicy] = {}
+
+    async def call(self, op: Callable[[], Awaitable[T]]) -> T:
+        token = ACTOR.set(API)
+        try:
+            return await op()
+        finally:
+            ACTOR.reset(token)
+
+    async def retrying(self, op: Callable[[], Awaitable[T]], tries: int = 30) -> T:
+        """Admin set-up that must happen: retried through faults, like an operator would."""
+        for _ in range(tries - 1):
+            try:
+                return await self.call(op)
+            except StoreUnavailable:
+                await asyncio.sleep(1.0)
+        return await self.call(op)
+
+    # -- admin ----------------------------------------------------------------------------------------
+
+    async def register(self, client_id: str, pollers: int) -> None:
+        now = self.clock()
+        client = Client(client_id, pollers, True, "hash", now - timedelta(minutes=5), now)
+        await self.retrying(lambda: self.store.create_client(client))
+        self.clients[client_id] = client
+
+    async def resize(self, client_id: str, pollers: int) -> bool:
+        current = await self.call(lambda: self.store.get_client(client_id))
+        assert current is not None
+        now = self.clock()
+        changes: dict[str, object] = {"updated_at": now, "poller_count": pollers}
+        if pollers < current.poller_count:
+            changes["poller_span"] = max(current.poller_span, current.poller_count)
+            changes["resized_at"] = now
+        client = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+        await self.call(lambda: self.store.update_client(client))
+        self.clients[client_id] = client
+        return True
+
+    async def add_policy(self, client_id: str, name: str, limit: int, timeout_s: int) -> None:
+        now = self.clock()
+        policy = ThrottlePolicy(client_id, name, limit, timeout_s, now, now)
+        await self.retrying(lambda: self.store.put_policy(policy))
+        self.policies[client_id] = policy
+
+    # -- schedules --------------------------------------------------------------------------------------
+
+    def _new_id(self) -> uuid.UUID:
+        return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+    async def create(self, client_id: str, delay_s: float, options: Options | None) -> Schedule:
+        client = await self.call(lambda: self.store.get_client(client_id))
+        assert client is not None
+        at = timing.truncate_ms(self.clock())
+        sid = self._new_id()
+        if options is not None and options.repeat is not None:
+            start = timing.truncate_ms(at + timedelta(seconds=max(delay_s, 1.0)))
+            repeat = msgspec.structs.replace(options.repeat, start_at=start)
+            options = msgspec.structs.replace(options, repeat=repeat)
+            fire_at, seq = repeat.start_at, 1
+            assert fire_at is not None
+        else:
+            fire_at, seq = timing.truncate_ms(at + timedelta(seconds=delay_s)), 0
+        poller_id = timing.poller_id_for(sid, client.poller_count)
+        location = Location(poller_id, recurring.due_at(sid, fire_at, options, at))
+        schedule = Schedule(client_id, sid, location, fire_at, b'{"n":1}', _CALLBACK, at, options=options, seq=seq)
+        await self.call(lambda: self.store.create_schedules([schedule], at))
+        return schedule
+
+    async def cancel(self, client_id: str, sid: uuid.UUID) -> datetime:
+        """Cancel as the handler does (guard, then compare-and-set, retried on a poller's race)."""
+        for attempt in range(3):
+            current = await self.call(lambda: self.store.get_schedule(client_id, sid))
+            if current is None:
+                raise NotFound("gone")
+            at = self.clock()
+            left_s = self._check_mutable(current, at)
+            try:
+                await self.confirmed(left_s, lambda c=current, a=at: self.store.cancel_schedule(c, a))  # type: ignore[misc]
+                return at
+            except Conflict:
+                if current.repeat is None or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def reschedule(self, client_id: str, sid: uuid.UUID, delay_s: float) -> Schedule:
+        current = await self.call(lambda: self.store.get_schedule(client_id, sid))
+        if current is None:
+            raise NotFound("gone")
+        at = timing.truncate_ms(self.clock())
+        left_s = self._check_mutable(current, at)
+        client = self.clients[client_id]
+        fire_at = timing.truncate_ms(at + timedelta(seconds=delay_s))
+        poller_id = timing.poller_id_for(sid, client.poller_count)
+        location = Location(poller_id, recurring.due_at(sid, fire_at, current.options, at))
+        updated = dataclasses.replace(current, location=location, fire_at=fire_at, attempts=0, last_error=None)
+        return await self.confirmed(left_s, lambda: self.store.replace_schedule(current, updated, at))
+
+    async def confirmed(self, left_s: float | None, op: Callable[[], Awaitable[T]]) -> T:
+        """As the handlers do: a one-time schedule's change not confirmed before its guard point is a 503."""
+        if left_s is None:
+            return await self.call(op)
+        try:
+            async with asyncio.timeout(left_s):
+                return await self.call(op)
+        except TimeoutError:
+            raise StoreUnavailable("not confirmed before the guard point") from None
+
+    @staticmethod
+    def _check_mutable(schedule: Schedule, at: datetime) -> float | None:
+        if schedule.status is not Status.SCHEDULED:
+            raise Conflict(f"status {schedule.status}")
+        if schedule.repeat is not None:
+            return None
+        left_s = (schedule.location.due_at - at).total_seconds() - _GUARD_S
+        if left_s < 0:
+            raise Conflict("fire imminent")
+        return left_s
+
+
+class Workload:
+    """Random operations and faults over ``config.run_s``, then a quiet settle period."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.rng = world.rng
+        self.api = Api(world)
+        self.client_ids = [f"c{i}" for i in range(world.config.clients)]
+        self._tasks: set[asyncio.Task[None]] = set()
+        world.delivery_checks.append(self._check_throttle)
+        world.subscribe(self._consume)
+
+    async def run(self) -> None:
+        world, config = self.world, self.world.config
+        for client_id in self.client_ids:
+            await self.api.register(client_id, self.rng.choice([1, 2, 4]))
+            if self.rng.random() < 0.5:
+                await self.api.add_policy(client_id, "p", self.rng.randint(1, 4), self.rng.randint(2, 20))
+            world.endpoints[client_id] = Endpoint()
+        for i in range(config.nodes):
+            world.start_node(f"n{i}")
+        end = world.loop.time() + config.run_s
+        actors = [asyncio.create_task(self._clients(end))]
+        if config.faults:
+            actors.append(asyncio.create_task(self._chaos(end)))
+        await asyncio.gather(*actors)
+        await self._heal()
+        await asyncio.sleep(config.settle_s)
+        self._close_promises()
+
+    # -- clients ----------------------------------------------------------------------------------------
+
+    async def _clients(self, end: float) -> None:
+        loop = self.world.loop
+        while loop.time() < end:
+            await asyncio.sleep(self.rng.expovariate(1.0))
+            op = self.rng.random()
+            client_id = self.rng.choice(self.client_ids)
+            if op < 0.55:
+                await self._create(client_id)
+            elif op < 0.7:
+                await self._cancel()
+            elif op < 0.82:
+                await self._reschedule()
+            elif op < 0.86:
+                await self._resize(client_id)
+            # else: nothing this second
+
+    def _options(self, client_id: str) -> Options | None:
+        kind = self.rng.random()
+        if kind < 0.5:
+            return None
+        if kind < 0.65:
+            return Options(repeat=Repeat(every_s=self.rng.choice([5, 10, 30, 60])))
+        if kind < 0.75:
+            return Options(jitter_ms=self.rng.randint(1, 10_000))
+        if kind < 0.88:
+            return Options(events=self.rng.randint(2, 6), window_ms=self.rng.choice([0, 2000, 15_000]))
+        if client_id in self.api.policies:
+            return Options(events=self.rng.randint(1, 6), window_ms=self.rng.choice([0, 3000]), throttle="p")
+        return None
+
+    async def _create(self, client_id: str) -> None:
+        delay = self.rng.choice([-30.0, 0.0, 0.5, 3.0]) if self.rng.random() < 0.2 else self.rng.uniform(1, 150)
+        options = self._options(client_id)
+        try:
+            schedule = await self.api.create(client_id, delay, options)
+        except StoreUnavailable:
+            return  # not acknowledged: may or may not exist, no promise either way
+        events_ = schedule.options.events if schedule.options is not None and schedule.options.batch else 0
+        repeat = schedule.repeat
+        self.world.oracle.promises[schedule.schedule_id] = Promise(
+            client_id, schedule.schedule_id, schedule.fire_at, events=events_, repeat=repeat
+        )
+
+    def _pick(self) -> Promise | None:
+        live = [p for p in self.world.oracle.promises.values() if p.cancelled_at is None and not p.uncertain]
+        return self.rng.choice(live) if live else None
+
+    async def _cancel(self) -> None:
+        promise = self._pick()
+        if promise is None:
+            return
+        try:
+            at = await self.api.cancel(promise.client_id, promise.schedule_id)
+        except (Conflict, NotFound):
+            return
+        except StoreUnavailable:
+            promise.uncertain = True
+            return
+        promise.cancelled_at = at
+
+    async def _reschedule(self) -> None:
+        promise = self._pick()
+        if promise is None or promise.repeat is not None:
+            return
+        try:
+            moved = await self.api.reschedule(promise.client_id, promise.schedule_id, self.rng.uniform(3, 120))
+        except (Conflict, NotFound):
+            return
+        except StoreUnavailable:
+            promise.uncertain = True
+            return
+        if moved.fire_at != promise.fire_at:
+            promise.old_fire_ids.append(promise.fire_id)
+        promise.fire_at = moved.fire_at
+
+    async def _resize(self, client_id: str) -> None:
+        pollers = self.rng.choice([1, 2, 3, 4, 6])
+        try:
+            await self.api.resize(client_id, pollers)
+        except StoreUnavailable:
+            return
+
+    # -- subscribers ------------------------------------------------------------------------------------
+
+    def _consume(self, schedule: Schedule) -> None:
+        """A throttled event is released by its consumer a little later (or never: its timeout does it)."""
+        options = schedule.options
+        if options is None or options.throttle is None or schedule.event_id is None:
+            return
+        if self.rng.random() < 0.8:
+            delay = self.rng.uniform(0.05, 3.0)
+            asyncio.get_running_loop().call_later(delay, self._release, schedule.client_id, schedule.event_id)
+
+    def _release(self, client_id: str, event_id: str) -> None:
+        async def release() -> None:
+            try:
+                await self.api.call(lambda: events.release_event(self.api.store, client_id, event_id))
+            except (StoreUnavailable, NotFound):
+                return
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _check_throttle(self, schedule: Schedule) -> None:
+        """A throttled event goes out only holding a token of its policy, and never more than the
+        policy's limit are held at once."""
+        options = schedule.options
+        if options is None or options.throttle is None or schedule.event_id is None:
+            return
+        policy = self.api.policies.get(schedule.client_id)
+        if policy is None:
+            return
+        tokens = self.world.memory.peek_tokens(schedule.client_id, "p")
+        holders = {t.event_id for t in tokens}
+        if schedule.event_id not in holders or len(tokens) > policy.max_in_flight:
+            self.world.oracle.saw(
+                f"t={self.world.loop.time():.2f} throttled event {schedule.event_id} out with tokens "
+                f"{sorted(holders)} (limit {policy.max_in_flight})"
+            )
+
+    # -- faults -----------------------------------------------------------------------------------------
+
+    async def _chaos(self, end: float) -> None:
+        world = self.world
+        while world.loop.time() < end:
+            await asyncio.sleep(self.rng.uniform(5, 30))
+            if world.loop.time() >= end:
+                return
+            await self._one_fault()
+
+    async def _one_fault(self) -> None:
+        world, rng = self.world, self.rng
+        kind = rng.random()
+        names = sorted(world.nodes)
+        if kind < 0.2 and names:
+            name = rng.choice(names)
+            world.kill(name)
+            self._later(rng.uniform(1, 40), lambda: world.start_node(name))
+        elif kind < 0.35 and names:
+            name = rng.choice(names)
+            world.pause(name)
+            self._later(rng.uniform(1, 30), lambda: self._resume(name))
+        elif kind < 0.45 and names:
+            name = rng.choice(names)
+            await world.terminate(name)
+            self._later(rng.uniform(1, 20), lambda: world.start_node(name))
+        elif kind < 0.55 and names:
+            handle = world.nodes[rng.choice(names)]
+            world.faults.cut_off.add(handle.actor)
+            self._later(rng.uniform(2, 40), lambda: world.faults.cut_off.discard(handle.actor))
+        elif kind < 0.62:
+            world.faults.outage = True
+            self._later(rng.uniform(2, 25), self._end_outage)
+        elif kind < 0.85:
+            client_id = rng.choice(self.client_ids)
+            world.endpoints[client_id] = Endpoint(
+                fail_p=rng.choice([0.0, 0.3, 0.8]),
+                throttle_p=rng.choice([0.0, 0.2]),
+                hang_p=rng.choice([0.0, 0.1]),
+                reject_p=rng.choice([0.0, 0.0, 0.05]),
+            )
+        else:
+            for client_id in self.client_ids:
+                world.endpoints[client_id] = Endpoint()
+
+    def _end_outage(self) -> None:
+        self.world.faults.outage = False
+
+    def _resume(self, name: str) -> None:
+        if name in self.world.nodes:
+            self.world.resume(name)
+
+    def _later(self, delay_s: float, action: Callable[[], object]) -> None:
+        self.world.loop.call_later(delay_s, action)
+
+    async def _heal(self) -> None:
+        """The end of the faults: every node up and reachable, the store answering, endpoints healthy."""
+        world = self.world
+        await asyncio.sleep(45)  # let pending restarts and resumes happen first
+        world.faults.on = False
+        world.faults.outage = False
+        world.faults.cut_off.clear()
+        for client_id in self.client_ids:
+            world.endpoints[client_id] = Endpoint()
+        for i in range(world.config.nodes):
+            name = f"n{i}"
+            if name not in world.nodes:
+                world.start_node(name)
+            else:
+                world.resume(name)
+
+    def _close_promises(self) -> None:
+        """Recurring promises are checked up to a point every occurrence before it had time to fire."""
+        until = self.api.clock() - timedelta(seconds=self.world.config.settle_s - 60)
+        for promise in self.world.oracle.promises.values():
+            if promise.repeat is not None:
+                promise.until = until

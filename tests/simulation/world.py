@@ -1,0 +1,317 @@
+"""A whole tickd cluster in one process on virtual time: poller nodes, the API's schedule operations,
+subscribers, and the faults between them, all driven by one seed.
+
+Each node runs the real ``poller.node.Node`` over one shared in-memory store. What differs from
+production is only what sits at the edges: storage is ``schema.memory.MemoryStore`` (the adapter that
+passes the Cassandra contract suite) behind a fault plan, callbacks go to simulated subscribers, and
+time is the virtual loop's. Processes are "actors" of that loop, so a node can be paused (SIGSTOP),
+killed (kill -9) or stopped cleanly (SIGTERM) at any virtual moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from poller.callbacks.backoff import RetryPolicy
+from poller.delivery import DeliveryResult
+from poller.metrics import Metrics
+from poller.node import Node
+from poller.settings import PollerSettings
+from schema.errors import StoreUnavailable
+from schema.memory import MemoryStore
+from schema.model import Checkpoint, Claim, InstanceKey, Schedule, Status
+from schema.settings import StoreSettings
+from tests.simulation.oracle import Delivery, Oracle
+from tests.simulation.vloop import ACTOR, VirtualClock, VirtualLoop
+
+T = TypeVar("T")
+ORACLE = "oracle"  # the checker's own reads: never faulted
+API = "api"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    nodes: int = 3
+    clients: int = 2
+    run_s: float = 180.0  # the workload and its faults
+    settle_s: float = 240.0  # then no faults: everything due must be delivered by the end
+    faults: bool = True
+    max_skew_s: float = 0.5  # clocks of nodes and the API differ by at most this much from true time
+    store_fail_p: float = 0.02  # per store request, while faults are on
+    store_unknown_p: float = 0.01  # applied, but reported failed
+    store_slow_p: float = 0.01  # answers after up to store_slow_s (then may fail)
+    store_slow_s: float = 8.0
+
+
+@dataclass
+class Faults:
+    """The fault plan at the store port (``schema.memory.StoreFaults``): per request, by seed."""
+
+    rng: random.Random
+    config: SimConfig
+    on: bool = True
+    outage: bool = False  # every Cassandra host down
+    cut_off: set[str] = field(default_factory=set)  # actors whose link to Cassandra is cut
+
+    async def before(self, op: str) -> None:
+        actor = ACTOR.get()
+        if actor == ORACLE:
+            return
+        if self.outage or actor in self.cut_off:
+            raise StoreUnavailable(f"{op}: NoHostAvailable (simulated)")
+        if not self.on:
+            return
+        roll = self.rng.random()
+        if roll < self.config.store_slow_p:
+            await asyncio.sleep(self.rng.uniform(0.1, self.config.store_slow_s))
+            if self.rng.random() < 0.5:
+                raise StoreUnavailable(f"{op}: OperationTimedOut (simulated)")
+        elif roll < self.config.store_slow_p + self.config.store_fail_p:
+            raise StoreUnavailable(f"{op}: Unavailable (simulated)")
+
+    async def after(self, op: str) -> None:
+        if ACTOR.get() == ORACLE or not self.on:
+            return
+        if self.rng.random() < self.config.store_unknown_p:
+            raise StoreUnavailable(f"{op}: WriteTimeout after applying (simulated)")
+
+
+@dataclass
+class Endpoint:
+    """How one client's callback endpoint behaves right now."""
+
+    fail_p: float = 0.0  # 503
+    throttle_p: float = 0.0  # 429 with Retry-After
+    hang_p: float = 0.0  # no answer within the timeout (the subscriber may have got it)
+    reject_p: float = 0.0  # 400: not retriable, straight to the dead letters
+
+
+class Subscriber:
+    """One node's outbound side (the ``CallbackRouter`` role): records each delivery, answers per the
+    client's endpoint, and checks ownership at the moment the fire leaves the node."""
+
+    def __init__(self, world: World, actor: str) -> None:
+        self._world = world
+        self._actor = actor
+        self.node: Node | None = None
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        world = self._world
+        epoch = self._epoch(schedule.instance)
+        world.check_owner(self._actor, schedule.instance, epoch)
+        for check in world.delivery_checks:
+            check(schedule)
+        endpoint = world.endpoints.get(schedule.client_id, Endpoint())
+        rng = world.rng
+        roll = rng.random()
+        received, result = True, DeliveryResult.delivered(attempt, 200)
+        if roll < endpoint.reject_p:
+            result = DeliveryResult.failed(attempt, "HTTP 400", retriable=False, status_code=400)
+        elif roll < endpoint.reject_p + endpoint.fail_p:
+            received, result = False, DeliveryResult.failed(attempt, "HTTP 503", retriable=True, status_code=503)
+        elif roll < endpoint.reject_p + endpoint.fail_p + endpoint.throttle_p:
+            wait = rng.uniform(0.5, 5.0)
+            received = False
+            result = DeliveryResult.failed(attempt, "HTTP 429", retriable=True, retry_after_s=wait, status_code=429)
+        elif roll < endpoint.reject_p + endpoint.fail_p + endpoint.throttle_p + endpoint.hang_p:
+            await asyncio.sleep(5.0)
+            result = DeliveryResult.failed(attempt, "timeout", retriable=True)
+        if not result.ok and result.retriable and attempt >= world.retry.max_attempts:
+            result = replace(result, retriable=False)  # the HTTP dispatcher's give-up rule
+        ok = result.ok
+        world.oracle.deliveries.append(
+            Delivery(
+                world.loop.time(),
+                self._actor,
+                schedule.instance,
+                epoch,
+                schedule.fire_id,
+                schedule.event_id,
+                schedule.public_id,
+                attempt,
+                ok,
+            )
+        )
+        if not result.ok and not result.retriable:
+            world.oracle.dead_letters.add(schedule.event_id or schedule.fire_id)
+        if ok and received:
+            world.on_received(schedule)
+        return result
+
+    def _epoch(self, instance: InstanceKey) -> int:
+        running = self.node.running.get(instance) if self.node is not None else None
+        return running.claim.epoch if running is not None else -1
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class NodeHandle:
+    name: str  # the node id
+    incarnation: int
+    node: Node
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    @property
+    def actor(self) -> str:
+        return f"{self.name}#{self.incarnation}"
+
+
+class World:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.loop = _running_loop()
+        start = datetime(2030, 1, 1, tzinfo=UTC) + timedelta(seconds=self.rng.randrange(0, 86400))
+        self.start = start
+        self.true_clock = VirtualClock(self.loop, start)
+        self.retry = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=10.0, inline_budget_s=0.0)
+        self.faults = Faults(random.Random(self.rng.getrandbits(64)), config, on=config.faults)
+        page_size = self.rng.choice([3, 7, 50, 5000])
+        self.store_settings = StoreSettings(keyspace="sim", page_size=page_size)
+        self.memory = MemoryStore(self.true_clock, page_size=page_size, faults=self.faults)
+        self.store = CheckedStore(self.memory, self)
+        self.oracle = Oracle(guard_s=2.0)
+        self.endpoints: dict[str, Endpoint] = {}
+        self.nodes: dict[str, NodeHandle] = {}
+        self._incarnations: dict[str, int] = {}
+        self._received: list[Callable[[Schedule], None]] = []
+        # Checks run at the moment a fire leaves a node (the workload adds the throttle check).
+        self.delivery_checks: list[Callable[[Schedule], None]] = []
+
+    # -- nodes ----------------------------------------------------------------------------------------
+
+    def poller_settings(self, node_id: str) -> PollerSettings:
+        return PollerSettings(
+            node_id=node_id,
+            metrics_port=0,
+            drain_grace_s=20.0,
+            shutdown_deadline_s=5.0,
+            store=self.store_settings,
+            retry=self.retry,
+        )
+
+    def start_node(self, name: str) -> NodeHandle:
+        incarnation = self._incarnations.get(name, 0) + 1
+        self._incarnations[name] = incarnation
+        actor = f"{name}#{incarnation}"
+        skew = self.rng.uniform(-self.config.max_skew_s, self.config.max_skew_s)
+        subscriber = Subscriber(self, actor)
+        node = Node(
+            self.poller_settings(name),
+            self.store,
+            subscriber,  # type: ignore[arg-type]
+            Metrics(),
+            VirtualClock(self.loop, self.start, skew),
+            rng=random.Random(self.rng.getrandbits(64)),
+        )
+        subscriber.node = node
+        stop = asyncio.Event()
+        task = self.loop.create_task(_as_actor(actor, node.run(stop)))
+        task.add_done_callback(self._node_exited)
+        handle = NodeHandle(name, incarnation, node, stop, task)
+        self.nodes[name] = handle
+        return handle
+
+    def _node_exited(self, task: asyncio.Task[None]) -> None:
+        """A node process never exits by itself: whatever the store or the network did, it waits it out."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.oracle.saw(f"t={self.loop.time():.2f} a node exited: {exc!r}")
+
+    def kill(self, name: str) -> None:
+        """kill -9: the process stops between two instructions; nothing of it runs again."""
+        handle = self.nodes.pop(name)
+        self.loop.kill(handle.actor)
+
+    def pause(self, name: str) -> None:
+        self.loop.pause(self.nodes[name].actor)
+
+    def resume(self, name: str) -> None:
+        self.loop.resume(self.nodes[name].actor)
+
+    async def terminate(self, name: str) -> None:
+        """SIGTERM: the node hands its instances over and exits."""
+        handle = self.nodes.pop(name)
+        self.loop.resume(handle.actor)
+        handle.stop.set()
+        await asyncio.gather(handle.task, return_exceptions=True)
+
+    # -- checks made while running ----------------------------------------------------------------------
+
+    async def oracle_call(self, call: Callable[[], Awaitable[T]]) -> T:
+        token = ACTOR.set(ORACLE)
+        try:
+            return await call()
+        finally:
+            ACTOR.reset(token)
+
+    def check_owner(self, actor: str, instance: InstanceKey, epoch: int) -> None:
+        """At the moment a fire leaves a node, that node holds the instance's claim at its epoch."""
+        claim = self.memory.peek_claim(instance)
+        name = actor.split("#")[0]
+        if claim is None or claim.owner != name or claim.epoch != epoch:
+            self.oracle.saw(
+                f"t={self.loop.time():.2f} {actor} fired {instance} at epoch {epoch} while the claim is {claim}"
+            )
+
+    def on_received(self, schedule: Schedule) -> None:
+        for hook in self._received:
+            hook(schedule)
+
+    def subscribe(self, hook: Callable[[Schedule], None]) -> None:
+        self._received.append(hook)
+
+    async def check_checkpoint(self, checkpoint: Checkpoint | None, instance: InstanceKey) -> None:
+        """No checkpoint passes a row whose outcome is not stored."""
+        if checkpoint is None:
+            return
+        rows = await self.oracle_call(lambda: _rows(self.memory, instance, checkpoint.minute))
+        for row in rows:
+            if row.status is Status.SCHEDULED:
+                self.oracle.saw(
+                    f"t={self.loop.time():.2f} checkpoint {checkpoint.minute} of {instance} (epoch "
+                    f"{checkpoint.epoch}) passes {row.schedule_id} due {row.location.due_at}, still scheduled"
+                )
+
+
+class CheckedStore:
+    """The store as the nodes see it: the memory store, plus a check after every checkpoint write."""
+
+    def __init__(self, inner: MemoryStore, world: World) -> None:
+        self._inner = inner
+        self._world = world
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
+        try:
+            await self._inner.write_checkpoint(claim, minute)
+        finally:
+            world = self._world
+            current = await world.oracle_call(lambda: self._inner.get_checkpoint(claim.instance))
+            await world.check_checkpoint(current, claim.instance)
+
+
+async def _rows(store: MemoryStore, instance: InstanceKey, minute: datetime) -> list[Schedule]:
+    return [row async for page in store.read_minute(instance, minute) for row in page]
+
+
+async def _as_actor(actor: str, work: Awaitable[Any]) -> None:
+    ACTOR.set(actor)
+    await work
+
+
+def _running_loop() -> VirtualLoop:
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, VirtualLoop):
+        raise RuntimeError("the simulation runs on tests.simulation.vloop.VirtualLoop")
+    return loop
