@@ -53,7 +53,9 @@ class PollerMoves:
     ) -> None:
         raise NotImplementedError
 
-    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
+    async def _write_replacement(
+        self, current: Schedule, new: Schedule, now: datetime, *, keep_status: bool = False
+    ) -> None:
         raise NotImplementedError
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:

@@ -217,10 +217,15 @@ class Schedules(moves.PollerMoves):
         await self._write_replacement(current, new, now)
         return new
 
-    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
+    async def _write_replacement(
+        self, current: Schedule, new: Schedule, now: datetime, *, keep_status: bool = False
+    ) -> None:
         """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED."""
         retention_s = self.settings.retention_s
-        writes = [row_insert(new, now, retention_s), *self._signals(new.instance, new.location, now)]
+        insert = row_insert(new, now, retention_s)
+        if keep_status:  # see insert_retry in queries.cql
+            insert = ("insert_retry", insert[1])
+        writes = [insert, *self._signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location:
             writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s))
@@ -244,7 +249,7 @@ class Schedules(moves.PollerMoves):
             # The pointer of a recurring schedule has moved on to its next occurrence (and an event row
             # has none): a retry of this fire is a row of its own, and its run shows it waiting.
             new = dataclasses.replace(retry, status=Status.SCHEDULED)
-            await self._write_replacement(current, new, now)
+            await self._write_replacement(current, new, now, keep_status=True)
             if event is None:
                 run = runs.waiting_run(new, Status.SCHEDULED, now, last_error, self.settings.retention_s)
                 await self._db.write(*run)

@@ -170,14 +170,15 @@ class MemoryStore(moves.PollerMoves):
     def _ttl(self, due_at: datetime, now: datetime) -> int:
         return timing.row_ttl_s(due_at, now, self.settings.retention_s)
 
-    def _row_insert(self, s: Schedule, now: datetime, *, event: bool = False) -> Write:
-        """``insert_schedule``; with ``event``, ``insert_event`` (no status, no attempts: see queries.cql)."""
+    def _row_insert(self, s: Schedule, now: datetime, *, event: bool = False, retry: bool = False) -> Write:
+        """``insert_schedule``; ``insert_event`` (no status, no attempts) or ``insert_retry`` (no status):
+        see queries.cql."""
         values = _set(
             fire_at=s.fire_at,
             version=s.version,
             payload=s.payload,
             callback=encode_callback(s.callback),
-            status=None if event else Status.SCHEDULED.value,
+            status=None if event or retry else Status.SCHEDULED.value,
             attempts=None if event else s.attempts,
             last_error=s.last_error,
             created_at=s.created_at,
@@ -185,7 +186,7 @@ class MemoryStore(moves.PollerMoves):
             seq=s.seq or None,
         )
         key = _row_key(s.client_id, s.schedule_id, s.location)
-        name = "insert_event" if event else "insert_schedule"
+        name = "insert_event" if event else "insert_retry" if retry else "insert_schedule"
         return Write(name, t.SCHEDULES, key, values, ttl_s=self._ttl(s.location.due_at, now), insert=True)
 
     def _ref_insert(self, s: Schedule, now: datetime) -> Write:
@@ -306,8 +307,10 @@ class MemoryStore(moves.PollerMoves):
         await self._write_replacement(current, new, now)
         return new
 
-    async def _write_replacement(self, current: Schedule, new: Schedule, now: datetime) -> None:
-        writes = [self._row_insert(new, now), *self._signals(new.instance, new.location, now)]
+    async def _write_replacement(
+        self, current: Schedule, new: Schedule, now: datetime, *, keep_status: bool = False
+    ) -> None:
+        writes = [self._row_insert(new, now, retry=keep_status), *self._signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location:
             writes.append(self._status(current, old, Status.MOVED, now))
@@ -323,7 +326,7 @@ class MemoryStore(moves.PollerMoves):
         event = current.options.event if current.options is not None else None
         if current.repeat is not None or event is not None:
             new = dataclasses.replace(retry, status=Status.SCHEDULED)
-            await self._write_replacement(current, new, now)
+            await self._write_replacement(current, new, now, keep_status=True)
             if event is None:
                 await self._db.write(self._run_write(new, Status.SCHEDULED, now, last_error))
             return new
