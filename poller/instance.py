@@ -507,6 +507,12 @@ class PollerInstance:
         so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
         if result.ok:
             await self._record(row, Status.SUCCEEDED, result, fired_at)
+        elif not self._lease():
+            # Paused or cut off while delivering: the next owner may have fired it by now. A retry or a
+            # dead letter written from here would repeat (or bury) that fire; it is left to the next owner.
+            raise LeaseLost(
+                f"the node's lease ran out while {row.fire_id} was out; its retry is left to the next owner"
+            )
         elif result.retriable:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
             wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
