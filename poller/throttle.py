@@ -166,8 +166,9 @@ class ThrottleGate:
                     waiter.future.set_result(None)
             queue.waiters.clear()
             return 0
-        held = {t.slot for t in await self._store.tokens(*key)}
-        granted = 0
+        tokens = await self._store.tokens(*key)
+        held = {t.slot for t in tokens}
+        granted = self._hand_back_own(queue, tokens)
         for slot in range(policy.max_in_flight):
             _drop_abandoned(queue)
             if not queue.waiters:
@@ -177,12 +178,29 @@ class ThrottleGate:
             head = queue.waiters[0]
             token = Token(key[0], key[1], slot, head.event_id, self._node_id, self._now())
             if await self._store.take_token(token, policy.release_timeout_s + self._ttl_grace_s):
-                heapq.heappop(queue.waiters)
+                # Not heappop: while the take was in flight an earlier-due waiter may have become the head,
+                # and popping it would leave it waiting forever (found by the simulation).
+                _remove(queue, head)
                 if head.future.done():  # its fire was cancelled meanwhile
                     await self._release(token, "cancelled")
                     continue
                 head.future.set_result(token)
                 granted += 1
+        return granted
+
+    def _hand_back_own(self, queue: _Queue, tokens: list[Token]) -> int:
+        """A token taken for a waiting event whose answer was lost (the take applied, the caller was told
+        it failed) holds a slot under that event's id: it is that event's, not a stranger's."""
+        mine = {t.event_id: t for t in tokens if t.holder == self._node_id}
+        granted = 0
+        for waiter in list(queue.waiters):
+            token = mine.get(waiter.event_id)
+            if token is not None and not waiter.future.done():
+                waiter.future.set_result(token)
+                granted += 1
+        if granted:
+            queue.waiters = [w for w in queue.waiters if not w.future.done()]
+            heapq.heapify(queue.waiters)
         return granted
 
     async def _time_out(self, token: Token, after_s: float) -> None:
@@ -220,6 +238,11 @@ class _Unknown(enum.Enum):
 
 
 UNKNOWN = _Unknown.UNKNOWN
+
+
+def _remove(queue: _Queue, waiter: _Waiter) -> None:
+    queue.waiters.remove(waiter)
+    heapq.heapify(queue.waiters)
 
 
 def _drop_abandoned(queue: _Queue) -> None:
