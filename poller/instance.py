@@ -597,6 +597,7 @@ class PollerInstance:
                 event=options.event if options is not None else None,
                 events=events,
                 window_ms=window_ms,
+                run_of=options.retry_of if options is not None else None,
             ),
             asyncio.get_running_loop().create_future(),
         )

@@ -122,6 +122,10 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     event: EventOf | None = None
     # The client's throttle policy its events go through (each waits for a token before delivery).
     throttle: str | None = None
+    # Set on a durable retry row of a recurring occurrence: the schedule it belongs to. Such a row has an
+    # id of its own (two occurrences' retries may come due in the same millisecond, and rows are keyed by
+    # due time and id); subscribers, runs and fire ids see the schedule's id.
+    retry_of: UUID | None = None
 
     @property
     def batch(self) -> bool:
@@ -219,9 +223,13 @@ class Schedule:
 
     @property
     def public_id(self) -> UUID:
-        """The schedule id subscribers see: an event row's is its schedule's."""
-        event = self.options.event if self.options is not None else None
-        return event.parent if event is not None else self.schedule_id
+        """The schedule id subscribers see: an event row's or a retry row's is its schedule's."""
+        options = self.options
+        if options is None:
+            return self.schedule_id
+        if options.event is not None:
+            return options.event.parent
+        return options.retry_of if options.retry_of is not None else self.schedule_id
 
     @property
     def event_id(self) -> str | None:
@@ -285,6 +293,12 @@ class FireOutcome:
     # A fire expanded into events: how many, over what window (kept in its run).
     events: int = 0
     window_ms: int = 0
+    # The schedule whose run this is, when the row has an id of its own (a retry row); else schedule_id.
+    run_of: UUID | None = None
+
+    @property
+    def run_id(self) -> UUID:
+        return self.run_of if self.run_of is not None else self.schedule_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,11 @@ where the pointer stopped, to now.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import datetime, timedelta
 from uuid import UUID
+
+import msgspec
 
 from schema import timing
 from schema.errors import Conflict
@@ -37,6 +40,21 @@ def from_now(loc: Location, now: datetime, after: Location) -> Location:
 
 # A poller's move found after a lost compare-and-set: the pointer, and its row (None: not landed).
 PollerMove = tuple[ScheduleRef, Schedule | None]
+
+
+def retry_row(current: Schedule, due_at: datetime, attempts: int, last_error: str) -> Schedule:
+    """A durable retry of ``current``'s fire, due at ``due_at`` (same nominal time: same fire id). A
+    recurring occurrence's retry is a row with an id of its own, derived from its fire id, since two
+    occurrences' retries can come due in the same millisecond; events already have their own ids."""
+    loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
+    retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
+    options = current.options
+    if options is None or options.repeat is None or options.event is not None or options.retry_of is not None:
+        return retry
+    own_id = uuid.uuid5(current.schedule_id, f"retry:{current.fire_id}")
+    return dataclasses.replace(
+        retry, schedule_id=own_id, options=msgspec.structs.replace(options, retry_of=current.schedule_id)
+    )
 
 
 class PollerMoves:

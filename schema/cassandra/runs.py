@@ -21,7 +21,7 @@ def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: s
     events, window_ms = s.options.expansion if s.options is not None else (0, 0)
     values = {
         "client_id": s.client_id,
-        "schedule_id": s.schedule_id,
+        "schedule_id": s.public_id,
         "nominal_at": s.fire_at,
         "seq": s.seq or UNSET_VALUE,
         "status": status.value,
@@ -39,7 +39,7 @@ def outcome_run(o: FireOutcome, nominal_at: datetime, ttl_s: int) -> Write:
     """The run a fire's outcome ends in."""
     values = {
         "client_id": o.client_id,
-        "schedule_id": o.schedule_id,
+        "schedule_id": o.run_id,
         "nominal_at": nominal_at,
         "seq": o.seq or UNSET_VALUE,
         "status": o.status.value,

@@ -227,7 +227,7 @@ class Schedules(moves.PollerMoves):
             insert = ("insert_retry", insert[1])
         writes = [insert, *self._signals(new.instance, new.location, now)]
         old = current.location
-        if old != new.location:
+        if old != new.location or new.schedule_id != current.schedule_id:
             writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s))
             writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
         await self._db.batch(writes, logged=True)
@@ -242,8 +242,7 @@ class Schedules(moves.PollerMoves):
         Safe to call again with the same arguments after ``StoreUnavailable``: if the earlier call moved
         the pointer but its rows did not land, this call finds its own move there and writes the rows.
         """
-        loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
-        retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
+        retry = moves.retry_row(current, due_at, attempts, last_error)
         event = current.options.event if current.options is not None else None
         if current.repeat is not None or event is not None:
             # The pointer of a recurring schedule has moved on to its next occurrence (and an event row
@@ -465,7 +464,7 @@ class _ListFilter:
         due = s.location.due_at
         if s.status is Status.MOVED or not self.start <= due < self.end:
             return False
-        if s.options is not None and s.options.event is not None:
+        if s.options is not None and (s.options.event is not None or s.options.retry_of is not None):
             return False  # an event of a batch trigger: shown in its schedule's runs, not as a schedule
         if self.status is not None and s.status is not self.status:
             return False

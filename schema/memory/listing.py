@@ -36,7 +36,7 @@ class ListFilter:
         due = s.location.due_at
         if s.status is Status.MOVED or not self.start <= due < self.end:
             return False
-        if s.options is not None and s.options.event is not None:
+        if s.options is not None and (s.options.event is not None or s.options.retry_of is not None):
             return False
         if self.status is not None and s.status is not self.status:
             return False

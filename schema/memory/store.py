@@ -312,7 +312,7 @@ class MemoryStore(moves.PollerMoves):
     ) -> None:
         writes = [self._row_insert(new, now, retry=keep_status), *self._signals(new.instance, new.location, now)]
         old = current.location
-        if old != new.location:
+        if old != new.location or new.schedule_id != current.schedule_id:
             writes.append(self._status(current, old, Status.MOVED, now))
             writes += self._hot_mark(current.instance, old, now)
         await self._db.batch(writes, logged=True)
@@ -321,8 +321,7 @@ class MemoryStore(moves.PollerMoves):
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
     ) -> Schedule:
-        loc = Location(current.location.poller_id, timing.truncate_ms(due_at))
-        retry = dataclasses.replace(current, location=loc, attempts=attempts, last_error=last_error)
+        retry = moves.retry_row(current, due_at, attempts, last_error)
         event = current.options.event if current.options is not None else None
         if current.repeat is not None or event is not None:
             new = dataclasses.replace(retry, status=Status.SCHEDULED)
@@ -458,7 +457,7 @@ class MemoryStore(moves.PollerMoves):
             events=o.events or None,
             window_ms=o.window_ms or None,
         )
-        return self._run(o.client_id, o.schedule_id, o.nominal_at, values)
+        return self._run(o.client_id, o.run_id, o.nominal_at, values)
 
     def _event_run(self, o: FireOutcome) -> Write:
         assert o.event is not None
@@ -482,7 +481,7 @@ class MemoryStore(moves.PollerMoves):
             events=events or None,
             window_ms=window_ms or None,
         )
-        return self._run(s.client_id, s.schedule_id, s.fire_at, values)
+        return self._run(s.client_id, s.public_id, s.fire_at, values)
 
     async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
         upper = norm(before if before is not None else _FAR_FUTURE)

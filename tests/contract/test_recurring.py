@@ -149,7 +149,7 @@ async def test_retry_of_an_occurrence_keeps_the_pointer_and_shows_in_runs(
     ref = await store.get_ref(client_id, first.schedule_id)
     assert ref is not None and ref.location == second.location  # the timeline is not held up
     rows = await read_all(store, first.instance, retried.location.minute)
-    assert [(r.fire_id, r.status) for r in rows if r.schedule_id == first.schedule_id] == [
+    assert [(r.fire_id, r.status) for r in rows if r.public_id == first.schedule_id] == [
         (first.fire_id, Status.SCHEDULED)
     ]
     [run] = await store.list_runs(client_id, first.schedule_id, None, 10)
@@ -272,3 +272,19 @@ async def test_runs_page_to_the_limit(env: Env, new_schedule: Factory, client_id
     assert [r.seq for r in await store.list_runs(client_id, s.schedule_id, None, 10)] == [5, 4, 3, 2, 1]
     assert [r.seq for r in await store.list_runs(client_id, s.schedule_id, None, 3)] == [5, 4, 3]
     assert [r.seq for r in await store.list_runs(client_id, s.schedule_id, None, 4)] == [5, 4, 3, 2]
+
+
+async def test_retries_of_two_occurrences_due_in_the_same_millisecond_both_stay(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """Rows are keyed by due time and id: two occurrences' retries coming due in the same millisecond once
+    shared a key, and one overwrote the other (found by the simulation). Each retry row has its own id."""
+    first, second = await chained(env, new_schedule, in_s=30)
+    due = env.later(300)
+    a = await store.requeue_schedule(first, due, 1, "HTTP 503", env.now())
+    b = await store.requeue_schedule(second, due, 1, "HTTP 503", env.now())
+    assert a.location == b.location and a.schedule_id != b.schedule_id
+    assert a.public_id == b.public_id == first.schedule_id
+    rows = await read_all(store, first.instance, a.location.minute)
+    waiting = sorted(r.fire_id for r in rows if r.public_id == first.schedule_id and r.status is Status.SCHEDULED)
+    assert waiting == sorted([first.fire_id, second.fire_id])
