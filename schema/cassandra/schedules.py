@@ -10,27 +10,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
-from datetime import UTC, date, datetime, timedelta
-from typing import cast
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, date, datetime
 from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from schema import moves, timing
+from schema import listing, moves, timing
 from schema.cassandra import runs
 from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc
 from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from schema.errors import Conflict
 from schema.model import (
-    Client,
     DeadLetter,
     FireOutcome,
     InstanceKey,
-    ListCursor,
     Location,
-    Page,
     Schedule,
     ScheduleRef,
     Status,
@@ -122,7 +117,7 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, obje
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class Schedules(moves.PollerMoves):
+class Schedules(moves.PollerMoves, listing.Listing):
     """``schema.store.ScheduleStore`` on Cassandra, but for throttle policies and runs."""
 
     settings: StoreSettings
@@ -283,7 +278,7 @@ class Schedules(moves.PollerMoves):
         writes = []
         for (instance, _), group in by_partition.items():
             earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
-            for chunk in _chunks(group):
+            for chunk in listing.chunks(group):
                 inserts = [event_insert(r, now, self.settings.retention_s) for r in chunk]
                 writes.append(self._db.batch(inserts, logged=False))
             signals = self._signals(instance, earliest, now)
@@ -300,61 +295,6 @@ class Schedules(moves.PollerMoves):
         values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
         async for rows in self._db.pages("read_minute", values):
             yield [_schedule(row) for row in rows]
-
-    async def list_schedules(
-        self,
-        client: Client,
-        start: datetime,
-        end: datetime,
-        status: Status | None,
-        after: ListCursor | None,
-        limit: int,
-    ) -> Page:
-        begin = max(start, after.due_at) if after is not None else start
-        keep = _ListFilter(start, end, status, after)
-        step = max(1, _LIST_CONCURRENCY // client.poller_span)
-        minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()
-        while minute < end:
-            chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
-            found += sorted(await self._list_chunk(client, chunk, begin, keep, limit), key=_list_order)
-            minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
-            if len(found) >= limit:
-                items = found[:limit]
-                more = len(found) > limit or minute < end
-                last = items[-1]
-                return Page(items, ListCursor(last.location.due_at, last.schedule_id).encode() if more else None)
-            if reads >= _LIST_READ_BUDGET and minute < end:
-                return Page(found, ListCursor(minute).encode())
-        return Page(found, None)
-
-    async def _list_chunk(
-        self, client: Client, minutes: list[datetime], begin: datetime, keep: _ListFilter, limit: int
-    ) -> list[Schedule]:
-        gate = asyncio.Semaphore(_LIST_CONCURRENCY)
-
-        async def one(instance: InstanceKey, minute: datetime) -> list[Schedule]:
-            async with gate:
-                return await self._list_partition(instance, minute, max(minute, begin), keep, limit)
-
-        reads = [
-            one(InstanceKey(client.client_id, poller_id), minute)
-            for minute in minutes
-            for poller_id in range(client.poller_span)
-        ]
-        return [s for rows in await asyncio.gather(*reads) for s in rows]
-
-    async def _list_partition(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: _ListFilter, limit: int
-    ) -> list[Schedule]:
-        kept: list[Schedule] = []
-        # read_minute is an async generator: close it when stopping early so its query does not dangle.
-        pages = cast(AsyncGenerator[list[Schedule], None], self.read_minute(instance, minute, from_due=from_due))
-        async with aclosing(pages):
-            async for page in pages:
-                kept += filter(keep, page)
-                if len(kept) >= limit:
-                    break
-        return kept[:limit]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         ttl = self.settings.retention_s
@@ -422,54 +362,3 @@ def _schedule(row: Row) -> Schedule:
         options=decode_options(row.options) if row.options else None,
         seq=row.seq or 0,
     )
-
-
-# Event rows per unlogged batch (one partition each): at most this many, and about this many bytes,
-# well under Cassandra's batch_size_fail_threshold (50 KiB by default).
-_EVENT_CHUNK = 50
-_EVENT_CHUNK_BYTES = 16 * 1024
-_ROW_OVERHEAD_BYTES = 256
-
-
-def _chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
-    out: list[list[Schedule]] = [[]]
-    size = 0
-    for row in rows:
-        cost = len(row.payload) + _ROW_OVERHEAD_BYTES
-        if out[-1] and (len(out[-1]) >= _EVENT_CHUNK or size + cost > _EVENT_CHUNK_BYTES):
-            out.append([])
-            size = 0
-        out[-1].append(row)
-        size += cost
-    return [chunk for chunk in out if chunk]
-
-
-# Listing: partition reads in flight at once, and per page (a page may end early on the budget).
-_LIST_CONCURRENCY = 32
-_LIST_READ_BUDGET = 2048
-
-
-def _list_order(schedule: Schedule) -> tuple[datetime, UUID]:
-    return schedule.location.due_at, schedule.schedule_id
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _ListFilter:
-    start: datetime
-    end: datetime
-    status: Status | None
-    after: ListCursor | None
-
-    def __call__(self, s: Schedule) -> bool:
-        due = s.location.due_at
-        if s.status is Status.MOVED or not self.start <= due < self.end:
-            return False
-        if s.options is not None and (s.options.event is not None or s.options.retry_of is not None):
-            return False  # an event of a batch trigger: shown in its schedule's runs, not as a schedule
-        if self.status is not None and s.status is not self.status:
-            return False
-        if self.after is None:
-            return True
-        if self.after.schedule_id is None:
-            return due >= self.after.due_at
-        return (due, s.schedule_id) > (self.after.due_at, self.after.schedule_id)

@@ -10,19 +10,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
 from schema import moves, timing
 from schema.errors import Conflict, StoreUnavailable
+from schema.listing import Listing, chunks
 from schema.memory import rows as to
 from schema.memory import tables as t
 from schema.memory.engine import Table, Tables, Values, Write, norm
 from schema.memory.faults import StoreFaults
-from schema.memory.listing import LIST_CONCURRENCY, LIST_READ_BUDGET, ListFilter, chunks, list_order
 from schema.memory.session import Select, Session
 from schema.model import (
     Checkpoint,
@@ -32,10 +31,8 @@ from schema.model import (
     FireOutcome,
     HotMark,
     InstanceKey,
-    ListCursor,
     Location,
     NodeInfo,
-    Page,
     Run,
     Schedule,
     ScheduleRef,
@@ -68,7 +65,7 @@ def _one(tables: Tables, table: Table, key: Mapping[str, Any]) -> Select:
     return select
 
 
-class MemoryStore(moves.PollerMoves):
+class MemoryStore(moves.PollerMoves, Listing):
     """The store in memory. ``clock`` is the server's (and the clients') time: it drives TTL expiry and
     write timestamps; the ``now`` arguments of the methods stay the callers', as with Cassandra."""
 
@@ -372,60 +369,6 @@ class MemoryStore(moves.PollerMoves):
 
         async for rows in self._db.pages("read_minute", select):
             yield [to.schedule(r) for r in rows]
-
-    async def list_schedules(
-        self,
-        client: Client,
-        start: datetime,
-        end: datetime,
-        status: Status | None,
-        after: ListCursor | None,
-        limit: int,
-    ) -> Page:
-        begin = max(start, after.due_at) if after is not None else start
-        keep = ListFilter(start, end, status, after)
-        step = max(1, LIST_CONCURRENCY // client.poller_span)
-        minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()
-        while minute < end:
-            chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
-            found += sorted(await self._list_chunk(client, chunk, begin, keep, limit), key=list_order)
-            minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
-            if len(found) >= limit:
-                items = found[:limit]
-                more = len(found) > limit or minute < end
-                last = items[-1]
-                return Page(items, ListCursor(last.location.due_at, last.schedule_id).encode() if more else None)
-            if reads >= LIST_READ_BUDGET and minute < end:
-                return Page(found, ListCursor(minute).encode())
-        return Page(found, None)
-
-    async def _list_chunk(
-        self, client: Client, minutes: list[datetime], begin: datetime, keep: ListFilter, limit: int
-    ) -> list[Schedule]:
-        gate = asyncio.Semaphore(LIST_CONCURRENCY)
-
-        async def one(instance: InstanceKey, minute: datetime) -> list[Schedule]:
-            async with gate:
-                return await self._list_partition(instance, minute, max(minute, begin), keep, limit)
-
-        reads = [
-            one(InstanceKey(client.client_id, poller_id), minute)
-            for minute in minutes
-            for poller_id in range(client.poller_span)
-        ]
-        return [s for rows in await asyncio.gather(*reads) for s in rows]
-
-    async def _list_partition(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: ListFilter, limit: int
-    ) -> list[Schedule]:
-        kept: list[Schedule] = []
-        pages = cast(AsyncGenerator[list[Schedule], None], self.read_minute(instance, minute, from_due=from_due))
-        async with aclosing(pages):
-            async for page in pages:
-                kept += filter(keep, page)
-                if len(kept) >= limit:
-                    break
-        return kept[:limit]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
