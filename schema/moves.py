@@ -66,6 +66,17 @@ class PollerMoves:
     async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
         raise NotImplementedError
 
+    async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
+        """The schedule's current row, through its pointer. If a move's pointer landed but its row did
+        not, the old row is still the live one (and still fires), so that is the schedule's truth."""
+        ref = await self.get_ref(client_id, schedule_id)
+        if ref is None:
+            return None
+        row = await self._row_at(client_id, schedule_id, ref.location)
+        if row is None and ref.previous is not None:
+            row = await self._row_at(client_id, schedule_id, ref.previous)
+        return row
+
     async def _bump_ref(
         self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
     ) -> None:

@@ -261,15 +261,6 @@ class MemoryStore(moves.PollerMoves, Listing):
         rows = await self._db.rows("get_schedule", _one(self.tables, t.SCHEDULES, key))
         return to.schedule(rows[0]) if rows else None
 
-    async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
-        ref = await self.get_ref(client_id, schedule_id)
-        if ref is None:
-            return None
-        row = await self._row_at(client_id, schedule_id, ref.location)
-        if row is None and ref.previous is not None:
-            row = await self._row_at(client_id, schedule_id, ref.previous)
-        return row
-
     async def _bump_ref(
         self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
     ) -> None:
