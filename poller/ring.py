@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from uhashring import HashRing
 
@@ -19,8 +20,14 @@ def assign(instances: Iterable[InstanceKey], node_ids: Iterable[str]) -> dict[In
     nodes = sorted(set(node_ids))
     if not nodes:
         return {}
-    ring = HashRing(nodes=nodes, hash_fn="ketama")
+    ring = _ring(tuple(nodes))
     return {instance: ring.get_node(str(instance)) for instance in instances}
+
+
+@lru_cache(maxsize=32)
+def _ring(nodes: tuple[str, ...]) -> HashRing:
+    """Built once per membership (160 md5 points per node): the rebalance tick asks every few seconds."""
+    return HashRing(nodes=list(nodes), hash_fn="ketama")
 
 
 def owned_by(node_id: str, instances: Iterable[InstanceKey], node_ids: Iterable[str]) -> set[InstanceKey]:

@@ -120,6 +120,11 @@ class Row:
         if self.marker is not None and self.marker.ts <= self.deleted_ts:
             self.marker = None
 
+    def expires(self, now_s: int) -> float:
+        """The first second at which one of this row's live cells dies (inf: none will)."""
+        cells = [*self.cells.values(), self.marker] if self.marker is not None else self.cells.values()
+        return min((c.until_s for c in cells if c.until_s is not None and c.live(now_s)), default=math.inf)
+
     def values(self, now_s: int) -> Values | None:
         """The live cells, or None if the row does not exist now."""
         live = Values({c: cell.value for c, cell in self.cells.items() if cell.live(now_s)})
@@ -135,6 +140,9 @@ class Tables:
         self.clock = clock
         self._data: dict[str, dict[Key, dict[Key, Row]]] = {}
         self._last_ts = 0
+        # A partition's live rows as last read, kept until a write to it or its first cell expiry
+        # (read rows are never mutated by the adapters): the pollers re-read the same minutes often.
+        self._reads: dict[tuple[str, Key], tuple[int, float, list[tuple[tuple[Any, ...], Values]]]] = {}
 
     def now_s(self) -> int:
         return math.floor(self.clock().timestamp())
@@ -156,6 +164,7 @@ class Tables:
         if not 0 <= ttl <= timing.MAX_TTL_S:
             raise StoreUnavailable(f"{w.name}: InvalidRequest: TTL {ttl} out of range")
         partition, clustering = w.table.split(w.key)
+        self._reads.pop((w.table.name, partition), None)
         row = self._data.setdefault(w.table.name, {}).setdefault(partition, {}).setdefault(clustering, Row())
         if w.delete:
             row.delete(ts)
@@ -188,12 +197,19 @@ class Tables:
 
     def _live(self, table: Table, partition: Key, rows: Mapping[Key, Row]) -> list[tuple[tuple[Any, ...], Values]]:
         now_s = self.now_s()
+        cached = self._reads.get((table.name, partition))
+        if cached is not None and cached[0] <= now_s < cached[1]:
+            return cached[2]
         found = []
+        expires = math.inf
         for clustering, row in rows.items():
             values = row.values(now_s)
             if values is not None:
                 found.append((table.order(clustering), _with_key(table, partition, clustering, values)))
-        return sorted(found, key=lambda item: item[0])
+            expires = min(expires, row.expires(now_s))
+        found.sort(key=lambda item: item[0])
+        self._reads[(table.name, partition)] = (now_s, expires, found)
+        return found
 
 
 def page(rows: Sequence[tuple[Any, Values]], after: Any | None, size: int) -> tuple[list[Values], Any | None]:
