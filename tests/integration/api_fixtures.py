@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from schema.cassandra import CassandraStore
+from schema.memory import MemoryStore
+from schema.store import Store
 from service.settings import ApiSettings
-from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, Register, serve
+from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, Register, Rows, memory_rows, serve, stored_rows
 
 
 @pytest.fixture
@@ -26,9 +27,27 @@ def api_settings() -> ApiSettings:
 
 
 @pytest.fixture
-async def api(api_settings: ApiSettings, store: CassandraStore) -> AsyncIterator[Api]:
+async def api(api_settings: ApiSettings, store: Store) -> AsyncIterator[Api]:
     async for client in serve(api_settings, store):
         yield client
+
+
+@pytest.fixture
+def rows(store: Store, request: pytest.FixtureRequest) -> Rows:
+    """Raw row counts per client from whichever store the API runs on."""
+    if isinstance(store, MemoryStore):
+        memory = store
+
+        async def count_memory(client_id: str) -> dict[str, int]:
+            return memory_rows(memory, client_id)
+
+        return count_memory
+    cql = request.getfixturevalue("cql")
+
+    async def count_cassandra(client_id: str) -> dict[str, int]:
+        return await stored_rows(cql, client_id)
+
+    return count_cassandra
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""Helpers for the API tests (constants, bodies, raw row counts); fixtures live in api_fixtures."""
+"""Helpers for the API tests (constants, bodies, raw row counts); fixtures live in api_fixtures.
+
+The API tests run over either adapter of the store: ``tests/unit/api`` over the in-memory store (no
+Cassandra), the hostile corpus, idempotency races and the fuzzer in ``tests/integration`` over the real one.
+Raw row counts come from the adapter's own tables either way (``rows`` fixture)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from cassandra.cluster import Session
 
-from schema.cassandra import CassandraStore
+from schema.memory import MemoryStore
+from schema.memory import tables as memory_tables
+from schema.store import Store
 from service.app import create_app
 from service.settings import ApiSettings
 
@@ -18,9 +24,11 @@ ADMIN_TOKEN = "test-admin-token-0123"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 Api = TestClient[Any, Any]
 Register = Callable[..., Awaitable[tuple[str, dict[str, str]]]]
+# Raw row counts of everything a create or change could write for a client: ``await rows(client_id)``.
+Rows = Callable[[str], Awaitable[dict[str, int]]]
 
 
-async def serve(settings: ApiSettings, store: CassandraStore) -> AsyncIterator[Api]:
+async def serve(settings: ApiSettings, store: Store) -> AsyncIterator[Api]:
     client: Api = TestClient(TestServer(create_app(settings, store)))
     await client.start_server()
     try:
@@ -57,3 +65,18 @@ async def stored_rows(cql: Session, client_id: str) -> dict[str, int]:
         return {name: cql.execute(query, (client_id,)).one()[0] for name, query in _COUNTS.items()}
 
     return await asyncio.to_thread(count)
+
+
+_MEMORY_TABLES = {
+    "schedules": memory_tables.SCHEDULES,
+    "refs": memory_tables.REFS,
+    "idempotency": memory_tables.IDEMPOTENCY_KEYS,
+}
+
+
+def memory_rows(store: MemoryStore, client_id: str) -> dict[str, int]:
+    """The same counts as ``stored_rows``, read from the in-memory store's tables."""
+    return {
+        name: sum(1 for _, row in store.tables.scan(table) if row["client_id"] == client_id)
+        for name, table in _MEMORY_TABLES.items()
+    }

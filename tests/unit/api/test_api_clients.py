@@ -4,11 +4,10 @@ import uuid
 
 import pytest
 
-from schema.cassandra import CassandraStore
+from schema.store import Store
 from service.settings import ApiSettings
 from tests.integration.api_helpers import ADMIN, Api, Register, schedule_body, serve, with_settings
 
-pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
@@ -41,7 +40,7 @@ async def test_unknown_client_is_404(api: Api) -> None:
     assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
 
 
-async def test_quota_decrease_keeps_span_and_increase_spreads(api: Api, store: CassandraStore) -> None:
+async def test_quota_decrease_keeps_span_and_increase_spreads(api: Api, store: Store) -> None:
     client_id = f"t{uuid.uuid4().hex[:12]}"
     await api.post("/v1/clients", json={"client_id": client_id, "poller_count": 8}, headers=ADMIN)
 
@@ -107,7 +106,7 @@ async def test_admin_token_is_not_a_client_key(api: Api) -> None:
     assert resp.status == 401
 
 
-async def test_no_admin_token_configured_answers_503(api_settings: ApiSettings, store: CassandraStore) -> None:
+async def test_no_admin_token_configured_answers_503(api_settings: ApiSettings, store: Store) -> None:
     async for api in serve(with_settings(api_settings, admin_token=None), store):
         resp = await api.get("/v1/clients", headers=ADMIN)
         assert resp.status == 503 and (await resp.json())["error"]["code"] == "admin_disabled"

@@ -7,11 +7,9 @@ import uuid
 from typing import Any
 
 import pytest
-from cassandra.cluster import Session
 
-from tests.integration.api_helpers import ADMIN, Api, Register, http_callback, schedule_body, stored_rows
+from tests.integration.api_helpers import ADMIN, Api, Register, Rows, http_callback, schedule_body
 
-pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 BIG = "x" * (64 * 1024)
@@ -110,10 +108,10 @@ CREATE_CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("body", "status", "code", "field"), [c[1:] for c in CREATE_CASES], ids=[c[0] for c in CREATE_CASES]
 )
 async def test_bad_create_is_refused_and_writes_nothing(
-    api: Api, register: Register, cql: Session, body: Any, status: int, code: str, field: str | None
+    api: Api, register: Register, rows: Rows, body: Any, status: int, code: str, field: str | None
 ) -> None:
     client_id, key = await register(kafka_topics=["orders.*"])
-    before = await stored_rows(cql, client_id)
+    before = await rows(client_id)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {**key, "Content-Type": "application/json", "Idempotency-Key": "k1"}
     resp = await api.post("/v1/schedules", data=data, headers=headers)
@@ -121,10 +119,10 @@ async def test_bad_create_is_refused_and_writes_nothing(
     error = (await resp.json())["error"]
     assert (error["code"], error["field"]) == (code, field), error
     assert error["message"]
-    assert await stored_rows(cql, client_id) == before == {"schedules": 0, "refs": 0, "idempotency": 0}
+    assert await rows(client_id) == before == {"schedules": 0, "refs": 0, "idempotency": 0}
 
 
-async def test_wrong_content_type_and_oversize_body(api: Api, register: Register, cql: Session) -> None:
+async def test_wrong_content_type_and_oversize_body(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     resp = await api.post(
         "/v1/schedules", data=json.dumps(schedule_body()), headers={**key, "Content-Type": "text/plain"}
@@ -133,7 +131,7 @@ async def test_wrong_content_type_and_oversize_body(api: Api, register: Register
     huge = json.dumps(schedule_body(payload="x" * 200_000))
     resp = await api.post("/v1/schedules", data=huge, headers={**key, "Content-Type": "application/json"})
     assert resp.status == 413 and (await resp.json())["error"]["code"] == "too_large"
-    assert (await stored_rows(cql, client_id))["refs"] == 0
+    assert (await rows(client_id))["refs"] == 0
 
 
 @pytest.mark.parametrize(
@@ -152,7 +150,7 @@ async def test_wrong_content_type_and_oversize_body(api: Api, register: Register
         ({"client_id": "ok", "poller_count": 1, "kafka_topics": "orders"}, "wrong_type", "kafka_topics"),
     ],
 )
-async def test_bad_client_registration(api: Api, cql: Session, body: dict[str, Any], code: str, field: str) -> None:
+async def test_bad_client_registration(api: Api, rows: Rows, body: dict[str, Any], code: str, field: str) -> None:
     if body.get("client_id") == "ok":
         body = {**body, "client_id": f"t{uuid.uuid4().hex[:12]}"}
     resp = await api.post("/v1/clients", json=body, headers=ADMIN)
@@ -187,7 +185,7 @@ async def test_bad_list_queries(api: Api, register: Register, params: dict[str, 
     assert (error["code"], error["field"]) == (code, field)
 
 
-async def test_bad_patches_change_nothing(api: Api, register: Register, cql: Session) -> None:
+async def test_bad_patches_change_nothing(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     created = await (await api.post("/v1/schedules", json=schedule_body(), headers=key)).json()
     url = f"/v1/schedules/{created['schedule_id']}"
@@ -206,4 +204,4 @@ async def test_bad_patches_change_nothing(api: Api, register: Register, cql: Ses
     assert await (await api.get(url, headers=key)).json() == before
     bad_id = await api.get("/v1/schedules/not-a-uuid", headers=key)
     assert bad_id.status == 400 and (await bad_id.json())["error"]["field"] == "schedule_id"
-    assert (await stored_rows(cql, client_id))["schedules"] == 1
+    assert (await rows(client_id))["schedules"] == 1

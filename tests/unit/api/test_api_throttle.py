@@ -7,13 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from cassandra.cluster import Session
 
-from schema.cassandra import CassandraStore
 from schema.model import Token
-from tests.integration.api_helpers import Api, Register, schedule_body, stored_rows
+from schema.store import Store
+from tests.integration.api_helpers import Api, Register, Rows, schedule_body
 
-pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
@@ -71,10 +69,10 @@ async def test_bad_policies_are_refused(
     assert (await ok(await api.get("/v1/throttle-policies", headers=key)))["policies"] == []
 
 
-async def test_schedules_name_an_existing_policy(api: Api, register: Register, cql: Session) -> None:
+async def test_schedules_name_an_existing_policy(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     _code, field = await refused(await api.post("/v1/schedules", json=schedule_body(throttle="nope"), headers=key))
-    assert field == "throttle" and set((await stored_rows(cql, client_id)).values()) == {0}
+    assert field == "throttle" and set((await rows(client_id)).values()) == {0}
     await ok(
         await api.put("/v1/throttle-policies/p", json={"max_in_flight": 2, "release_timeout_s": 5}, headers=key), 201
     )
@@ -88,7 +86,7 @@ async def test_schedules_name_an_existing_policy(api: Api, register: Register, c
     assert field == "throttle"
 
 
-async def test_release_frees_the_events_token_once(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_release_frees_the_events_token_once(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     await ok(
         await api.put("/v1/throttle-policies/p", json={"max_in_flight": 2, "release_timeout_s": 60}, headers=key), 201

@@ -5,24 +5,20 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-from cassandra.cluster import Session
-
-from schema.cassandra import CassandraStore
 from schema.model import FireOutcome, Status
+from schema.store import Store
 from service.settings import ApiSettings
 from tests.integration.api_helpers import (
     ADMIN,
     Api,
     Register,
+    Rows,
     http_callback,
     schedule_body,
     serve,
-    stored_rows,
     with_settings,
 )
 
-pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
@@ -87,7 +83,7 @@ async def test_cancel_then_cancel_again(api: Api, register: Register) -> None:
     assert patched.status == 409 and (await patched.json())["error"]["code"] == "already_cancelled"
 
 
-async def test_reschedule_and_change_payload(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_reschedule_and_change_payload(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     created = await create(api, key)
     url = f"/v1/schedules/{created['schedule_id']}"
@@ -113,7 +109,7 @@ async def test_mutation_guard(api: Api, register: Register) -> None:
         assert resp.status == 409 and (await resp.json())["error"]["code"] == "fire_imminent"
 
 
-async def test_fired_schedule_cannot_change(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_fired_schedule_cannot_change(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     created = await create(api, key)
     schedule = await store.get_schedule(client_id, uuid.UUID(created["schedule_id"]))
@@ -183,7 +179,7 @@ async def test_list_pages_in_order_and_filters_status(api: Api, register: Regist
     assert [s["schedule_id"] for s in cancelled["schedules"]] == [ids[3]]
 
 
-async def test_idempotent_create(api: Api, register: Register, cql: Session) -> None:
+async def test_idempotent_create(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     headers = {**key, "Idempotency-Key": "order-42-reminder"}
     first = await api.post("/v1/schedules", json=schedule_body(), headers=headers)
@@ -191,10 +187,10 @@ async def test_idempotent_create(api: Api, register: Register, cql: Session) -> 
     assert first.status == 201 and second.status == 200
     assert second.headers["Idempotent-Replayed"] == "true"
     assert (await first.json())["schedule_id"] == (await second.json())["schedule_id"]
-    assert await stored_rows(cql, client_id) == {"schedules": 1, "refs": 1, "idempotency": 1}
+    assert await rows(client_id) == {"schedules": 1, "refs": 1, "idempotency": 1}
 
 
-async def test_batch_with_good_and_bad_items(api: Api, register: Register, cql: Session) -> None:
+async def test_batch_with_good_and_bad_items(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     items = [
         schedule_body(),
@@ -216,7 +212,7 @@ async def test_batch_with_good_and_bad_items(api: Api, register: Register, cql: 
         ("missing_field", "fire_at"),
         ("unknown_field", "bogus"),
     ]
-    rows = await stored_rows(cql, client_id)
+    rows = await rows(client_id)
     assert rows["refs"] == 2 and rows["schedules"] == 2
     got = await (await api.get(f"/v1/schedules/{good[1]['schedule_id']}", headers=key)).json()
     assert got["payload"] == {"n": 2}
@@ -231,7 +227,7 @@ async def test_large_batch(api: Api, register: Register) -> None:
     assert too_many.status == 400 and (await too_many.json())["error"]["field"] == "schedules"
 
 
-async def test_rate_limit(api_settings: ApiSettings, store: CassandraStore) -> None:
+async def test_rate_limit(api_settings: ApiSettings, store: Store) -> None:
     settings = with_settings(api_settings, create_rate_per_s=0.5, create_burst=2)
     async for api in serve(settings, store):
         client_id = f"t{uuid.uuid4().hex[:12]}"
@@ -244,7 +240,7 @@ async def test_rate_limit(api_settings: ApiSettings, store: CassandraStore) -> N
         assert (await limited.json())["error"]["code"] == "rate_limited"
 
 
-async def test_private_targets_denied_unless_allowed(api_settings: ApiSettings, store: CassandraStore) -> None:
+async def test_private_targets_denied_unless_allowed(api_settings: ApiSettings, store: Store) -> None:
     async for api in serve(with_settings(api_settings, callback_allow_private=False), store):
         client_id = f"t{uuid.uuid4().hex[:12]}"
         resp = await api.post("/v1/clients", json={"client_id": client_id, "poller_count": 1}, headers=ADMIN)

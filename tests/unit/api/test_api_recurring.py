@@ -10,13 +10,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from cassandra.cluster import Session
 
-from schema.cassandra import CassandraStore
 from schema.model import FireOutcome, Location, Schedule, Status
-from tests.integration.api_helpers import Api, Register, http_callback, schedule_body, stored_rows
+from schema.store import Store
+from tests.integration.api_helpers import Api, Register, Rows, http_callback, schedule_body
 
-pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -99,13 +97,13 @@ async def refused(resp: Any, status: int = 400) -> tuple[str, str | None]:
     return error["code"], error["field"]
 
 
-async def stored(store: CassandraStore, client_id: str, schedule_id: str) -> Schedule:
+async def stored(store: Store, client_id: str, schedule_id: str) -> Schedule:
     schedule = await store.get_schedule(client_id, uuid.UUID(schedule_id))
     assert schedule is not None
     return schedule
 
 
-async def advance(store: CassandraStore, current: Schedule, nominal: datetime) -> Schedule:
+async def advance(store: Store, current: Schedule, nominal: datetime) -> Schedule:
     """What a poller does before an occurrence fires: chain the schedule on to its next occurrence."""
     following = dataclasses.replace(
         current, location=Location(current.location.poller_id, nominal), fire_at=nominal, seq=current.seq + 1
@@ -117,7 +115,7 @@ async def advance(store: CassandraStore, current: Schedule, nominal: datetime) -
 # -- create -------------------------------------------------------------------------------------------
 
 
-async def test_create_cron_in_a_zone(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_create_cron_in_a_zone(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     before = datetime.now(UTC)
     created = await create(api, key, recurring_body(cron="0 9 * * *", timezone="Asia/Tokyo", payload={"n": 1}))
@@ -209,7 +207,7 @@ async def test_jitter_on_recurring_and_one_time(api: Api, register: Register) ->
     assert "recurrence" not in one_time and "occurrence" not in one_time
 
 
-async def test_recurring_items_in_a_batch(api: Api, register: Register, cql: Session) -> None:
+async def test_recurring_items_in_a_batch(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     items = [
         recurring_body(cron=None, every="15m", start_at="2030-01-01T00:00:00Z"),
@@ -223,7 +221,7 @@ async def test_recurring_items_in_a_batch(api: Api, register: Register, cql: Ses
     assert [(r["error"]["field"], r["error"]["status"]) for r in results[1:]] == [("every", 400), ("timezone", 400)]
     got = await get(api, key, results[0]["schedule_id"])
     assert got["recurrence"] == {"every": "15m", "start_at": "2030-01-01T00:00:00Z"} and got["occurrence"] == 1
-    assert (await stored_rows(cql, client_id))["schedules"] == 1
+    assert (await rows(client_id))["schedules"] == 1
 
 
 # (id, body, code, field) for POST /v1/schedules
@@ -288,13 +286,13 @@ BAD_CREATES: list[tuple[str, dict[str, Any], str, str]] = [
 
 @pytest.mark.parametrize(("body", "code", "field"), [c[1:] for c in BAD_CREATES], ids=[c[0] for c in BAD_CREATES])
 async def test_bad_recurring_create_is_refused_and_writes_nothing(
-    api: Api, register: Register, cql: Session, body: dict[str, Any], code: str, field: str
+    api: Api, register: Register, rows: Rows, body: dict[str, Any], code: str, field: str
 ) -> None:
     client_id, key = await register()
-    before = await stored_rows(cql, client_id)
+    before = await rows(client_id)
     resp = await api.post("/v1/schedules", json=body, headers={**key, "Idempotency-Key": "k1"})
     assert await refused(resp) == (code, field)
-    assert await stored_rows(cql, client_id) == before == {"schedules": 0, "refs": 0, "idempotency": 0}
+    assert await rows(client_id) == before == {"schedules": 0, "refs": 0, "idempotency": 0}
 
 
 # -- preview ------------------------------------------------------------------------------------------
@@ -307,7 +305,7 @@ async def preview(api: Api, key: dict[str, str], body: dict[str, Any]) -> list[d
     return occurrences
 
 
-async def test_preview_spring_forward_gap(api: Api, register: Register, cql: Session) -> None:
+async def test_preview_spring_forward_gap(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     rule = {"cron": "30 2 * * *", "timezone": "America/New_York", "after": "2026-03-07T12:00:00Z", "count": 3}
     # 02:30 does not exist on 2026-03-08: "shift" fires when the clocks jump, 03:00 EDT.
@@ -325,7 +323,7 @@ async def test_preview_spring_forward_gap(api: Api, register: Register, cql: Ses
     skipped = await preview(api, key, {**rule, "on_gap": "skip"})
     assert [at(o["utc"]) for o in skipped] == later
     assert [o["local"] for o in skipped] == [f"2026-03-{day}T02:30:00-04:00" for day in ("09", "10", "11")]
-    assert await stored_rows(cql, client_id) == {"schedules": 0, "refs": 0, "idempotency": 0}
+    assert await rows(client_id) == {"schedules": 0, "refs": 0, "idempotency": 0}
 
 
 async def test_preview_fall_back_overlap(api: Api, register: Register) -> None:
@@ -342,7 +340,7 @@ async def test_preview_fall_back_overlap(api: Api, register: Register) -> None:
         assert [o["local"] for o in found] == [m.isoformat() for m in moments], policy
 
 
-async def test_preview_every(api: Api, register: Register, cql: Session) -> None:
+async def test_preview_every(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
     found = await preview(api, key, {"every": "15m", "start_at": "2030-01-01T00:00:00Z", "count": 2})
     assert found == [
@@ -357,7 +355,7 @@ async def test_preview_every(api: Api, register: Register, cql: Session) -> None
     assert [o["utc"] for o in await preview(api, key, bounded)] == ["2030-01-01T00:00:00Z", "2030-01-01T01:00:00Z"]
     ended = {"every": "1h", "start_at": "2030-01-01T00:00:00Z", "end_at": "2030-01-01T02:00:00Z", "count": 5}
     assert len(await preview(api, key, ended)) == 3  # end_at is inclusive
-    assert await stored_rows(cql, client_id) == {"schedules": 0, "refs": 0, "idempotency": 0}
+    assert await rows(client_id) == {"schedules": 0, "refs": 0, "idempotency": 0}
 
 
 @pytest.mark.parametrize(
@@ -377,12 +375,12 @@ async def test_preview_every(api: Api, register: Register, cql: Session) -> None
     ],
 )
 async def test_bad_preview(
-    api: Api, register: Register, cql: Session, body: dict[str, Any], code: str, field: str
+    api: Api, register: Register, rows: Rows, body: dict[str, Any], code: str, field: str
 ) -> None:
     client_id, key = await register()
     resp = await api.post("/v1/schedules/preview", json=body, headers=key)
     assert await refused(resp) == (code, field)
-    assert await stored_rows(cql, client_id) == {"schedules": 0, "refs": 0, "idempotency": 0}
+    assert await rows(client_id) == {"schedules": 0, "refs": 0, "idempotency": 0}
 
 
 async def test_preview_needs_a_client_key(api: Api) -> None:
@@ -393,7 +391,7 @@ async def test_preview_needs_a_client_key(api: Api) -> None:
 # -- patch --------------------------------------------------------------------------------------------
 
 
-async def test_patch_replaces_the_rule(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_patch_replaces_the_rule(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     created = await create(
         api, key, recurring_body(cron=None, every="20s", start_at="2020-01-01T00:00:00Z", max_fires=9)
@@ -442,7 +440,7 @@ async def test_every_to_cron_fires_at_the_first_cron_time_after_now(api: Api, re
     assert "start_at" not in patched["recurrence"]
 
 
-async def test_rule_patch_restarts_the_occurrence_count(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_rule_patch_restarts_the_occurrence_count(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     created = await create(api, key, recurring_body(cron=None, every="1h", start_at="2030-01-01T00:00:00Z"))
     sid = created["schedule_id"]
@@ -480,7 +478,7 @@ async def test_payload_patch_keeps_the_timeline(api: Api, register: Register) ->
     }
 
 
-async def test_bad_patches_of_a_recurring_schedule(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_bad_patches_of_a_recurring_schedule(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     created = await create(api, key, recurring_body(cron="0 9 * * *", timezone="Asia/Tokyo"))
     url = f"/v1/schedules/{created['schedule_id']}"
@@ -583,7 +581,7 @@ async def test_bad_runs_queries(api: Api, register: Register, params: dict[str, 
     assert await refused(resp) == (code, field)
 
 
-async def test_runs_of_a_fired_one_time_schedule(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_runs_of_a_fired_one_time_schedule(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     created = await create(api, key, schedule_body())
     schedule = await stored(store, client_id, created["schedule_id"])
@@ -608,7 +606,7 @@ async def test_runs_of_a_fired_one_time_schedule(api: Api, register: Register, s
     }
 
 
-async def test_runs_newest_first_and_paged(api: Api, register: Register, store: CassandraStore) -> None:
+async def test_runs_newest_first_and_paged(api: Api, register: Register, store: Store) -> None:
     client_id, key = await register()
     first_at = at("2030-01-01T00:00:00Z")
     created = await create(api, key, recurring_body(cron=None, every="1h", start_at=rfc3339(first_at)))
@@ -701,10 +699,10 @@ async def test_batch_trigger_fields(api: Api, register: Register) -> None:
     ],
 )
 async def test_bad_batch_fields_are_refused_and_write_nothing(
-    api: Api, register: Register, cql: Session, changes: dict[str, Any], field: str
+    api: Api, register: Register, rows: Rows, changes: dict[str, Any], field: str
 ) -> None:
     client_id, key = await register()
     resp = await api.post("/v1/schedules", json=schedule_body(**changes), headers=key)
     _, named = await refused(resp)
     assert named == field
-    assert set((await stored_rows(cql, client_id)).values()) == {0}
+    assert set((await rows(client_id)).values()) == {0}

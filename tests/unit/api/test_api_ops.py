@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from schema.cassandra import CassandraStore
 from schema.errors import StoreUnavailable
+from schema.store import Store
 from service.app import create_app
 from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, Register, schedule_body
 
-pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
@@ -22,9 +20,7 @@ def served_routes(app: web.Application) -> set[tuple[str, str]]:
     }
 
 
-async def test_openapi_lists_every_route_and_nothing_else(
-    api: Api, api_settings: ApiSettings, store: CassandraStore
-) -> None:
+async def test_openapi_lists_every_route_and_nothing_else(api: Api, api_settings: ApiSettings, store: Store) -> None:
     resp = await api.get("/openapi.json")
     spec = await resp.json()
     assert resp.status == 200 and spec["openapi"].startswith("3.1")
@@ -56,7 +52,7 @@ async def test_health_ready_metrics(api: Api, register: Register) -> None:
     assert "tickd_api_schedules_created_total 1.0" in text
 
 
-async def test_readyz_fails_when_store_is_down(api_settings: ApiSettings, store: CassandraStore) -> None:
+async def test_readyz_fails_when_store_is_down(api_settings: ApiSettings, store: Store) -> None:
     class DownStore:
         def __getattr__(self, name: str) -> object:
             return getattr(store, name)

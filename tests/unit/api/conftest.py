@@ -1,0 +1,19 @@
+"""The API's own tests over the in-memory store: the real app and aiohttp server, no Cassandra.
+
+The store is the second adapter of the same port (it passes the contract suite that the Cassandra
+adapter passes, ``tests/contract``), on the wall clock, fresh for every test. What is about storage
+itself stays on the real Cassandra: the contract suite, the hostile corpus's raw row counts, the
+idempotency races and the fuzzer (``tests/integration``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from schema.memory import MemoryStore
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore(lambda: datetime.now(UTC))
