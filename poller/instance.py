@@ -11,23 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import heapq
 import random
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
 import structlog
 
-from poller import minutes
+from poller import minutes, recurring
 from poller.delivery import CallbackRouter, DeliveryResult
+from poller.durable import durably
+from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
 from poller.metrics import Metrics
 from poller.settings import PollerSettings
 from poller.throttle import ThrottleGate
-from schema import recurrence as rec
 from schema import timing
 from schema.errors import Conflict, StoreUnavailable
 from schema.model import (
@@ -40,7 +40,6 @@ from schema.model import (
     FireOutcome,
     Location,
     Options,
-    Repeat,
     Schedule,
     Status,
     Token,
@@ -49,12 +48,11 @@ from schema.model import (
 from schema.store import Store
 from schema.timing import minute_bucket
 
+__all__ = ["InstanceCrashed", "InstanceDrained", "LeaseLost", "OpenMinute", "PollerInstance"]
+
 log = structlog.get_logger("tickd.poller")
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]
-_ONE_MS = timedelta(milliseconds=1)
-# Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
-_MAX_STORE_RETRY_S = 5.0
 
 
 @dataclass
@@ -187,7 +185,8 @@ class PollerInstance:
             for r in live:
                 if r.repeat is not None and r.attempts == 0:
                     # A recurring schedule lives on: its timeline resumes at the first occurrence after now.
-                    await self._store.chain_schedule(r, self._following(r, r.repeat, now, now), now)
+                    following = recurring.following(r, r.repeat, now, now, self.client.poller_count)
+                    await self._store.chain_schedule(r, following, now)
             await self._store.record_skipped(self.instance, minute, reason, len(live))
             self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)
 
@@ -230,7 +229,7 @@ class PollerInstance:
                     self._consider(row)
                 count += len(page)
 
-        await self._durably("read_minute", read)
+        await durably(self._log, "read_minute", read)
         state.reads -= 1
         return count
 
@@ -391,42 +390,18 @@ class PollerInstance:
 
     # -- recurring schedules ----------------------------------------------------------------------------
 
-    def _following(self, row: Schedule, repeat: Repeat, after: datetime, now: datetime) -> Schedule | None:
-        """The occurrence after nominal time ``after`` as a row to write, or None when the timeline ends."""
-        nominal = rec.next_fire(_recurrence(repeat), after, fired=row.seq)
-        if nominal is None:
-            return None
-        poller_id = row.location.poller_id
-        if poller_id >= self.client.poller_count:  # leave a draining poller
-            poller_id = timing.poller_id_for(row.schedule_id, self.client.poller_count)
-        jitter_ms = row.options.jitter_ms if row.options is not None else 0
-        due = timing.truncate_ms(timing.due_time(nominal + timing.jitter(row.schedule_id, nominal, jitter_ms), now))
-        # Catching up, several overdue occurrences are each due "now": the next one's row must not land on
-        # this one's key (same due, same id), or writing it overwrites the occurrence being fired.
-        due = max(due, row.location.due_at + _ONE_MS)
-        return dataclasses.replace(
-            row,
-            location=Location(poller_id, due),
-            fire_at=nominal,
-            seq=row.seq + 1,
-            status=Status.SCHEDULED,
-            attempts=0,
-            fired_at=None,
-            last_error=None,
-        )
-
     async def _chain(self, row: Schedule) -> bool:
         """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
         (computed from this one's nominal time, so a late fire never shifts the timeline). False if the
         client changed or cancelled the schedule since this row was written: then it must not fire."""
         assert row.repeat is not None
-        following = self._following(row, row.repeat, row.fire_at, self._now())
+        following = recurring.following(row, row.repeat, row.fire_at, self._now(), self.client.poller_count)
         outcome: list[Chained] = []
 
         async def write() -> None:
             outcome.append(await self._store.chain_schedule(row, following, self._now()))
 
-        await self._durably("chain", write)
+        await durably(self._log, "chain", write)
         chained = outcome[-1]
         if chained.outcome is Chain.CHANGED:
             self._log.info("occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
@@ -445,7 +420,7 @@ class PollerInstance:
         async def read() -> None:
             found.append(await self._store.get_schedule(row.client_id, row.schedule_id))
 
-        await self._durably("read_schedule", read)
+        await durably(self._log, "read_schedule", read)
         current = found[-1]
         if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
             return
@@ -490,7 +465,7 @@ class PollerInstance:
                     last_error=None,
                 )
             )
-        await self._durably("events", lambda: self._store.add_events(events, self._now()))
+        await durably(self._log, "events", lambda: self._store.add_events(events, self._now()))
         # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
         # in a crash), some events went out already and their rows say so.
         earliest: dict[datetime, datetime] = {}
@@ -518,26 +493,14 @@ class PollerInstance:
             wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
             due = self._now() + timedelta(seconds=max(wait_s, 0.05))
             retried: list[bool] = []
-            await self._durably("requeue", lambda: self._retry_later(row, result, due, retried))
+            await durably(self._log, "requeue", lambda: self._retry_later(row, result, due, retried))
             if not retried[-1]:
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
                 # of the old version ends here, and its row must say so, not stay "scheduled".
                 await self._record(row, Status.MOVED, result, fired_at)
         else:
             await self._record(row, Status.FAILED, result, fired_at)
-            await self._durably("dead_letter", lambda: self._dead_letter(row, result, fired_at))
-
-    async def _durably(self, what: str, write: Callable[[], Awaitable[None]]) -> None:
-        """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s."""
-        delay = 0.1
-        while True:
-            try:
-                await write()
-                return
-            except StoreUnavailable as exc:
-                self._log.warning("store_write_retried", what=what, error=str(exc), wait_s=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_STORE_RETRY_S)
+            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, fired_at))
 
     async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
@@ -678,24 +641,6 @@ class PollerInstance:
         except TimeoutError:
             pass
         event.clear()
-
-
-@functools.lru_cache(maxsize=4096)
-def _recurrence(repeat: Repeat) -> rec.Recurrence:
-    """The pure recurrence of a stored rule, built once per distinct rule (not per fire)."""
-    return repeat.recurrence()
-
-
-class InstanceDrained(Exception):
-    """Raised inside an instance's task group to end it: its partitions are empty for good."""
-
-
-class LeaseLost(Exception):
-    """The node's lease ran out between taking a fire and sending it: the fire is left to the next owner."""
-
-
-class InstanceCrashed(Exception):
-    """Raised inside an instance's task group when a fire ended without a stored outcome."""
 
 
 def _outcome(result: DeliveryResult) -> str:

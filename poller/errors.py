@@ -1,0 +1,16 @@
+"""The ways a poller instance stops: each is raised inside the instance's task group and handled by the
+node (``Node._run_instance``), which hands the instance over so the ring gives it out again."""
+
+from __future__ import annotations
+
+
+class InstanceDrained(Exception):
+    """Raised inside an instance's task group to end it: its partitions are empty for good."""
+
+
+class LeaseLost(Exception):
+    """The node's lease ran out between taking a fire and sending it: the fire is left to the next owner."""
+
+
+class InstanceCrashed(Exception):
+    """Raised inside an instance's task group when a fire ended without a stored outcome."""
