@@ -26,10 +26,11 @@ from poller.delivery import CallbackRouter, DeliveryResult
 from poller.durable import durably
 from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
 from poller.metrics import Metrics
+from poller.outcomes import OutcomeWriter
 from poller.settings import PollerSettings
 from poller.throttle import ThrottleGate
 from schema import timing
-from schema.errors import Conflict, StoreUnavailable
+from schema.errors import Conflict
 from schema.model import (
     Chain,
     Chained,
@@ -101,8 +102,6 @@ class PollerInstance:
         self._heap: list[tuple[datetime, UUID]] = []
         self._pending: dict[RowKey, Schedule] = {}
         self._open: dict[datetime, OpenMinute] = {}
-        # Outcomes waiting for the next batch write, each with the future its fire waits on.
-        self._outcomes: list[tuple[FireOutcome, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._slots = asyncio.Semaphore(settings.instance_max_inflight)
@@ -121,6 +120,7 @@ class PollerInstance:
         self._checkpoint: datetime | None = None
         self.drained = False
         self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
+        self._outcomes = OutcomeWriter(store, settings.outcome_flush_s, self._log)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -130,7 +130,7 @@ class PollerInstance:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._minutes_loop(start))
             tg.create_task(self._fire_loop())
-            tg.create_task(self._flush_loop())
+            tg.create_task(self._outcomes.run())
             tg.create_task(self._reread_loop())
             tg.create_task(self._close_loop())
 
@@ -143,10 +143,10 @@ class PollerInstance:
         deadline = loop.time() + deadline_s
         while self._deliveries and loop.time() < deadline:
             await asyncio.wait(self._deliveries, timeout=min(self._s.outcome_flush_s, deadline - loop.time()))
-            await self._flush_once()
+            await self._outcomes.flush()
         for task in list(self._deliveries):
             task.cancel()
-        await self._flush_once()
+        await self._outcomes.flush()
         with contextlib.suppress(InstanceDrained):
             await self._close_ready_minutes()
 
@@ -425,7 +425,7 @@ class PollerInstance:
         if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
             return
         result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
-        await self._record(row, Status.MOVED, result, self._now())
+        await self._outcomes.record(row, Status.MOVED, result, self._now())
 
     # -- batch triggers -------------------------------------------------------------------------------
 
@@ -475,13 +475,13 @@ class PollerInstance:
         for minute, due in sorted(earliest.items()):
             await self._read(minute, due)
         self._log.info("fire_expanded", fire_id=fire_id, events=len(events), window_ms=options.window_ms)
-        await self._record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
+        await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
 
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
         so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
         if result.ok:
-            await self._record(row, Status.SUCCEEDED, result, fired_at)
+            await self._outcomes.record(row, Status.SUCCEEDED, result, fired_at)
         elif not self._lease():
             # Paused or cut off while delivering: the next owner may have fired it by now. A retry or a
             # dead letter written from here would repeat (or bury) that fire; it is left to the next owner.
@@ -497,9 +497,9 @@ class PollerInstance:
             if not retried[-1]:
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
                 # of the old version ends here, and its row must say so, not stay "scheduled".
-                await self._record(row, Status.MOVED, result, fired_at)
+                await self._outcomes.record(row, Status.MOVED, result, fired_at)
         else:
-            await self._record(row, Status.FAILED, result, fired_at)
+            await self._outcomes.record(row, Status.FAILED, result, fired_at)
             await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, fired_at))
 
     async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
@@ -541,52 +541,6 @@ class PollerInstance:
             attempts=result.attempts,
             error=result.error,
         )
-
-    async def _record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
-        """Queue the outcome for the next per-partition batch and wait until it is durable."""
-        options = row.options
-        events, window_ms = options.expansion if options is not None else (0, 0)
-        outcome = (
-            FireOutcome(
-                row.client_id,
-                row.schedule_id,
-                row.location,
-                status,
-                result.attempts,
-                fired_at,
-                result.error,
-                nominal_at=row.fire_at if options is not None and options.in_runs else None,
-                seq=row.seq,
-                event=options.event if options is not None else None,
-                events=events,
-                window_ms=window_ms,
-                run_of=options.retry_of if options is not None else None,
-            ),
-            asyncio.get_running_loop().create_future(),
-        )
-        self._outcomes.append(outcome)
-        await asyncio.shield(outcome[1])
-
-    async def _flush_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._s.outcome_flush_s)
-            await self._flush_once()
-
-    async def _flush_once(self) -> None:
-        """Write the waiting outcomes (one batch per partition); on a storage error they wait for the next
-        flush, their fires still in flight, so no minute closes over them."""
-        if not self._outcomes:
-            return
-        batch, self._outcomes = self._outcomes, []
-        try:
-            await self._store.record_outcomes([outcome for outcome, _ in batch])
-        except StoreUnavailable as exc:
-            self._log.warning("outcomes_not_written", rows=len(batch), error=str(exc))
-            self._outcomes = batch + self._outcomes
-            return
-        for _, done in batch:
-            if not done.done():
-                done.set_result(None)
 
     # -- closing minutes ------------------------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""The outcome writer: makes each fire's outcome durable, in one batch per partition per flush.
+
+A fire hands its outcome to ``record`` and waits until it is stored. On ``StoreUnavailable`` a flush
+keeps the batch for the next one, so the waiting fires stay in flight and no minute closes over them;
+any other storage error propagates out of the flush (stopping the instance's task group, or its drain,
+loudly) and the waiting fires stay unrecorded for the next owner. This is the seam where coalesced
+outcome writes will go: callers only see ``record``, ``flush`` and ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from structlog.typing import FilteringBoundLogger
+
+from poller.delivery import DeliveryResult
+from schema.errors import StoreUnavailable
+from schema.model import FireOutcome, Schedule, Status
+from schema.store import Store
+
+
+def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> FireOutcome:
+    """What storage records of one fire of ``row``."""
+    options = row.options
+    events, window_ms = options.expansion if options is not None else (0, 0)
+    return FireOutcome(
+        row.client_id,
+        row.schedule_id,
+        row.location,
+        status,
+        result.attempts,
+        fired_at,
+        result.error,
+        nominal_at=row.fire_at if options is not None and options.in_runs else None,
+        seq=row.seq,
+        event=options.event if options is not None else None,
+        events=events,
+        window_ms=window_ms,
+        run_of=options.retry_of if options is not None else None,
+    )
+
+
+class OutcomeWriter:
+    def __init__(self, store: Store, flush_s: float, log: FilteringBoundLogger) -> None:
+        self._store = store
+        self._flush_s = flush_s
+        self._log = log
+        # Outcomes waiting for the next batch write, each with the future its fire waits on.
+        self._waiting: list[tuple[FireOutcome, asyncio.Future[None]]] = []
+
+    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
+        """Queue the outcome for the next per-partition batch and wait until it is durable."""
+        outcome = (outcome_of(row, status, result, fired_at), asyncio.get_running_loop().create_future())
+        self._waiting.append(outcome)
+        await asyncio.shield(outcome[1])
+
+    async def run(self) -> None:
+        """Flush every ``flush_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(self._flush_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write the waiting outcomes (one batch per partition); on a storage error they wait for the next
+        flush, their fires still in flight, so no minute closes over them."""
+        if not self._waiting:
+            return
+        batch, self._waiting = self._waiting, []
+        try:
+            await self._store.record_outcomes([outcome for outcome, _ in batch])
+        except StoreUnavailable as exc:
+            self._log.warning("outcomes_not_written", rows=len(batch), error=str(exc))
+            self._waiting = batch + self._waiting
+            return
+        for _, done in batch:
+            if not done.done():
+                done.set_result(None)
