@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lint test test-unit run migrate bench-api bench-fire clean simulate
+.PHONY: install lint test test-unit run dev migrate bench-api bench-fire clean simulate
 
 install: $(STAMP)
 
@@ -44,6 +44,10 @@ bench-api: install infra-up
 
 migrate: install infra-up
 	$(BIN)/tickd-migrate
+
+# Everything in one process over the in-memory store: no Cassandra, no Kafka, no Java (state is lost on stop).
+dev: install
+	$(BIN)/tickd-dev $(ARGS)
 
 run: install infra-up migrate
 	PYTHON=$(PYTHON) BIN=$(BIN) bash deploy/local/run.sh

@@ -1,0 +1,173 @@
+"""``tickd-dev``: the whole of tickd in one process for trying it out, no Cassandra and no Java.
+
+The API and one poller node share the in-memory store (``schema.memory``, the adapter the simulation
+and the unit tiers run on; it passes the same contract suite as the Cassandra one). HTTP callbacks are
+delivered as in production; Kafka callbacks only when ``--kafka`` names a broker, and refused at create
+time with a message that says so otherwise. An admin token and a first client are made at start and
+printed. State lives in this process: everything is gone when it stops, and the banner says so.
+
+Not for production: one node, no durability, private callback addresses allowed (a developer's
+subscriber is usually on localhost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import structlog
+from aiohttp import web
+
+from poller.callbacks.http import HttpDispatcher
+from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
+from poller.delivery import CallbackRouter, DeliveryResult
+from poller.metrics import Metrics
+from poller.node import Node
+from poller.settings import PollerSettings
+from schema import logs
+from schema.memory import MemoryStore
+from schema.model import Client, Schedule
+from schema.settings import StoreSettings
+from service.app import create_app
+from service.auth import new_api_key
+from service.settings import ApiSettings
+
+log = structlog.get_logger("tickd.dev")
+_NO_KAFKA = "this tickd dev runs without Kafka: start it with --kafka HOST:PORT to send Kafka callbacks"
+
+
+@dataclass(frozen=True)
+class DevOptions:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    kafka: str | None = None
+    client_id: str = "dev"
+    pollers: int = 2
+    admin_token: str | None = None  # None: a random one, printed at start
+
+
+@dataclass(frozen=True)
+class DevStarted:
+    """What ``tickd dev`` printed: where the API is and the credentials it made."""
+
+    url: str
+    admin_token: str
+    client_id: str
+    api_key: str
+
+
+class NoKafka:
+    """The Kafka channel of a dev node started without ``--kafka``. The API refuses Kafka callbacks
+    there, so a fire only gets here if it was created some other way: it fails, and says why."""
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        return DeliveryResult.failed(attempt, _NO_KAFKA, retriable=False)
+
+    async def close(self) -> None:
+        return None
+
+
+async def serve(options: DevOptions, stop: asyncio.Event, started: asyncio.Future[DevStarted] | None = None) -> None:
+    """Run the API and a node over one in-memory store until ``stop`` is set."""
+    store = MemoryStore(lambda: datetime.now(UTC))
+    admin_token = options.admin_token or secrets.token_urlsafe(24)
+    api_key, key_hash = new_api_key(options.client_id)
+    at = datetime.now(UTC)
+    grants = frozenset({"*"}) if options.kafka else frozenset()
+    await store.create_client(Client(options.client_id, options.pollers, True, key_hash, at, at, kafka_topics=grants))
+
+    api_settings = ApiSettings(
+        host=options.host,
+        port=options.port,
+        admin_token=admin_token,
+        callback_allow_private=True,
+    )
+    poller_settings = PollerSettings(node_id="dev", store=StoreSettings(keyspace="memory"))
+    http = HttpDispatcher(replace(poller_settings.http, allow_private=True), poller_settings.retry)
+    await http.start()
+    kafka: KafkaDispatcher | NoKafka = NoKafka()
+    if options.kafka is not None:
+        kafka = KafkaDispatcher(KafkaSettings(bootstrap=options.kafka), poller_settings.retry)
+        await kafka.start()
+    router = CallbackRouter(http, kafka)
+    runner = web.AppRunner(create_app(api_settings, store), access_log=None)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, options.host, options.port)
+        await site.start()
+        port = runner.addresses[0][1] if runner.addresses else options.port
+        info = DevStarted(f"http://{options.host}:{port}", admin_token, options.client_id, api_key)
+        if started is not None:
+            started.set_result(info)
+        node = Node(poller_settings, store, router, Metrics())
+        await node.run(stop)
+    finally:
+        await runner.cleanup()
+        await router.close()
+
+
+def banner(info: DevStarted, options: DevOptions) -> str:
+    kafka = f"Kafka callbacks go to {options.kafka}" if options.kafka else "Kafka callbacks: off (--kafka HOST:PORT)"
+    return "\n".join(
+        [
+            f"tickd dev: API on {info.url}, one poller node, HTTP callbacks; {kafka}.",
+            "State is IN MEMORY: every client and schedule is lost when this process stops.",
+            f"  admin token : {info.admin_token}",
+            f"  client      : {info.client_id} ({options.pollers} pollers)",
+            f"  API key     : {info.api_key}",
+            "Try:",
+            f"  curl -s -X POST {info.url}/v1/schedules -H 'Authorization: Bearer {info.api_key}' \\",
+            "    -H 'Content-Type: application/json' \\",
+            '    -d \'{"delay_s": 2, "payload": {"hello": "world"}, '
+            '"callback": {"type": "http", "url": "http://127.0.0.1:9000/hook"}}\'',
+            "Stop with Ctrl-C.",
+        ]
+    )
+
+
+def parse(argv: Sequence[str] | None = None) -> DevOptions:
+    parser = argparse.ArgumentParser(prog="tickd-dev", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address the API listens on")
+    parser.add_argument("--port", type=int, default=8080, help="API port (0: any free port)")
+    parser.add_argument("--kafka", metavar="HOST:PORT", help="a Kafka broker for Kafka callbacks")
+    parser.add_argument("--client-id", default="dev", help="the first client's id")
+    parser.add_argument("--pollers", type=int, default=2, help="the first client's poller count (1-64)")
+    parser.add_argument("--admin-token", help="the admin token (default: a random one, printed)")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error("--port must be 0-65535")
+    if not 1 <= args.pollers <= 64:
+        parser.error("--pollers must be 1-64")
+    return DevOptions(args.host, args.port, args.kafka, args.client_id, args.pollers, args.admin_token)
+
+
+async def _main(options: DevOptions) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    started: asyncio.Future[DevStarted] = loop.create_future()
+    task = asyncio.create_task(serve(options, stop, started))
+    started.add_done_callback(lambda f: f.cancelled() or print(banner(f.result(), options), flush=True))
+    await task
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse(argv)
+    logs.configure()
+    try:
+        asyncio.run(_main(options))
+    except OSError as exc:
+        print(f"tickd-dev: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

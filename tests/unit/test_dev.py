@@ -1,0 +1,109 @@
+"""``tickd-dev`` as a user starts it: a real process, no Java on PATH, no Cassandra; its banner's key
+creates a schedule and the callback arrives at a local subscriber."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+_URL = re.compile(r"API on (http://\S+), ")
+_KEY = re.compile(r"API key\s+: (\S+)")
+
+
+async def _subscriber() -> tuple[web.AppRunner, int, asyncio.Queue[dict[str, object]]]:
+    got: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+
+    async def hook(request: web.Request) -> web.Response:
+        await got.put(await request.json())
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1], got
+
+
+def _path_without_java() -> str:
+    keep = [
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not os.path.exists(os.path.join(d, "java"))
+    ]
+    return os.pathsep.join(keep)
+
+
+@pytest.fixture
+async def dev() -> AsyncIterator[tuple[asyncio.subprocess.Process, float]]:
+    env = {**os.environ, "PATH": _path_without_java(), "JAVA_HOME": "/nonexistent"}
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service.dev",
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        yield proc, started
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 10)
+
+
+async def _banner(proc: asyncio.subprocess.Process) -> tuple[str, str]:
+    assert proc.stdout is not None
+    url = key = None
+    async with asyncio.timeout(10):
+        while url is None or key is None:
+            line = (await proc.stdout.readline()).decode()
+            assert line, "tickd-dev exited before printing its banner"
+            if m := _URL.search(line):
+                url = m.group(1)
+            if m := _KEY.search(line):
+                key = m.group(1)
+    return url, key
+
+
+async def test_first_callback_within_five_seconds_of_start_without_java(
+    dev: tuple[asyncio.subprocess.Process, float],
+) -> None:
+    proc, started = dev
+    runner, port, got = await _subscriber()
+    try:
+        url, key = await _banner(proc)
+        body = {
+            "delay_s": 1,
+            "payload": {"hello": "dev"},
+            "callback": {"type": "http", "url": f"http://127.0.0.1:{port}/hook"},
+        }
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as http:
+            async with http.post(f"{url}/v1/schedules", json=body) as resp:
+                assert resp.status == 201, await resp.text()
+                created = await resp.json()
+            async with http.post(
+                f"{url}/v1/schedules", json={**body, "callback": {"type": "kafka", "topic": "orders"}}
+            ) as resp:
+                refused = await resp.json()
+                assert resp.status == 400, refused
+        fire = await asyncio.wait_for(got.get(), 10)
+        took = time.monotonic() - started
+        assert fire["schedule_id"] == created["schedule_id"] and fire["payload"] == {"hello": "dev"}
+        assert took < 5.0, f"first callback {took:.1f} s after the process started"
+        assert refused["error"]["field"] == "callback.topic"
+    finally:
+        await runner.cleanup()
+    proc.send_signal(2)  # Ctrl-C: a clean stop
+    assert await asyncio.wait_for(proc.wait(), 10) == 0
