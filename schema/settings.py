@@ -122,6 +122,10 @@ class StoreSettings:
     # A write due sooner than this may land in a minute a poller has already loaded, so it leaves a
     # hot mark. Must exceed the pollers' look-ahead plus clock skew; API and pollers must agree.
     hot_window_s: float = 90.0
+    # The most a multi-partition batch may hold (estimated encoded bytes), under Cassandra's
+    # batch_size_fail_threshold (50 KiB by default): writes that belong together but would be larger are
+    # split (see schema.cassandra.schedules), and the API groups creates under it. API and pollers agree.
+    batch_max_bytes: int = 40 * 1024
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StoreSettings:
@@ -153,4 +157,10 @@ class StoreSettings:
             retention_s=env_int(env, "TICKD_RETENTION_S", cls.retention_s, low=60, high=10 * 365 * 86400),
             cluster_name=env_str(env, "TICKD_CLUSTER_NAME", cls.cluster_name),
             hot_window_s=env_float(env, "TICKD_HOT_WINDOW_S", cls.hot_window_s, low=10, high=3600),
+            batch_max_bytes=batch_max_bytes(env),
         )
+
+
+def batch_max_bytes(env: Mapping[str, str]) -> int:
+    """TICKD_BATCH_MAX_BYTES, read the same way by the store and the API's create grouping."""
+    return env_int(env, "TICKD_BATCH_MAX_BYTES", StoreSettings.batch_max_bytes, low=1024, high=16 << 20)

@@ -78,7 +78,7 @@ def _use_store(app: web.Application, store: Store) -> None:
     settings = app[keys.SETTINGS]
     app[keys.STORE] = store
     app[keys.AUTH] = Authenticator(settings.admin_token, ClientCache(store, settings.client_cache_s))
-    app[keys.CREATES] = CreateCombiner(store, settings.write_group)
+    app[keys.CREATES] = CreateCombiner(store, settings.write_group, settings.batch_max_bytes)
 
 
 def _connected_store(store_settings: StoreSettings) -> Callable[[web.Application], AsyncIterator[None]]:

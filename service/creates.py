@@ -14,26 +14,25 @@ from datetime import datetime
 from typing import TypeVar
 
 from schema.model import Schedule
+from schema.sizes import create_bytes
 from schema.store import ScheduleStore
 
 T = TypeVar("T")
 
-# Payload bytes per group write: well under Cassandra's default batch_size_fail_threshold (50 KiB).
-GROUP_PAYLOAD_BYTES = 32 * 1024
 
-
-def groups(items: Sequence[T], size: int, schedule_of: Callable[[T], Schedule]) -> Iterator[list[T]]:
-    """Consecutive runs of at most ``size`` items and about ``GROUP_PAYLOAD_BYTES`` of payload (a
-    larger item goes alone), in order."""
+def groups(items: Sequence[T], size: int, max_bytes: int, schedule_of: Callable[[T], Schedule]) -> Iterator[list[T]]:
+    """Consecutive runs of at most ``size`` items whose creates hold at most ``max_bytes`` in all (as
+    ``create_bytes`` estimates them), in order. An item too big to share goes alone (the store writes
+    its row on its own), so one client's big payload never fails the creates grouped with it."""
     group: list[T] = []
     weight = 0
     for item in items:
-        payload = len(schedule_of(item).payload)
-        if group and (len(group) == size or weight + payload > GROUP_PAYLOAD_BYTES):
+        cost = create_bytes(schedule_of(item))
+        if group and (len(group) == size or weight + cost > max_bytes):
             yield group
             group, weight = [], 0
         group.append(item)
-        weight += payload
+        weight += cost
     if group:
         yield group
 
@@ -47,11 +46,12 @@ def _schedule(waiting: _Waiting) -> Schedule:
 
 class CreateCombiner:
     """``create`` waits for its schedule's write; the schedules handed in during one loop pass are
-    written together, at most ``size`` per group (``size`` 1: each on its own, at once)."""
+    written together, at most ``size`` and ``max_bytes`` per group (``size`` 1: each on its own, at once)."""
 
-    def __init__(self, store: ScheduleStore, size: int) -> None:
+    def __init__(self, store: ScheduleStore, size: int, max_bytes: int) -> None:
         self._store = store
         self._size = size
+        self._max_bytes = max_bytes
         self._waiting: list[_Waiting] = []
         self._writes: set[asyncio.Task[None]] = set()
 
@@ -68,7 +68,7 @@ class CreateCombiner:
 
     def _flush(self) -> None:
         waiting, self._waiting = self._waiting, []
-        for group in groups(waiting, self._size, _schedule):
+        for group in groups(waiting, self._size, self._max_bytes, _schedule):
             task = asyncio.create_task(self._write(group))
             self._writes.add(task)  # the loop keeps only weak references to tasks
             task.add_done_callback(self._writes.discard)

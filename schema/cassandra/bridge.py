@@ -67,6 +67,28 @@ def utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
+# What Cassandra counts per cell besides its value (timestamp, TTL, deletion time), and per statement
+# (clustering, row header), rounded up.
+CELL_OVERHEAD_BYTES = 16
+STATEMENT_OVERHEAD_BYTES = 64
+
+
+def write_bytes(writes: Sequence[Write]) -> int:
+    """About how many bytes ``writes`` put in a batch, as Cassandra's batch_size_fail_threshold counts
+    them (the data of every cell written), erring high."""
+    return sum(STATEMENT_OVERHEAD_BYTES + sum(_value_bytes(v) for v in values.values()) for _, values in writes)
+
+
+def _value_bytes(value: Any) -> int:
+    if value is UNSET_VALUE:
+        return 0
+    if isinstance(value, bytes | bytearray):
+        return len(value) + CELL_OVERHEAD_BYTES
+    if isinstance(value, str):
+        return len(value.encode()) + CELL_OVERHEAD_BYTES
+    return 16 + CELL_OVERHEAD_BYTES  # uuids, timestamps, numbers: at most 16 bytes
+
+
 def build_cluster(settings: StoreSettings) -> Cluster:
     policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc))
     profile = ExecutionProfile(

@@ -18,7 +18,7 @@ from cassandra.query import UNSET_VALUE, PreparedStatement
 
 from schema import listing, moves, timing
 from schema.cassandra import runs
-from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc
+from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
 from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from schema.errors import Conflict
 from schema.model import (
@@ -114,6 +114,10 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, obje
     }
 
 
+# The statements that write a whole row (payload and all): in a batch too big, each goes on its own.
+_ROW_WRITES = frozenset({"insert_schedule", "insert_retry", "insert_event"})
+
+
 # -- the store ----------------------------------------------------------------------------------------
 
 
@@ -133,8 +137,13 @@ class Schedules(moves.PollerMoves, listing.Listing):
     async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
         # One logged batch for the group: a Cassandra request costs far more than a statement in it
         # (bench-api: 4 schedules per batch cut driver and Cassandra CPU per schedule about in half).
-        writes = [w for s in schedules for w in creation(s, now, self.settings, self._horizons)]
-        await self._db.batch(writes, logged=True)
+        each = [creation(s, now, self.settings, self._horizons) for s in schedules]
+        writes = [w for ws in each for w in ws]
+        if len(each) > 1 and write_bytes(writes) > self.settings.batch_max_bytes:
+            # Callers group creates under the limit (service.creates); should one not, write each alone.
+            await asyncio.gather(*(self._together(ws) for ws in each))
+        else:
+            await self._together(writes)
         for schedule in schedules:
             self._horizons.note(schedule.instance, schedule.location.minute)
 
@@ -214,8 +223,27 @@ class Schedules(moves.PollerMoves, listing.Listing):
         if old != new.location or new.schedule_id != current.schedule_id:
             writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s))
             writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
-        await self._db.batch(writes, logged=True)
+        await self._together(writes)
         self._horizons.note(new.instance, new.location.minute)
+
+    async def _together(self, writes: list[Write]) -> None:
+        """Writes that belong together, in one logged batch while it holds at most
+        ``batch_max_bytes``. Cassandra refuses a multi-partition batch over its batch_size_fail_threshold
+        (50 KiB by default), so a larger one (a big row) is cut: the small writes first (pointer,
+        signals), then each row on its own (one partition: not subject to the threshold), then the
+        status writes that retire an old row. Cut short, it leaves a pointer without its row (nothing
+        fires; a retry writes it) or, in a move, both rows live, never a retired row without its successor."""
+        if len(writes) == 1 or write_bytes(writes) <= self.settings.batch_max_bytes:
+            await self._db.batch(writes, logged=len(writes) > 1)
+            return
+        rows = [w for w in writes if w[0] in _ROW_WRITES]
+        retire = [w for w in writes if w[0] == "set_status"]
+        small = [w for w in writes if w[0] != "set_status" and w[0] not in _ROW_WRITES]
+        if small:
+            await self._db.batch(small, logged=len(small) > 1)
+        await asyncio.gather(*(self._db.batch([row], logged=False) for row in rows))
+        if retire:
+            await self._db.batch(retire, logged=len(retire) > 1)
 
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
@@ -254,7 +282,7 @@ class Schedules(moves.PollerMoves, listing.Listing):
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
         writes = [row_insert(new, now, self.settings.retention_s), *self._signals(new.instance, at, now)]
-        await self._db.batch(writes, logged=True)
+        await self._together(writes)
         self._horizons.note(new.instance, at.minute)
 
     async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:

@@ -218,7 +218,8 @@ async def _write_batch(request: web.Request, built: list[Schedule | BaseExceptio
         for index, s in group:
             answers[index] = BatchItem(index, schedule_id=s.schedule_id, status=_SCHEDULED, fire_at=s.fire_at)
 
-    await asyncio.gather(*(write(group) for group in groups(valid, settings.write_group, _second)))
+    grouped = groups(valid, settings.write_group, settings.batch_max_bytes, _second)
+    await asyncio.gather(*(write(group) for group in grouped))
     return [answers[index] for index in range(len(built))]
 
 

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from schema.cassandra.adapter import CassandraStore
+from schema.cassandra.bridge import Write, write_bytes
+from schema.cassandra.coordination import Horizons
+from schema.cassandra.schedules import creation
 from schema.errors import StoreUnavailable
 from schema.model import HttpCallback, Location, Schedule
-from service.creates import GROUP_PAYLOAD_BYTES, CreateCombiner, groups
+from schema.settings import StoreSettings
+from schema.sizes import CREATE_OVERHEAD_BYTES, create_bytes
+from service.creates import CreateCombiner, groups
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
+LIMIT = 40 * 1024
 
 
 def second(pair: tuple[int, Schedule]) -> Schedule:
@@ -30,15 +38,34 @@ def item(index: int, payload_bytes: int = 10) -> tuple[int, Schedule]:
 )
 def test_groups_hold_at_most_size_items_in_order(count: int, size: int, expected: list[int]) -> None:
     items = [item(i) for i in range(count)]
-    found = list(groups(items, size, second))
+    found = list(groups(items, size, LIMIT, second))
     assert [len(g) for g in found] == expected
     assert [i for g in found for i, _ in g] == list(range(count))
 
 
-def test_a_group_stays_under_the_payload_budget_and_a_big_item_goes_alone() -> None:
-    half = GROUP_PAYLOAD_BYTES // 2
-    items = [item(0, half), item(1, half), item(2, 10), item(3, 2 * GROUP_PAYLOAD_BYTES), item(4, 10)]
-    assert [[i for i, _ in g] for g in groups(items, 8, second)] == [[0, 1], [2], [3], [4]]
+def test_a_group_stays_under_the_byte_budget_and_a_big_item_goes_alone() -> None:
+    half = LIMIT // 2 - CREATE_OVERHEAD_BYTES - 100
+    items = [item(0, half), item(1, half), item(2, 10), item(3, 2 * LIMIT), item(4, 10)]
+    assert [[i for i, _ in g] for g in groups(items, 8, LIMIT, second)] == [[0, 1], [2], [3], [4]]
+
+
+@pytest.mark.parametrize("payload_bytes", [0, 1000, LIMIT - 2000, LIMIT, 64 * 1024])
+def test_no_group_of_several_is_over_the_budget(payload_bytes: int) -> None:
+    """Mixed sizes, as tenants' creates arrive together: every group of two or more stays under the
+    budget, and an item over it by itself is alone."""
+    sizes = [10, payload_bytes, 5000, payload_bytes, 20_000, 30_000, 10, payload_bytes, 10]
+    items = [item(i, n) for i, n in enumerate(sizes)]
+    found = list(groups(items, 8, LIMIT, second))
+    assert [i for g in found for i, _ in g] == list(range(len(items)))
+    for group in found:
+        assert len(group) == 1 or sum(create_bytes(s) for _, s in group) <= LIMIT
+
+
+def test_the_estimate_counts_the_callback_and_options() -> None:
+    _, plain = item(0, 100)
+    big_callback = HttpCallback(url="http://h/", headers={f"x-h{i}": "v" * 200 for i in range(30)})
+    heavy = Schedule("c", uuid.uuid4(), Location(0, AT), AT, b"x" * 100, big_callback, AT)
+    assert create_bytes(heavy) > create_bytes(plain) + 30 * 200
 
 
 class FakeStore:
@@ -58,7 +85,7 @@ class FakeStore:
 
 async def test_creates_arriving_together_are_written_together() -> None:
     store = FakeStore()
-    combiner = CreateCombiner(store, 8)  # type: ignore[arg-type]
+    combiner = CreateCombiner(store, 8, LIMIT)  # type: ignore[arg-type]
     schedules = [item(i)[1] for i in range(10)]
     await asyncio.gather(*(combiner.create(s, AT) for s in schedules))
     assert [len(w) for w in store.writes] == [8, 2]
@@ -68,13 +95,70 @@ async def test_creates_arriving_together_are_written_together() -> None:
 
 
 async def test_a_failed_group_write_fails_every_create_in_it() -> None:
-    combiner = CreateCombiner(FakeStore(fail=True), 8)  # type: ignore[arg-type]
+    combiner = CreateCombiner(FakeStore(fail=True), 8, LIMIT)  # type: ignore[arg-type]
     results = await asyncio.gather(*(combiner.create(item(i)[1], AT) for i in range(3)), return_exceptions=True)
     assert all(isinstance(r, StoreUnavailable) for r in results)
 
 
 async def test_size_one_writes_each_create_on_its_own() -> None:
     store = FakeStore()
-    combiner = CreateCombiner(store, 1)  # type: ignore[arg-type]
+    combiner = CreateCombiner(store, 1, LIMIT)  # type: ignore[arg-type]
     await asyncio.gather(*(combiner.create(item(i)[1], AT) for i in range(3)))
     assert [len(w) for w in store.writes] == [1, 1, 1]
+
+
+# -- the Cassandra adapter: a write group over the limit is cut, in a safe order ----------------------
+
+
+class RecordingBridge:
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[str], bool]] = []
+
+    async def batch(self, writes: Sequence[Write], *, logged: bool) -> None:
+        self.batches.append(([name for name, _ in writes], logged))
+
+
+def recording_store(limit: int = LIMIT) -> tuple[CassandraStore, RecordingBridge]:
+    store = CassandraStore.__new__(CassandraStore)
+    bridge = RecordingBridge()
+    store.settings = StoreSettings(batch_max_bytes=limit)
+    store._db = bridge  # type: ignore[assignment]
+    store._horizons = Horizons()
+    return store, bridge
+
+
+@pytest.mark.parametrize("payload_bytes", [0, 100, 5000, 30_000, 64 * 1024])
+def test_the_api_estimate_of_a_create_is_no_less_than_the_adapters(payload_bytes: int) -> None:
+    _, s = item(0, payload_bytes)
+    writes = creation(s, AT, StoreSettings(), Horizons())
+    assert create_bytes(s) >= write_bytes(writes)
+    assert write_bytes(writes) >= payload_bytes
+
+
+async def test_creates_under_the_limit_are_one_logged_batch() -> None:
+    store, bridge = recording_store()
+    await store.create_schedules([item(i, 1000)[1] for i in range(3)], AT)
+    assert len(bridge.batches) == 1
+    assert bridge.batches[0][1] is True
+
+
+async def test_a_big_create_writes_pointer_and_signals_first_then_its_row_alone() -> None:
+    store, bridge = recording_store()
+    await store.create_schedules([item(0, 64 * 1024)[1]], AT)
+    assert bridge.batches == [(["insert_ref", "mark_hot", "raise_horizon"], True), (["insert_schedule"], False)]
+
+
+async def test_a_group_over_the_limit_is_written_one_create_at_a_time() -> None:
+    store, bridge = recording_store()
+    await store.create_schedules([item(0, 30_000)[1], item(1, 30_000)[1]], AT)
+    assert [(len(names), logged) for names, logged in bridge.batches] == [(4, True), (4, True)]
+
+
+async def test_a_big_move_retires_the_old_row_only_after_the_new_one() -> None:
+    store, bridge = recording_store()
+    _, current = item(0, 64 * 1024)
+    later = dataclasses.replace(current, location=Location(0, AT + timedelta(hours=1)), version=2)
+    await store._write_replacement(current, later, AT)
+    names = [n for names, _ in bridge.batches for n in names]
+    assert names.index("insert_schedule") < names.index("set_status")
+    assert all(len(names) == 1 for names, _ in bridge.batches if "insert_schedule" in names)
