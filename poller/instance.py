@@ -11,13 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import heapq
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from uuid import UUID
 
 import structlog
 
@@ -27,6 +24,7 @@ from poller.durable import durably
 from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
 from poller.metrics import Metrics
 from poller.outcomes import OutcomeWriter
+from poller.plan import FiringPlan, OpenMinute
 from poller.settings import PollerSettings
 from poller.throttle import ThrottleGate
 from schema import timing
@@ -53,26 +51,6 @@ __all__ = ["InstanceCrashed", "InstanceDrained", "LeaseLost", "OpenMinute", "Pol
 
 log = structlog.get_logger("tickd.poller")
 Clock = Callable[[], datetime]
-RowKey = tuple[datetime, UUID]
-
-
-@dataclass
-class OpenMinute:
-    """What an instance knows about one loaded minute."""
-
-    minute: datetime
-    rows: int = 0
-    pending: int = 0
-    inflight: int = 0
-    fired: set[RowKey] = field(default_factory=set)
-    # A fire of this minute ended without its outcome stored (crashed, or abandoned at a drain deadline):
-    # the minute must never be checkpointed by this owner, so the next one fires it again.
-    poisoned: bool = False
-    # Reads of this minute started and not finished (the first load, re-reads after hot marks).
-    reads: int = 0
-    last_touch: datetime | None = None
-    first_touch: datetime | None = None
-    hot_until: datetime | None = None
 
 
 class PollerInstance:
@@ -99,24 +77,19 @@ class PollerInstance:
         self._s = settings
         self._metrics = metrics
         self._now = clock
-        self._heap: list[tuple[datetime, UUID]] = []
-        self._pending: dict[RowKey, Schedule] = {}
-        self._open: dict[datetime, OpenMinute] = {}
-        self._wake = asyncio.Event()
-        self._changed = asyncio.Event()
+        self._plan = FiringPlan(
+            claim.instance.poller_id,
+            clock,
+            lease,
+            see_ahead_s=settings.mutation_guard_s / 2,
+            recheck_s=settings.mark_poll_s,
+        )
         self._slots = asyncio.Semaphore(settings.instance_max_inflight)
         self._node_slots = node_slots
         self._gate = gate
         self._deliveries: set[asyncio.Task[None]] = set()
-        self._crash: BaseException | None = None
         self._rng = rng or random.Random()
         self._lease = lease
-        # Every change acknowledged before this (node clock) is in the plan: the latest poll of hot marks
-        # whose marks have all been re-read. A row fires only once this is close enough to its due time.
-        self._seen_until: datetime | None = None
-        self._unread_poll: datetime | None = None  # a poll that brought new marks, not re-read yet
-        self._marks_new = False
-        self._see_ahead = timedelta(seconds=settings.mutation_guard_s / 2)
         self._checkpoint: datetime | None = None
         self.drained = False
         self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
@@ -196,18 +169,13 @@ class PollerInstance:
         minute = start
         while True:
             await self._sleep_until(minutes.opens_at(minute, self._s.preload_s))
-            while len(self._open) >= 3:  # bound memory during catch-up
-                await self._wait(self._changed, 1.0)
+            while len(self._plan.open) >= 3:  # bound memory during catch-up
+                await self._plan.wait_changed(1.0)
             await self._open_minute(minute)
             minute += minutes.MINUTE
 
     async def _open_minute(self, minute: datetime) -> None:
-        state = OpenMinute(minute)
-        now = self._now()
-        # A write racing this read shows up as a mark touched just before now: keep re-reading briefly.
-        state.first_touch = now
-        state.hot_until = now + timedelta(seconds=self._s.mark_settle_s)
-        self._open[minute] = state
+        self._plan.open_minute(minute, self._now(), self._s.mark_settle_s)
         rows = await self._read(minute, None)
         self._log.debug("minute_loaded", minute=minute.isoformat(), rows=rows)
 
@@ -215,7 +183,7 @@ class PollerInstance:
         """Read the minute (from ``from_due``) into the plan, retrying storage errors. Until every read
         of a minute has completed, the minute cannot close: a read cut short (an error, a drain) would
         otherwise let the checkpoint pass rows nobody loaded."""
-        state = self._open.get(minute)
+        state = self._plan.open.get(minute)
         if state is None:
             return 0
         state.reads += 1
@@ -226,36 +194,12 @@ class PollerInstance:
             count = 0
             async for page in self._store.read_minute(self.instance, minute, from_due=from_due):
                 for row in page:
-                    self._consider(row)
+                    self._plan.consider(row)
                 count += len(page)
 
         await durably(self._log, "read_minute", read)
         state.reads -= 1
         return count
-
-    def _consider(self, row: Schedule) -> None:
-        """Take a row read from storage into the firing plan (new, changed, or gone). Rows of another
-        instance's partition (a recurring schedule's next occurrence moved off a draining poller) belong
-        to that instance's owner: taking them here would fire them twice, from two nodes."""
-        if row.location.poller_id != self.instance.poller_id:
-            return
-        state = self._open.get(row.location.minute)
-        key = (row.location.due_at, row.schedule_id)
-        if state is None or key in state.fired:
-            return
-        known = self._pending.get(key)
-        if row.status is not Status.SCHEDULED:
-            if known is not None:
-                del self._pending[key]
-                state.pending -= 1
-            return
-        if known is None:
-            heapq.heappush(self._heap, key)
-            state.rows += 1
-            state.pending += 1
-            self._wake.set()
-        if known is None or row.version >= known.version:
-            self._pending[key] = row
 
     # -- hot marks ------------------------------------------------------------------------------------
 
@@ -264,12 +208,12 @@ class PollerInstance:
 
         A mark keeps only its latest write, so earlier writes that changed it since the node's last
         good poll (``since``) are re-read too, not only those near ``touched_at``."""
-        state = self._open.get(minute)
+        state = self._plan.open.get(minute)
         # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time.
         if state is None or touched_at == state.last_touch:
             return
         state.last_touch = touched_at
-        self._marks_new = True
+        self._plan.marks_new()
         start = min(touched_at, since)
         if state.first_touch is None or start < state.first_touch:
             state.first_touch = start
@@ -277,20 +221,15 @@ class PollerInstance:
         state.hot_until = until if state.hot_until is None else max(state.hot_until, until)
 
     def marks_polled(self, polled_at: datetime) -> None:
-        """The node read the hot marks, in a poll that began at ``polled_at``: with no new mark for this
-        instance, every change acknowledged before then is in the plan; with new marks, once re-read."""
-        if self._marks_new:
-            self._marks_new = False
-            self._unread_poll = polled_at
-        elif self._unread_poll is None:
-            self._seen_until = polled_at
+        """The node read the hot marks, in a poll that began at ``polled_at``."""
+        self._plan.marks_polled(polled_at)
 
     async def _reread_loop(self) -> None:
         while True:
             await asyncio.sleep(self._s.mark_poll_s)
-            polled = self._unread_poll
+            polled = self._plan.unread_poll
             now = self._now()
-            for state in list(self._open.values()):
+            for state in list(self._plan.open.values()):
                 if state.hot_until is None or state.first_touch is None:
                     continue
                 start = minutes.reread_from(state.minute, state.first_touch, now, self._s.reread_lag_s)
@@ -298,45 +237,19 @@ class PollerInstance:
                 if now > state.hot_until:
                     state.hot_until = state.first_touch = None
             if polled is not None:
-                self._seen_until = polled
-                if self._unread_poll is polled:
-                    self._unread_poll = None
-                self._wake.set()
-
-    def _changes_seen(self, due: datetime) -> bool:
-        """Whether a cancel or change acknowledged in time (the API's guard) for a row due at ``due``
-        would be in the plan by now; if the marks could not be read lately, the row waits."""
-        return self._seen_until is not None and self._seen_until + self._see_ahead >= due
+                self._plan.marks_reread(polled)
 
     # -- firing ---------------------------------------------------------------------------------------
 
     async def _fire_loop(self) -> None:
         while True:
-            if not self._heap:
-                await self._wait(self._wake, None)
-                continue
-            due, sid = self._heap[0]
-            delay = (due - self._now()).total_seconds()
-            if delay > 0:
-                await self._wait(self._wake, delay)
-                continue
-            if not self._lease() or not self._changes_seen(due):
-                # The node may be declared dead by now (it was paused, or its heartbeats fail), or it
-                # could not read hot marks lately: fire nothing until it knows.
-                await self._wait(self._wake, self._s.mark_poll_s)
-                continue
-            heapq.heappop(self._heap)
-            row = self._pending.pop((due, sid), None)
-            if row is not None:
-                await self._slots.acquire()
-                await self._node_slots.acquire()
-                self._dispatch(row)
+            row = await self._plan.next_due()
+            await self._slots.acquire()
+            await self._node_slots.acquire()
+            self._dispatch(row)
 
     def _dispatch(self, row: Schedule) -> None:
-        state = self._open[row.location.minute]
-        state.pending -= 1
-        state.inflight += 1
-        state.fired.add((row.location.due_at, row.schedule_id))
+        state = self._plan.start_fire(row)
         task = asyncio.create_task(self._deliver(row, state))
         self._deliveries.add(task)
         task.add_done_callback(self._delivery_done)
@@ -345,9 +258,8 @@ class PollerInstance:
         """A delivery that raised stops the instance loudly (the close loop re-raises it): its minute is
         poisoned, so the next owner fires it again. Cancelled deliveries (a drain deadline) poison too."""
         self._deliveries.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None and self._crash is None:
-            self._crash = exc
-            self._changed.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._plan.fire_crashed(exc)
 
     async def _deliver(self, row: Schedule, state: OpenMinute) -> None:
         """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
@@ -358,12 +270,10 @@ class PollerInstance:
             settled = True
         finally:
             if not settled:
-                state.poisoned = True
                 self._log.error("fire_not_settled", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
-            state.inflight -= 1
             self._slots.release()
             self._node_slots.release()
-            self._changed.set()
+            self._plan.end_fire(state, settled)
 
     async def _fire(self, row: Schedule) -> None:
         if row.repeat is not None and row.attempts == 0 and not await self._chain(row):
@@ -408,7 +318,7 @@ class PollerInstance:
             await self._superseded(row)
             return False
         if chained.following is not None:
-            self._consider(chained.following)
+            self._plan.consider(chained.following)
         return True
 
     async def _superseded(self, row: Schedule) -> None:
@@ -513,7 +423,7 @@ class PollerInstance:
             retried.append(False)
             return
         retried.append(True)
-        self._consider(retry)  # planned at once if its minute is open here (else read when it opens)
+        self._plan.consider(retry)  # planned at once if its minute is open here (else read when it opens)
         self._log.info(
             "callback_retry_scheduled",
             schedule_id=str(row.schedule_id),
@@ -546,25 +456,24 @@ class PollerInstance:
 
     async def _close_loop(self) -> None:
         while True:
-            await self._wait(self._changed, 0.5)
-            if self._crash is not None:
-                raise InstanceCrashed(f"a delivery crashed: {self._crash!r}") from self._crash
+            await self._plan.wait_changed(0.5)
+            if (crash := self._plan.crash) is not None:
+                raise InstanceCrashed(f"a delivery crashed: {crash!r}") from crash
             await self._close_ready_minutes()
 
     async def _close_ready_minutes(self) -> None:
         now = self._now()
-        for minute in sorted(self._open):
-            state = self._open[minute]
+        for minute in sorted(self._plan.open):
+            state = self._plan.open[minute]
             if state.poisoned or state.reads:
                 return  # never checkpoint past a fire whose outcome is not stored, nor past unread rows
             if now < minutes.closes_at(minute, self._s.minute_close_s) or state.pending or state.inflight:
                 return
             await self._store.write_checkpoint(self.claim, minute)
-            del self._open[minute]
+            self._plan.close_minute(minute)
             self._checkpoint = minute
             self._metrics.checkpoint_lag.labels(str(self.instance)).set((now - minute).total_seconds())
             self._log.info("minute_fired", minute=minute.isoformat(), rows=state.rows, fired=len(state.fired))
-            self._changed.set()
             await self._check_drained(now)
 
     async def _check_drained(self, now: datetime) -> None:
@@ -586,15 +495,6 @@ class PollerInstance:
         delay = (moment - self._now()).total_seconds()
         if delay > 0:
             await asyncio.sleep(delay)
-
-    @staticmethod
-    async def _wait(event: asyncio.Event, timeout_s: float | None) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await event.wait()
-        except TimeoutError:
-            pass
-        event.clear()
 
 
 def _outcome(result: DeliveryResult) -> str:

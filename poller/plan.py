@@ -1,0 +1,188 @@
+"""The firing plan of one instance: the rows of its open minutes by due time, what is in flight, and
+when a due row may fire.
+
+Rows come in through ``consider`` (reads, durable retries, chained occurrences); ``next_due`` hands the
+next due row out once the node holds its lease and every change acknowledged in time for that row has
+been read (the hot-mark gate); ``start_fire`` / ``end_fire`` track it while it is out. A fire that ends
+unsettled poisons its minute, and the first crashed delivery is kept in ``crash``: the checkpointer
+stops the instance on it. Nothing here touches storage or raises; the plan's two signals (``wake`` for
+the fire loop, ``changed`` for whoever waits for minutes to move) are its only effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from schema.model import Schedule, Status
+
+Clock = Callable[[], datetime]
+RowKey = tuple[datetime, UUID]
+
+
+@dataclass
+class OpenMinute:
+    """What an instance knows about one loaded minute."""
+
+    minute: datetime
+    rows: int = 0
+    pending: int = 0
+    inflight: int = 0
+    fired: set[RowKey] = field(default_factory=set)
+    # A fire of this minute ended without its outcome stored (crashed, or abandoned at a drain deadline):
+    # the minute must never be checkpointed by this owner, so the next one fires it again.
+    poisoned: bool = False
+    # Reads of this minute started and not finished (the first load, re-reads after hot marks).
+    reads: int = 0
+    last_touch: datetime | None = None
+    first_touch: datetime | None = None
+    hot_until: datetime | None = None
+
+
+class FiringPlan:
+    def __init__(
+        self, poller_id: int, clock: Clock, lease: Callable[[], bool], *, see_ahead_s: float, recheck_s: float
+    ) -> None:
+        self._poller_id = poller_id
+        self._now = clock
+        self._lease = lease
+        self._recheck_s = recheck_s
+        self._heap: list[RowKey] = []
+        self._pending: dict[RowKey, Schedule] = {}
+        self.open: dict[datetime, OpenMinute] = {}
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self.crash: BaseException | None = None
+        # Every change acknowledged before this (node clock) is in the plan: the latest poll of hot marks
+        # whose marks have all been re-read. A row fires only once this is close enough to its due time.
+        self._seen_until: datetime | None = None
+        self._unread_poll: datetime | None = None  # a poll that brought new marks, not re-read yet
+        self._marks_new = False
+        self._see_ahead = timedelta(seconds=see_ahead_s)
+
+    # -- minutes --------------------------------------------------------------------------------------
+
+    def open_minute(self, minute: datetime, now: datetime, settle_s: float) -> None:
+        # A write racing this read shows up as a mark touched just before now: keep re-reading briefly.
+        self.open[minute] = OpenMinute(minute, first_touch=now, hot_until=now + timedelta(seconds=settle_s))
+
+    def close_minute(self, minute: datetime) -> OpenMinute:
+        state = self.open.pop(minute)
+        self._changed.set()
+        return state
+
+    # -- rows -----------------------------------------------------------------------------------------
+
+    def consider(self, row: Schedule) -> None:
+        """Take a row read from storage into the firing plan (new, changed, or gone). Rows of another
+        instance's partition (a recurring schedule's next occurrence moved off a draining poller) belong
+        to that instance's owner: taking them here would fire them twice, from two nodes."""
+        if row.location.poller_id != self._poller_id:
+            return
+        state = self.open.get(row.location.minute)
+        key = (row.location.due_at, row.schedule_id)
+        if state is None or key in state.fired:
+            return
+        known = self._pending.get(key)
+        if row.status is not Status.SCHEDULED:
+            if known is not None:
+                del self._pending[key]
+                state.pending -= 1
+            return
+        if known is None:
+            heapq.heappush(self._heap, key)
+            state.rows += 1
+            state.pending += 1
+            self._wake.set()
+        if known is None or row.version >= known.version:
+            self._pending[key] = row
+
+    async def next_due(self) -> Schedule:
+        """Wait for the next row that is due and may fire, and take it off the plan."""
+        while True:
+            if not self._heap:
+                await _wait(self._wake, None)
+                continue
+            due, sid = self._heap[0]
+            delay = (due - self._now()).total_seconds()
+            if delay > 0:
+                await _wait(self._wake, delay)
+                continue
+            if not self._lease() or not self._changes_seen(due):
+                # The node may be declared dead by now (it was paused, or its heartbeats fail), or it
+                # could not read hot marks lately: fire nothing until it knows.
+                await _wait(self._wake, self._recheck_s)
+                continue
+            heapq.heappop(self._heap)
+            row = self._pending.pop((due, sid), None)
+            if row is not None:
+                return row
+
+    def start_fire(self, row: Schedule) -> OpenMinute:
+        """``row`` (from ``next_due``) goes out: it is in flight until ``end_fire``."""
+        state = self.open[row.location.minute]
+        state.pending -= 1
+        state.inflight += 1
+        state.fired.add((row.location.due_at, row.schedule_id))
+        return state
+
+    def end_fire(self, state: OpenMinute, settled: bool) -> None:
+        """A fire of ``state``'s minute is over; unsettled (no outcome stored), it poisons the minute."""
+        if not settled:
+            state.poisoned = True
+        state.inflight -= 1
+        self._changed.set()
+
+    def fire_crashed(self, exc: BaseException) -> None:
+        """A delivery raised: keep the first such error, for the checkpointer to stop the instance on."""
+        if self.crash is None:
+            self.crash = exc
+            self._changed.set()
+
+    async def wait_changed(self, timeout_s: float) -> None:
+        """Until a minute may have moved (opened, closed, a fire ended), or ``timeout_s`` passes."""
+        await _wait(self._changed, timeout_s)
+
+    # -- the hot-mark gate ----------------------------------------------------------------------------
+
+    def marks_new(self) -> None:
+        """A hot mark of this instance changed: the poll that saw it covers nothing until it is re-read."""
+        self._marks_new = True
+
+    def marks_polled(self, polled_at: datetime) -> None:
+        """The node read the hot marks, in a poll that began at ``polled_at``: with no new mark for this
+        instance, every change acknowledged before then is in the plan; with new marks, once re-read."""
+        if self._marks_new:
+            self._marks_new = False
+            self._unread_poll = polled_at
+        elif self._unread_poll is None:
+            self._seen_until = polled_at
+
+    @property
+    def unread_poll(self) -> datetime | None:
+        return self._unread_poll
+
+    def marks_reread(self, polled: datetime) -> None:
+        """Every mark of the poll begun at ``polled`` has been re-read: changes before it are planned."""
+        self._seen_until = polled
+        if self._unread_poll is polled:
+            self._unread_poll = None
+        self._wake.set()
+
+    def _changes_seen(self, due: datetime) -> bool:
+        """Whether a cancel or change acknowledged in time (the API's guard) for a row due at ``due``
+        would be in the plan by now; if the marks could not be read lately, the row waits."""
+        return self._seen_until is not None and self._seen_until + self._see_ahead >= due
+
+
+async def _wait(event: asyncio.Event, timeout_s: float | None) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        pass
+    event.clear()
