@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -70,6 +71,35 @@ def migrate(settings: StoreSettings) -> list[str]:
         cluster.shutdown()
 
 
+def pending(settings: StoreSettings) -> list[str]:
+    """The migration files not applied yet (all of them if the keyspace does not exist). Reads only."""
+    cluster = build_cluster(settings)
+    try:
+        session = cluster.connect()
+        if session.cluster.metadata.keyspaces.get(settings.keyspace) is None:
+            return [name for _, name, _ in queries.migrations()]
+        rows = session.execute(f"SELECT version FROM {settings.keyspace}.schema_migrations")
+        done = {row.version for row in rows}
+        return [name for version, name, _ in queries.migrations() if version not in done]
+    finally:
+        cluster.shutdown()
+
+
+def wait_migrated(settings: StoreSettings, timeout_s: float, poll_s: float = 2.0) -> list[str]:
+    """Wait until every migration is applied (by someone else, e.g. the migration Job), or the deadline
+    passes; returns what is still pending then. Cassandra not answering yet counts as pending."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            left = pending(settings)
+        except Exception as exc:  # not reachable yet, or the table is not there yet: keep waiting
+            left = [f"(store not ready: {type(exc).__name__})"]
+        if not left or time.monotonic() >= deadline:
+            return left
+        log.info("waiting_for_migrations", keyspace=settings.keyspace, pending=left)
+        time.sleep(poll_s)
+
+
 def drop(settings: StoreSettings) -> None:
     """Drop the keyspace (tests and benchmarks only: refused unless the name contains 'test' or 'bench')."""
     if "test" not in settings.keyspace and "bench" not in settings.keyspace:
@@ -84,10 +114,24 @@ def drop(settings: StoreSettings) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tickd-migrate", description=__doc__)
     parser.add_argument("--drop", action="store_true", help="drop the (test) keyspace instead of migrating")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="apply nothing: wait up to SECONDS until every migration has been applied (an init container "
+        "waiting for the migration Job); exit 1 if some are still pending then",
+    )
     args = parser.parse_args(argv)
     logs.configure()
     try:
         settings = StoreSettings.from_env()
+        if args.wait is not None:
+            left = wait_migrated(settings, args.wait)
+            if left:
+                print(f"tickd-migrate: still pending after {args.wait:g} s: {', '.join(left)}", file=sys.stderr)
+                return 1
+            log.info("migrations_present", keyspace=settings.keyspace)
+            return 0
         if args.drop:
             drop(settings)
             log.info("keyspace_dropped", keyspace=settings.keyspace)
