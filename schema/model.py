@@ -166,10 +166,25 @@ class Client:
     poller_span: int = 0
     kafka_topics: frozenset[str] = frozenset()
     resized_at: datetime | None = None
+    # The HMAC key of the client's Kafka acks (``poller.acks``); never shown. "" until one is created.
+    ack_secret: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.poller_span < self.poller_count:
             object.__setattr__(self, "poller_span", self.poller_count)
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyKey:
+    """An Idempotency-Key as the first request that sent it reserved it: the schedule it creates, a
+    digest of that request (method, path, canonical body) and the time it was built at. Keys reserved
+    before digests were kept have neither (None)."""
+
+    client_id: str
+    key: str
+    schedule_id: UUID
+    request_digest: str | None
+    created_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -212,6 +227,8 @@ class Schedule:
     options: Options | None = None
     # Recurring schedules: which occurrence this row is (1 = the first). 0 for one-time schedules.
     seq: int = 0
+    # Delivery only, never stored: what a throttled event's consumer puts in its Kafka ack (``poller.acks``).
+    ack_token: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def instance(self) -> InstanceKey:

@@ -19,6 +19,7 @@ from schema.model import (
     DeadLetter,
     FireOutcome,
     HotMark,
+    IdempotencyKey,
     InstanceKey,
     ListCursor,
     NodeInfo,
@@ -41,7 +42,11 @@ class ClientStore(Protocol):
     async def list_clients(self) -> list[Client]: ...
 
     async def update_client(self, client: Client) -> None:
-        """Overwrite a client's mutable fields with those of ``client``."""
+        """Overwrite a client's mutable fields with those of ``client`` (not its ack secret)."""
+
+    async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
+        """The client's ack secret; a client without one gets ``candidate`` unless another writer's
+        landed first (compare-and-set). None for an unknown client."""
 
 
 class ScheduleStore(Protocol):
@@ -52,8 +57,9 @@ class ScheduleStore(Protocol):
         """``create_schedule`` for a few schedules in one atomic write (all or none): cheaper per
         schedule. Keep groups small (the write is one Cassandra batch)."""
 
-    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
-        """Bind ``key`` to ``schedule_id`` unless already bound; returns the id the key is bound to."""
+    async def reserve_idempotency_key(self, reservation: IdempotencyKey) -> IdempotencyKey:
+        """Reserve the key for ``reservation`` unless it is reserved already (compare-and-set); the
+        reservation the key holds: ``reservation`` itself if it was free. Kept 24 h."""
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None: ...
 

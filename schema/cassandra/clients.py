@@ -12,7 +12,8 @@ class ClientRows:
     _db: Bridge
 
     async def create_client(self, client: Client) -> bool:
-        values = {**_fields(client), "created_at": client.created_at}
+        secret = unset_if_none(client.ack_secret or None)
+        values = {**_fields(client), "created_at": client.created_at, "ack_secret": secret}
         applied, _ = await self._db.applied("insert_client", values)
         return applied
 
@@ -25,6 +26,13 @@ class ClientRows:
 
     async def update_client(self, client: Client) -> None:
         await self._db.write("update_client", _fields(client))
+
+    async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
+        client = await self.get_client(client_id)
+        if client is None or client.ack_secret:
+            return client.ack_secret if client is not None else None
+        applied, row = await self._db.applied("set_ack_secret", {"client_id": client_id, "ack_secret": candidate})
+        return candidate if applied else str(row.ack_secret)
 
 
 def _fields(client: Client) -> Values:
@@ -52,4 +60,5 @@ def _client(row: Row) -> Client:
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         resized_at=utc(row.resized_at) if row.resized_at else None,
+        ack_secret=row.ack_secret or "",
     )

@@ -24,6 +24,7 @@ from schema.errors import Conflict
 from schema.model import (
     DeadLetter,
     FireOutcome,
+    IdempotencyKey,
     InstanceKey,
     Location,
     Schedule,
@@ -147,13 +148,21 @@ class Schedules(moves.PollerMoves, listing.Listing):
         for schedule in schedules:
             self._horizons.note(schedule.instance, schedule.location.minute)
 
-    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
-        values = {"client_id": client_id, "key": key, "schedule_id": schedule_id}
-        applied, row = await self._db.applied("claim_idempotency_key", values)
+    async def reserve_idempotency_key(self, reservation: IdempotencyKey) -> IdempotencyKey:
+        values = {
+            "client_id": reservation.client_id,
+            "key": reservation.key,
+            "schedule_id": reservation.schedule_id,
+            "request_digest": reservation.request_digest,
+            "created_at": reservation.created_at,
+        }
+        applied, row = await self._db.applied("reserve_idempotency_key", values)
         if applied:
-            return schedule_id
-        existing: UUID = row.schedule_id
-        return existing
+            return reservation
+        created_at = utc(row.created_at) if row.created_at else None
+        return dataclasses.replace(
+            reservation, schedule_id=row.schedule_id, request_digest=row.request_digest, created_at=created_at
+        )
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
         rows = await self._db.rows("get_ref", {"client_id": client_id, "schedule_id": schedule_id})

@@ -31,6 +31,7 @@ def client(row: Values) -> Client:
         created_at=row.created_at,
         updated_at=row.updated_at,
         resized_at=row.resized_at,
+        ack_secret=row.ack_secret or "",
     )
 
 

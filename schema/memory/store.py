@@ -30,6 +30,7 @@ from schema.model import (
     DeadLetter,
     FireOutcome,
     HotMark,
+    IdempotencyKey,
     InstanceKey,
     Location,
     NodeInfo,
@@ -142,7 +143,7 @@ class MemoryStore(moves.PollerMoves, Listing):
         )
 
     async def create_client(self, client: Client) -> bool:
-        values = self._client_values(client) | {"created_at": client.created_at}
+        values = self._client_values(client) | _set(created_at=client.created_at, ack_secret=client.ack_secret or None)
         write = Write("insert_client", t.CLIENTS, {"client_id": client.client_id}, values, insert=True)
         applied, _ = await self._db.lwt(write, None)
         return applied
@@ -161,6 +162,14 @@ class MemoryStore(moves.PollerMoves, Listing):
     async def update_client(self, client: Client) -> None:
         key = {"client_id": client.client_id}
         await self._db.write(Write("update_client", t.CLIENTS, key, self._client_values(client)))
+
+    async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
+        client = await self.get_client(client_id)
+        if client is None or client.ack_secret:
+            return client.ack_secret if client is not None else None
+        write = Write("set_ack_secret", t.CLIENTS, {"client_id": client_id}, {"ack_secret": candidate})
+        applied, row = await self._db.lwt(write, {"ack_secret": None})
+        return candidate if applied else str(row.ack_secret)
 
     # -- schedules: statements ----------------------------------------------------------------------
 
@@ -233,16 +242,24 @@ class MemoryStore(moves.PollerMoves, Listing):
         for s in schedules:
             self._note_horizon(s.instance, s.location.minute)
 
-    async def claim_idempotency_key(self, client_id: str, key: str, schedule_id: UUID) -> UUID:
+    async def reserve_idempotency_key(self, reservation: IdempotencyKey) -> IdempotencyKey:
         write = Write(
-            "claim_idempotency_key",
+            "reserve_idempotency_key",
             t.IDEMPOTENCY_KEYS,
-            {"client_id": client_id, "key": key},
-            {"schedule_id": schedule_id},
+            {"client_id": reservation.client_id, "key": reservation.key},
+            {
+                "schedule_id": reservation.schedule_id,
+                "request_digest": reservation.request_digest,
+                "created_at": reservation.created_at,
+            },
             insert=True,
         )
         applied, row = await self._db.lwt(write, None)
-        return schedule_id if applied else cast(UUID, row["schedule_id"])
+        if applied:
+            return reservation
+        return dataclasses.replace(
+            reservation, schedule_id=row.schedule_id, request_digest=row.request_digest, created_at=row.created_at
+        )
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
         key = {"client_id": client_id, "schedule_id": schedule_id}

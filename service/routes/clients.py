@@ -14,6 +14,7 @@ import structlog
 from aiohttp import web
 
 from schema.errors import AlreadyExists, NotFound
+from schema.events import new_ack_secret
 from schema.model import Client
 from service import keys, params
 from service.auth import new_api_key
@@ -32,7 +33,8 @@ async def create_client(request: web.Request) -> web.Response:
     count = body.poller_count
     api_key, key_hash = new_api_key(body.client_id)
     at = now()
-    client = Client(body.client_id, count, True, key_hash, at, at, kafka_topics=topic_grants(body.kafka_topics))
+    grants = topic_grants(body.kafka_topics)
+    client = Client(body.client_id, count, True, key_hash, at, at, kafka_topics=grants, ack_secret=new_ack_secret())
     if not await request.app[keys.STORE].create_client(client):
         raise AlreadyExists(f"client {body.client_id!r} already exists", field="client_id")
     request.app[keys.AUTH].cache.put(client.client_id, client)

@@ -225,14 +225,6 @@ async def test_a_cancel_inside_the_hot_window_leaves_a_mark(
     assert InstanceKey(client_id, 1) in {m.instance for m in await store.hot_marks(s.location.minute)}
 
 
-async def test_idempotency_key_binds_once(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
-    first, second = new_schedule(env.later(60)).schedule_id, new_schedule(env.later(60)).schedule_id
-    assert await store.claim_idempotency_key(client_id, "k1", first) == first
-    assert await store.claim_idempotency_key(client_id, "k1", second) == first
-    assert await store.claim_idempotency_key(f"{client_id}-other", "k1", second) == second
-    assert await store.claim_idempotency_key(client_id, "k2", second) == second
-
-
 async def test_requeue_keeps_the_fire_id_and_moves_the_row(
     env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
