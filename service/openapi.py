@@ -93,9 +93,12 @@ OPERATIONS: tuple[Op, ...] = (
         views.ScheduleView,
         validation.ScheduleCreate,
         "client",
-        (*_V, 403, 413, 429, 503),
+        (*_V, 403, 409, 413, 422, 429, 503),
         headers=params.CreateHeaders,
-        description="Idempotency-Key: a retried create with the same key returns the original (200).",
+        description=(
+            "Idempotency-Key: a retried create with the same key and request returns the original (200); "
+            "the key with another request is 422; while the first is still in flight, 409 with Retry-After."
+        ),
     ),
     Op(
         "post",
@@ -251,6 +254,7 @@ _STATUS_TEXT = {
     409: "Conflict (exists, already fired, fire imminent, raced)",
     413: "Body or payload too large",
     415: "Not application/json",
+    422: "Idempotency-Key already used with another request",
     429: "Rate limited (see Retry-After)",
     503: "Store unavailable (see Retry-After), or admin disabled",
 }

@@ -60,6 +60,11 @@ class ApiSettings:
     max_line_bytes: int = 8190
     max_headers: int = 64
     keepalive_s: float = 75.0
+    # Idempotency-Key (service.idempotency): how long a retry waits for the first request's schedule to
+    # appear, and the age after which a reservation whose schedule never appeared is completed by a retry
+    # (past any write the first request could still have in flight).
+    idempotency_wait_s: float = 1.0
+    idempotency_takeover_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -102,4 +107,8 @@ class ApiSettings:
             max_line_bytes=env_int(env, "TICKD_MAX_LINE_BYTES", cls.max_line_bytes, low=1024, high=65536),
             max_headers=env_int(env, "TICKD_MAX_HEADERS", cls.max_headers, low=8, high=1024),
             keepalive_s=env_float(env, "TICKD_KEEPALIVE_S", cls.keepalive_s, low=1, high=3600),
+            idempotency_wait_s=env_float(env, "TICKD_IDEMPOTENCY_WAIT_S", cls.idempotency_wait_s, low=0, high=30),
+            idempotency_takeover_s=env_float(
+                env, "TICKD_IDEMPOTENCY_TAKEOVER_S", cls.idempotency_takeover_s, low=1, high=3600
+            ),
         )

@@ -23,8 +23,8 @@ from msgspec import UNSET, UnsetType
 from schema import recurrence as rec
 from schema import timing
 from schema.errors import Conflict, NotFound, StoreUnavailable, TickdError
-from schema.model import Callback, Client, ListCursor, Location, Options, Repeat, Schedule, Status
-from service import budgets, keys, params, recurring
+from schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
+from service import budgets, idempotency, keys, params, recurring
 from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
 from service.routes.common import conflict, now, read_json
@@ -68,8 +68,10 @@ async def _callback(request: web.Request, client: Client, target: Target) -> Cal
     return check_kafka(target, client.kafka_topics, "callback.")
 
 
-async def _build(request: web.Request, client: Client, body: ScheduleCreate, at: datetime) -> Schedule:
-    """A validated, not yet written schedule; raises ``Invalid`` naming the field."""
+async def _build(
+    request: web.Request, client: Client, body: ScheduleCreate, at: datetime, schedule_id: uuid.UUID | None = None
+) -> Schedule:
+    """A validated, not yet written schedule (a new id unless given); raises ``Invalid`` naming the field."""
     settings = request.app[keys.SETTINGS]
     repeat = None
     if recurring.asks_repeat(body):
@@ -88,7 +90,7 @@ async def _build(request: web.Request, client: Client, body: ScheduleCreate, at:
     payload = payload_bytes(body.payload, settings)
     budgets.check(options, len(payload), settings)
     callback = await _callback(request, client, body.callback)
-    return _placed(client, uuid.uuid4(), fire_at, payload, callback, at, options)
+    return _placed(client, schedule_id or uuid.uuid4(), fire_at, payload, callback, at, options)
 
 
 def _placed(
@@ -137,27 +139,45 @@ async def create_schedule(request: web.Request) -> web.Response:
     client = await _creator(request)
     key = _idempotency_key(request)
     settings = request.app[keys.SETTINGS]
-    body = decode(
-        request.app[keys.TYPES].schedule_create, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
-    )
+    raw = await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
+    body = decode(request.app[keys.TYPES].schedule_create, raw)
     at = now()
     schedule = await _build(request, client, body, at)
     request.app[keys.LIMITER].take(client.client_id)
-    store = request.app[keys.STORE]
     if key is not None:
-        bound = await store.claim_idempotency_key(client.client_id, key, schedule.schedule_id)
-        if bound != schedule.schedule_id:
-            existing = await store.get_schedule(client.client_id, bound)
-            if existing is not None:
-                return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
-            # The first attempt claimed the key but its write did not land: write it under that id.
-            schedule = _placed(
-                client, bound, schedule.fire_at, schedule.payload, schedule.callback, at, schedule.options
-            )
-    await request.app[keys.CREATES].create(schedule, at)
+        digest = idempotency.request_digest(request.method, request.path, raw)
+        reservation = IdempotencyKey(client.client_id, key, schedule.schedule_id, digest, at)
+        bound = await request.app[keys.STORE].reserve_idempotency_key(reservation)
+        if bound.schedule_id != schedule.schedule_id:
+            replayed = await _reserved_elsewhere(request, client, body, bound, digest)
+            if isinstance(replayed, web.Response):
+                return replayed
+            schedule = replayed
+    await request.app[keys.CREATES].create(schedule, now())
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
     return json_response(schedule_view(schedule), 201)
+
+
+async def _reserved_elsewhere(
+    request: web.Request, client: Client, body: ScheduleCreate, bound: IdempotencyKey, digest: str
+) -> web.Response | Schedule:
+    """Another request holds the key (see ``service.idempotency``): the replayed answer, or the schedule
+    it reserved, rebuilt to be written now because that request is gone."""
+    idempotency.check_same_request(bound, digest)
+    settings, at = request.app[keys.SETTINGS], now()
+    takeover = idempotency.abandoned(bound, at, settings.idempotency_takeover_s)
+    wait_s = 0.0 if takeover else settings.idempotency_wait_s
+    existing = await idempotency.written(request.app[keys.STORE], bound, wait_s)
+    if existing is not None:
+        return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
+    if not takeover:
+        raise idempotency.in_progress(bound, now(), settings.idempotency_takeover_s)
+    log.info("idempotency_key_taken_over", client_id=client.client_id, schedule_id=str(bound.schedule_id))
+    # Fire time (and so fire id) as the first request computed it; a fire time now past is due now.
+    rebuilt = await _build(request, client, body, bound.created_at or at, bound.schedule_id)
+    due_at = recurring.due_at(rebuilt.schedule_id, rebuilt.fire_at, rebuilt.options, at)
+    return dataclasses.replace(rebuilt, location=Location(rebuilt.location.poller_id, due_at))
 
 
 async def _batch_item(request: web.Request, client: Client, raw: msgspec.Raw, at: datetime) -> Schedule:
