@@ -22,6 +22,7 @@ from poller import minutes, recurring
 from poller.delivery import CallbackRouter, DeliveryResult
 from poller.durable import durably
 from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
+from poller.loader import MinuteLoader
 from poller.metrics import Metrics
 from poller.outcomes import OutcomeWriter
 from poller.plan import FiringPlan, OpenMinute
@@ -94,6 +95,7 @@ class PollerInstance:
         self.drained = False
         self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
         self._outcomes = OutcomeWriter(store, settings.outcome_flush_s, self._log)
+        self._loader = MinuteLoader(claim.instance, store, self._plan, settings, clock, self._log)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -101,10 +103,10 @@ class PollerInstance:
         """Fire until cancelled; the caller stops it with ``stop()``."""
         start = await self._resume()
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._minutes_loop(start))
+            tg.create_task(self._loader.run(start))
             tg.create_task(self._fire_loop())
             tg.create_task(self._outcomes.run())
-            tg.create_task(self._reread_loop())
+            tg.create_task(self._loader.reread_loop())
             tg.create_task(self._close_loop())
 
     async def drain(self, deadline_s: float) -> None:
@@ -163,81 +165,15 @@ class PollerInstance:
             await self._store.record_skipped(self.instance, minute, reason, len(live))
             self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)
 
-    # -- loading --------------------------------------------------------------------------------------
-
-    async def _minutes_loop(self, start: datetime) -> None:
-        minute = start
-        while True:
-            await self._sleep_until(minutes.opens_at(minute, self._s.preload_s))
-            while len(self._plan.open) >= 3:  # bound memory during catch-up
-                await self._plan.wait_changed(1.0)
-            await self._open_minute(minute)
-            minute += minutes.MINUTE
-
-    async def _open_minute(self, minute: datetime) -> None:
-        self._plan.open_minute(minute, self._now(), self._s.mark_settle_s)
-        rows = await self._read(minute, None)
-        self._log.debug("minute_loaded", minute=minute.isoformat(), rows=rows)
-
-    async def _read(self, minute: datetime, from_due: datetime | None) -> int:
-        """Read the minute (from ``from_due``) into the plan, retrying storage errors. Until every read
-        of a minute has completed, the minute cannot close: a read cut short (an error, a drain) would
-        otherwise let the checkpoint pass rows nobody loaded."""
-        state = self._plan.open.get(minute)
-        if state is None:
-            return 0
-        state.reads += 1
-        count = 0
-
-        async def read() -> None:
-            nonlocal count
-            count = 0
-            async for page in self._store.read_minute(self.instance, minute, from_due=from_due):
-                for row in page:
-                    self._plan.consider(row)
-                count += len(page)
-
-        await durably(self._log, "read_minute", read)
-        state.reads -= 1
-        return count
-
     # -- hot marks ------------------------------------------------------------------------------------
 
     def on_mark(self, minute: datetime, touched_at: datetime, since: datetime) -> None:
-        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh.
-
-        A mark keeps only its latest write, so earlier writes that changed it since the node's last
-        good poll (``since``) are re-read too, not only those near ``touched_at``."""
-        state = self._plan.open.get(minute)
-        # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time.
-        if state is None or touched_at == state.last_touch:
-            return
-        state.last_touch = touched_at
-        self._plan.marks_new()
-        start = min(touched_at, since)
-        if state.first_touch is None or start < state.first_touch:
-            state.first_touch = start
-        until = max(touched_at, self._now()) + timedelta(seconds=self._s.mark_settle_s)
-        state.hot_until = until if state.hot_until is None else max(state.hot_until, until)
+        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh."""
+        self._loader.on_mark(minute, touched_at, since)
 
     def marks_polled(self, polled_at: datetime) -> None:
         """The node read the hot marks, in a poll that began at ``polled_at``."""
         self._plan.marks_polled(polled_at)
-
-    async def _reread_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._s.mark_poll_s)
-            polled = self._plan.unread_poll
-            now = self._now()
-            for state in list(self._plan.open.values()):
-                if state.hot_until is None or state.first_touch is None:
-                    continue
-                start = minutes.reread_from(state.minute, state.first_touch, now, self._s.reread_lag_s)
-                await self._read(state.minute, start)
-                if now > state.hot_until:
-                    state.hot_until = state.first_touch = None
-            if polled is not None:
-                self._plan.marks_reread(polled)
 
     # -- firing ---------------------------------------------------------------------------------------
 
@@ -383,7 +319,7 @@ class PollerInstance:
             minute, due = event.location.minute, event.location.due_at
             earliest[minute] = min(due, earliest.get(minute, due))
         for minute, due in sorted(earliest.items()):
-            await self._read(minute, due)
+            await self._loader.read(minute, due)
         self._log.info("fire_expanded", fire_id=fire_id, events=len(events), window_ms=options.window_ms)
         await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
 
@@ -490,11 +426,6 @@ class PollerInstance:
             raise InstanceDrained
 
     # -- helpers --------------------------------------------------------------------------------------
-
-    async def _sleep_until(self, moment: datetime) -> None:
-        delay = (moment - self._now()).total_seconds()
-        if delay > 0:
-            await asyncio.sleep(delay)
 
 
 def _outcome(result: DeliveryResult) -> str:

@@ -1,0 +1,124 @@
+"""The minute loader of one instance: it reads each minute partition into the firing plan
+``preload_s`` before the minute (one paged read), and re-reads the tail of an open minute while a hot
+mark says a late write landed there.
+
+Storage errors are retried (``durably``) with the read still counted on its minute, so a minute
+never closes over rows nobody loaded; a read cut short by anything else (a bug, a cancelled drain)
+leaves the count up for good: that minute is not checkpointed by this owner, and the error stops the
+instance's task group. Marks reach it from the node through ``on_mark``; the plan's hot-mark gate
+learns that their re-read is done from ``reread_loop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from structlog.typing import FilteringBoundLogger
+
+from poller import minutes
+from poller.durable import durably
+from poller.plan import FiringPlan
+from poller.settings import PollerSettings
+from schema.model import InstanceKey
+from schema.store import Store
+
+Clock = Callable[[], datetime]
+# Minutes open at once, at most: bounds memory while catching up.
+_MAX_OPEN_MINUTES = 3
+
+
+class MinuteLoader:
+    def __init__(
+        self,
+        instance: InstanceKey,
+        store: Store,
+        plan: FiringPlan,
+        settings: PollerSettings,
+        clock: Clock,
+        log: FilteringBoundLogger,
+    ) -> None:
+        self._instance = instance
+        self._store = store
+        self._plan = plan
+        self._s = settings
+        self._now = clock
+        self._log = log
+
+    async def run(self, start: datetime) -> None:
+        """Open every minute from ``start`` on, each at its preload time, until cancelled."""
+        minute = start
+        while True:
+            await self._sleep_until(minutes.opens_at(minute, self._s.preload_s))
+            while len(self._plan.open) >= _MAX_OPEN_MINUTES:
+                await self._plan.wait_changed(1.0)
+            await self._open_minute(minute)
+            minute += minutes.MINUTE
+
+    async def _open_minute(self, minute: datetime) -> None:
+        self._plan.open_minute(minute, self._now(), self._s.mark_settle_s)
+        rows = await self.read(minute, None)
+        self._log.debug("minute_loaded", minute=minute.isoformat(), rows=rows)
+
+    async def read(self, minute: datetime, from_due: datetime | None) -> int:
+        """Read the minute (from ``from_due``) into the plan, retrying storage errors. Until every read
+        of a minute has completed, the minute cannot close: a read cut short (an error, a drain) would
+        otherwise let the checkpoint pass rows nobody loaded."""
+        state = self._plan.open.get(minute)
+        if state is None:
+            return 0
+        state.reads += 1
+        count = 0
+
+        async def read() -> None:
+            nonlocal count
+            count = 0
+            async for page in self._store.read_minute(self._instance, minute, from_due=from_due):
+                for row in page:
+                    self._plan.consider(row)
+                count += len(page)
+
+        await durably(self._log, "read_minute", read)
+        state.reads -= 1
+        return count
+
+    # -- hot marks ------------------------------------------------------------------------------------
+
+    def on_mark(self, minute: datetime, touched_at: datetime, since: datetime) -> None:
+        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh.
+
+        A mark keeps only its latest write, so earlier writes that changed it since the node's last
+        good poll (``since``) are re-read too, not only those near ``touched_at``."""
+        state = self._plan.open.get(minute)
+        # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time.
+        if state is None or touched_at == state.last_touch:
+            return
+        state.last_touch = touched_at
+        self._plan.marks_new()
+        start = min(touched_at, since)
+        if state.first_touch is None or start < state.first_touch:
+            state.first_touch = start
+        until = max(touched_at, self._now()) + timedelta(seconds=self._s.mark_settle_s)
+        state.hot_until = until if state.hot_until is None else max(state.hot_until, until)
+
+    async def reread_loop(self) -> None:
+        """Every ``mark_poll_s``: re-read the hot minutes, then tell the plan which poll is covered."""
+        while True:
+            await asyncio.sleep(self._s.mark_poll_s)
+            polled = self._plan.unread_poll
+            now = self._now()
+            for state in list(self._plan.open.values()):
+                if state.hot_until is None or state.first_touch is None:
+                    continue
+                start = minutes.reread_from(state.minute, state.first_touch, now, self._s.reread_lag_s)
+                await self.read(state.minute, start)
+                if now > state.hot_until:
+                    state.hot_until = state.first_touch = None
+            if polled is not None:
+                self._plan.marks_reread(polled)
+
+    async def _sleep_until(self, moment: datetime) -> None:
+        delay = (moment - self._now()).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)
