@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from poller import minutes, recurring
+from poller import recurring
+from poller.checkpoint import Checkpointer
 from poller.delivery import CallbackRouter, DeliveryResult
 from poller.durable import durably
 from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
@@ -37,7 +38,6 @@ from schema.model import (
     Client,
     DeadLetter,
     EventOf,
-    FireOutcome,
     Location,
     Options,
     Schedule,
@@ -46,7 +46,6 @@ from schema.model import (
     callback_type,
 )
 from schema.store import Store
-from schema.timing import minute_bucket
 
 __all__ = ["InstanceCrashed", "InstanceDrained", "LeaseLost", "OpenMinute", "PollerInstance"]
 
@@ -91,23 +90,32 @@ class PollerInstance:
         self._deliveries: set[asyncio.Task[None]] = set()
         self._rng = rng or random.Random()
         self._lease = lease
-        self._checkpoint: datetime | None = None
-        self.drained = False
         self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
         self._outcomes = OutcomeWriter(store, settings.outcome_flush_s, self._log)
         self._loader = MinuteLoader(claim.instance, store, self._plan, settings, clock, self._log)
+        self._checkpoints = Checkpointer(
+            claim, self._current_client, store, self._plan, settings, metrics, clock, self._log
+        )
+
+    @property
+    def drained(self) -> bool:
+        """Whether the instance stopped because its partitions are empty for good (a lowered quota)."""
+        return self._checkpoints.drained
+
+    def _current_client(self) -> Client:
+        return self.client
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Fire until cancelled; the caller stops it with ``stop()``."""
-        start = await self._resume()
+        start = await self._checkpoints.resume()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._loader.run(start))
             tg.create_task(self._fire_loop())
             tg.create_task(self._outcomes.run())
             tg.create_task(self._loader.reread_loop())
-            tg.create_task(self._close_loop())
+            tg.create_task(self._checkpoints.run())
 
     async def drain(self, deadline_s: float) -> None:
         """After the loops are cancelled: let in-flight callbacks finish, record them, checkpoint.
@@ -123,47 +131,7 @@ class PollerInstance:
             task.cancel()
         await self._outcomes.flush()
         with contextlib.suppress(InstanceDrained):
-            await self._close_ready_minutes()
-
-    async def _resume(self) -> datetime:
-        cp = await self._store.get_checkpoint(self.instance)
-        if cp is not None:
-            # Re-stamp under our epoch: from now on a stale owner's checkpoint writes are ignored.
-            await self._store.write_checkpoint(self.claim, cp.minute)
-            self._checkpoint = cp.minute
-        plan = minutes.plan_start(
-            cp.minute if cp else None, self.client.created_at, self._now(), self._s.catch_up_window_s
-        )
-        if plan.skip_from is not None:
-            await self._record_skipped(plan.skip_from, plan.start)
-        current = minute_bucket(self._now())
-        if cp is not None and plan.start < current:
-            self._log.info("catch_up", from_minute=plan.start.isoformat(), to_minute=current.isoformat())
-        return plan.start
-
-    async def _record_skipped(self, start: datetime, end: datetime) -> None:
-        reason = f"older than the catch-up window ({self._s.catch_up_window_s} s)"
-        for minute in minutes.minutes_between(start, end)[-1440:]:
-            rows = [r async for page in self._store.read_minute(self.instance, minute) for r in page]
-            live = [r for r in rows if r.status is Status.SCHEDULED]
-            if not live:
-                continue
-            now = self._now()
-            await self._store.record_outcomes(
-                [
-                    FireOutcome(
-                        r.client_id, r.schedule_id, r.location, Status.FAILED, r.attempts, now, f"skipped: {reason}"
-                    )
-                    for r in live
-                ]
-            )
-            for r in live:
-                if r.repeat is not None and r.attempts == 0:
-                    # A recurring schedule lives on: its timeline resumes at the first occurrence after now.
-                    following = recurring.following(r, r.repeat, now, now, self.client.poller_count)
-                    await self._store.chain_schedule(r, following, now)
-            await self._store.record_skipped(self.instance, minute, reason, len(live))
-            self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)
+            await self._checkpoints.close_ready_minutes()
 
     # -- hot marks ------------------------------------------------------------------------------------
 
@@ -387,45 +355,6 @@ class PollerInstance:
             attempts=result.attempts,
             error=result.error,
         )
-
-    # -- closing minutes ------------------------------------------------------------------------------
-
-    async def _close_loop(self) -> None:
-        while True:
-            await self._plan.wait_changed(0.5)
-            if (crash := self._plan.crash) is not None:
-                raise InstanceCrashed(f"a delivery crashed: {crash!r}") from crash
-            await self._close_ready_minutes()
-
-    async def _close_ready_minutes(self) -> None:
-        now = self._now()
-        for minute in sorted(self._plan.open):
-            state = self._plan.open[minute]
-            if state.poisoned or state.reads:
-                return  # never checkpoint past a fire whose outcome is not stored, nor past unread rows
-            if now < minutes.closes_at(minute, self._s.minute_close_s) or state.pending or state.inflight:
-                return
-            await self._store.write_checkpoint(self.claim, minute)
-            self._plan.close_minute(minute)
-            self._checkpoint = minute
-            self._metrics.checkpoint_lag.labels(str(self.instance)).set((now - minute).total_seconds())
-            self._log.info("minute_fired", minute=minute.isoformat(), rows=state.rows, fired=len(state.fired))
-            await self._check_drained(now)
-
-    async def _check_drained(self, now: datetime) -> None:
-        """Beyond a lowered quota, an instance stops once nothing remains at or after its checkpoint."""
-        c = self.client
-        if self.instance.poller_id < c.poller_count or c.resized_at is None:
-            return
-        if (now - c.resized_at).total_seconds() < self._s.drain_grace_s:
-            return
-        horizon = await self._store.get_horizon(self.instance)
-        if horizon is None or (self._checkpoint is not None and self._checkpoint >= horizon):
-            self.drained = True
-            self._log.info("instance_drained", horizon=horizon.isoformat() if horizon else None)
-            raise InstanceDrained
-
-    # -- helpers --------------------------------------------------------------------------------------
 
 
 def _outcome(result: DeliveryResult) -> str:
