@@ -1,50 +1,39 @@
-"""One poller instance running under a claim.
+"""One poller instance running under a claim: the composition of its parts, each with one job.
 
-It opens each minute partition ``preload_s`` before the minute (one paged read), fires every row at its
-own due time, re-reads the tail of an open minute when a hot mark says a late write landed there, writes
-outcomes in per-partition batches and, once a minute is closed and all its fires are recorded, advances
-the checkpoint (fenced by the claim's epoch).
+- ``plan.FiringPlan``: the rows of the open minutes by due time, what is in flight, when a row may fire;
+- ``loader.MinuteLoader``: reads each minute ``preload_s`` before it, re-reads hot minutes;
+- ``pipeline.DeliveryPipeline``: fires each due row (chain, expand, throttle, deliver, settle);
+- ``outcomes.OutcomeWriter``: writes outcomes in per-partition batches, each fire waiting on its own;
+- ``checkpoint.Checkpointer``: resumes from the checkpoint, closes minutes, advances it (fenced by the
+  claim's epoch).
+
+Their long-lived loops run in one task group (``run``): an error out of any of them, such as
+``InstanceCrashed`` or ``InstanceDrained`` from the checkpointer, stops the instance loudly, and the
+node hands it over. Each fire ends with its outcome recorded, durably requeued, or its instance
+stopped so the next owner fires it again (see ``poller.pipeline``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import random
-import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
-from poller import recurring
 from poller.checkpoint import Checkpointer
-from poller.delivery import CallbackRouter, DeliveryResult
-from poller.durable import durably
+from poller.delivery import CallbackRouter
 from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
 from poller.loader import MinuteLoader
 from poller.metrics import Metrics
 from poller.outcomes import OutcomeWriter
+from poller.pipeline import DeliveryPipeline
 from poller.plan import FiringPlan, OpenMinute
 from poller.settings import PollerSettings
 from poller.throttle import ThrottleGate
-from schema import timing
-from schema.errors import Conflict
-from schema.model import (
-    Chain,
-    Chained,
-    Claim,
-    Client,
-    DeadLetter,
-    EventOf,
-    Location,
-    Options,
-    Schedule,
-    Status,
-    Token,
-    callback_type,
-)
+from schema.model import Claim, Client
 from schema.store import Store
 
 __all__ = ["InstanceCrashed", "InstanceDrained", "LeaseLost", "OpenMinute", "PollerInstance"]
@@ -71,12 +60,9 @@ class PollerInstance:
     ) -> None:
         self.claim = claim
         self.instance = claim.instance
-        self.client = client
-        self._store = store
-        self._router = router
+        self.client = client  # the node swaps in the client's latest settings; the parts read it per use
         self._s = settings
-        self._metrics = metrics
-        self._now = clock
+        self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
         self._plan = FiringPlan(
             claim.instance.poller_id,
             clock,
@@ -84,15 +70,24 @@ class PollerInstance:
             see_ahead_s=settings.mutation_guard_s / 2,
             recheck_s=settings.mark_poll_s,
         )
-        self._slots = asyncio.Semaphore(settings.instance_max_inflight)
-        self._node_slots = node_slots
-        self._gate = gate
-        self._deliveries: set[asyncio.Task[None]] = set()
-        self._rng = rng or random.Random()
-        self._lease = lease
-        self._log = log.bind(instance=str(self.instance), epoch=claim.epoch, node_id=settings.node_id)
         self._outcomes = OutcomeWriter(store, settings.outcome_flush_s, self._log)
         self._loader = MinuteLoader(claim.instance, store, self._plan, settings, clock, self._log)
+        self._pipeline = DeliveryPipeline(
+            self._current_client,
+            store,
+            router,
+            self._plan,
+            self._loader,
+            self._outcomes,
+            settings=settings,
+            metrics=metrics,
+            clock=clock,
+            node_slots=node_slots,
+            gate=gate,
+            rng=rng or random.Random(),
+            lease=lease,
+            log=self._log,
+        )
         self._checkpoints = Checkpointer(
             claim, self._current_client, store, self._plan, settings, metrics, clock, self._log
         )
@@ -108,11 +103,12 @@ class PollerInstance:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Fire until cancelled; the caller stops it with ``stop()``."""
+        """Fire until cancelled (the node cancels the task, then calls ``drain``), or until one of the
+        parts raises: every part's long-lived loop runs in this task group."""
         start = await self._checkpoints.resume()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._loader.run(start))
-            tg.create_task(self._fire_loop())
+            tg.create_task(self._pipeline.run())
             tg.create_task(self._outcomes.run())
             tg.create_task(self._loader.reread_loop())
             tg.create_task(self._checkpoints.run())
@@ -124,11 +120,10 @@ class PollerInstance:
         again (same fire id): the only duplicates a handover can cause."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + deadline_s
-        while self._deliveries and loop.time() < deadline:
-            await asyncio.wait(self._deliveries, timeout=min(self._s.outcome_flush_s, deadline - loop.time()))
+        while self._pipeline.in_flight and loop.time() < deadline:
+            await self._pipeline.wait(min(self._s.outcome_flush_s, deadline - loop.time()))
             await self._outcomes.flush()
-        for task in list(self._deliveries):
-            task.cancel()
+        self._pipeline.abandon()
         await self._outcomes.flush()
         with contextlib.suppress(InstanceDrained):
             await self._checkpoints.close_ready_minutes()
@@ -142,222 +137,3 @@ class PollerInstance:
     def marks_polled(self, polled_at: datetime) -> None:
         """The node read the hot marks, in a poll that began at ``polled_at``."""
         self._plan.marks_polled(polled_at)
-
-    # -- firing ---------------------------------------------------------------------------------------
-
-    async def _fire_loop(self) -> None:
-        while True:
-            row = await self._plan.next_due()
-            await self._slots.acquire()
-            await self._node_slots.acquire()
-            self._dispatch(row)
-
-    def _dispatch(self, row: Schedule) -> None:
-        state = self._plan.start_fire(row)
-        task = asyncio.create_task(self._deliver(row, state))
-        self._deliveries.add(task)
-        task.add_done_callback(self._delivery_done)
-
-    def _delivery_done(self, task: asyncio.Task[None]) -> None:
-        """A delivery that raised stops the instance loudly (the close loop re-raises it): its minute is
-        poisoned, so the next owner fires it again. Cancelled deliveries (a drain deadline) poison too."""
-        self._deliveries.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self._plan.fire_crashed(exc)
-
-    async def _deliver(self, row: Schedule, state: OpenMinute) -> None:
-        """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
-        changed under it), or an exception that poisons its minute and stops the instance."""
-        settled = False
-        try:
-            await self._fire(row)
-            settled = True
-        finally:
-            if not settled:
-                self._log.error("fire_not_settled", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
-            self._slots.release()
-            self._node_slots.release()
-            self._plan.end_fire(state, settled)
-
-    async def _fire(self, row: Schedule) -> None:
-        if row.repeat is not None and row.attempts == 0 and not await self._chain(row):
-            return
-        if row.options is not None and row.options.batch:
-            await self._expand(row)
-            return
-        token = await self._throttle(row)
-        fired_at = self._now()
-        if row.attempts == 0:
-            self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
-        if not self._lease():
-            if token is not None:
-                await self._gate.not_delivered(token)
-            raise LeaseLost(f"the node's lease ran out before {row.fire_id} went out")
-        result = await self._router.deliver(row, row.attempts + 1, fired_at)
-        if token is not None:
-            if result.ok:
-                self._gate.delivered(token)
-            else:
-                await self._gate.not_delivered(token)
-        self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
-        await self._settle(row, result, fired_at)
-
-    # -- recurring schedules ----------------------------------------------------------------------------
-
-    async def _chain(self, row: Schedule) -> bool:
-        """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
-        (computed from this one's nominal time, so a late fire never shifts the timeline). False if the
-        client changed or cancelled the schedule since this row was written: then it must not fire."""
-        assert row.repeat is not None
-        following = recurring.following(row, row.repeat, row.fire_at, self._now(), self.client.poller_count)
-        outcome: list[Chained] = []
-
-        async def write() -> None:
-            outcome.append(await self._store.chain_schedule(row, following, self._now()))
-
-        await durably(self._log, "chain", write)
-        chained = outcome[-1]
-        if chained.outcome is Chain.CHANGED:
-            self._log.info("occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
-            await self._superseded(row)
-            return False
-        if chained.following is not None:
-            self._plan.consider(chained.following)
-        return True
-
-    async def _superseded(self, row: Schedule) -> None:
-        """An occurrence dropped because the client changed the schedule ends with its row MOVED, unless the
-        change already marked it (a cancel keeps the row, CANCELLED). A change that half-landed (its
-        pointer swapped, its rows not written) marks nothing, and the row must not stay "scheduled"."""
-        found: list[Schedule | None] = []
-
-        async def read() -> None:
-            found.append(await self._store.get_schedule(row.client_id, row.schedule_id))
-
-        await durably(self._log, "read_schedule", read)
-        current = found[-1]
-        if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
-            return
-        result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
-        await self._outcomes.record(row, Status.MOVED, result, self._now())
-
-    # -- batch triggers -------------------------------------------------------------------------------
-
-    async def _throttle(self, row: Schedule) -> Token | None:
-        """An event of a throttled schedule waits here for a token of its policy (in due-time order)."""
-        options = row.options
-        if options is None or options.throttle is None or options.event is None:
-            return None
-        event_id = row.event_id
-        assert event_id is not None
-        return await self._gate.acquire(row.client_id, options.throttle, event_id, row.location.due_at)
-
-    async def _expand(self, row: Schedule) -> None:
-        """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the
-        window, each then fired (and retried, and dead-lettered) like any row. The fire itself counts
-        as succeeded once its events are stored."""
-        options = row.options
-        assert options is not None
-        fired_at = self._now()
-        fire_id = row.fire_id
-        events: list[Schedule] = []
-        for index in range(options.events):
-            offset = timing.event_offset(f"{fire_id}:{index}", index, options.events, options.window_ms)
-            # From the fire's own due time, not the expansion's moment: a fire expanded again after a crash
-            # must put each event on the same row, or an event delivered already goes out twice.
-            due = timing.truncate_ms(timing.due_time(row.fire_at + offset, row.location.due_at))
-            events.append(
-                dataclasses.replace(
-                    row,
-                    schedule_id=uuid.uuid5(row.schedule_id, f"{fire_id}:{index}"),
-                    location=Location(row.location.poller_id, due),
-                    options=Options(event=EventOf(row.schedule_id, index, options.events), throttle=options.throttle),
-                    version=1,
-                    status=Status.SCHEDULED,
-                    attempts=0,
-                    fired_at=None,
-                    last_error=None,
-                )
-            )
-        await durably(self._log, "events", lambda: self._store.add_events(events, self._now()))
-        # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
-        # in a crash), some events went out already and their rows say so.
-        earliest: dict[datetime, datetime] = {}
-        for event in events:
-            minute, due = event.location.minute, event.location.due_at
-            earliest[minute] = min(due, earliest.get(minute, due))
-        for minute, due in sorted(earliest.items()):
-            await self._loader.read(minute, due)
-        self._log.info("fire_expanded", fire_id=fire_id, events=len(events), window_ms=options.window_ms)
-        await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
-
-    async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
-        """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
-        so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
-        if result.ok:
-            await self._outcomes.record(row, Status.SUCCEEDED, result, fired_at)
-        elif not self._lease():
-            # Paused or cut off while delivering: the next owner may have fired it by now. A retry or a
-            # dead letter written from here would repeat (or bury) that fire; it is left to the next owner.
-            raise LeaseLost(
-                f"the node's lease ran out while {row.fire_id} was out; its retry is left to the next owner"
-            )
-        elif result.retriable:
-            # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
-            wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
-            due = self._now() + timedelta(seconds=max(wait_s, 0.05))
-            retried: list[bool] = []
-            await durably(self._log, "requeue", lambda: self._retry_later(row, result, due, retried))
-            if not retried[-1]:
-                # The client changed the schedule since (or a change of theirs half-landed): this fire
-                # of the old version ends here, and its row must say so, not stay "scheduled".
-                await self._outcomes.record(row, Status.MOVED, result, fired_at)
-        else:
-            await self._outcomes.record(row, Status.FAILED, result, fired_at)
-            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, fired_at))
-
-    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
-        """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
-        it again with the same ``due`` after a storage error is safe (the store finishes its own move).
-        Appends to ``retried`` whether a retry was stored (False: the schedule changed meanwhile)."""
-        try:
-            retry = await self._store.requeue_schedule(row, due, result.attempts, result.error or "retry", self._now())
-        except Conflict:
-            self._log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
-            retried.append(False)
-            return
-        retried.append(True)
-        self._plan.consider(retry)  # planned at once if its minute is open here (else read when it opens)
-        self._log.info(
-            "callback_retry_scheduled",
-            schedule_id=str(row.schedule_id),
-            attempts=result.attempts,
-            due_at=due.isoformat(),
-            error=result.error,
-        )
-
-    async def _dead_letter(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
-        letter = DeadLetter(
-            row.client_id,
-            row.public_id,
-            row.fire_id,
-            fired_at,
-            result.attempts,
-            result.error or "failed",
-            row.callback,
-            row.payload,
-        )
-        await self._store.add_dead_letter(letter)
-        self._log.warning(
-            "callback_dead_lettered",
-            schedule_id=str(row.schedule_id),
-            fire_id=row.fire_id,
-            attempts=result.attempts,
-            error=result.error,
-        )
-
-
-def _outcome(result: DeliveryResult) -> str:
-    if result.ok:
-        return "succeeded"
-    return "retry" if result.retriable else "failed"
