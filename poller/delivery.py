@@ -11,6 +11,9 @@ Body (JSON, the same bytes over HTTP and Kafka)::
 
 Metadata: HTTP headers ``X-Tickd-Schedule-Id``, ``X-Tickd-Fire-Id``, ``X-Tickd-Attempt``; Kafka record
 headers of the same names (bytes values) and the schedule id as the record key.
+
+An event of a throttled schedule also carries ``ack_token`` (body) and ``X-Tickd-Ack-Token`` (header): what
+a Kafka ack of the event must give back (see ``poller.acks``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from typing import Protocol
 
 import msgspec
 
+from schema.errors import StoreUnavailable
 from schema.model import HttpCallback, KafkaCallback, Schedule
 
 SCHEDULE_ID_HEADER = "X-Tickd-Schedule-Id"
 FIRE_ID_HEADER = "X-Tickd-Fire-Id"
 ATTEMPT_HEADER = "X-Tickd-Attempt"
 EVENT_ID_HEADER = "X-Tickd-Event-Id"
+ACK_TOKEN_HEADER = "X-Tickd-Ack-Token"
 _RESERVED_PREFIX = "x-tickd-"
 # Headers a schedule may not set: they describe the body or the connection, which tickd owns.
 _RESERVED_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection"})
@@ -45,6 +50,8 @@ class _Body(msgspec.Struct, gc=False, omit_defaults=True):
     event_id: str | None = None
     event_index: int | None = None
     events: int | None = None
+    # Events of a throttled schedule: the token a Kafka ack of this event must carry.
+    ack_token: str | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -75,6 +82,7 @@ def _encode(schedule: Schedule, schedule_id: str, fire_id: str, attempt: int, fi
     )
     if event is not None:
         body.event_id, body.event_index, body.events = f"{fire_id}:{event.index}", event.index, event.count
+    body.ack_token = schedule.ack_token
     return _encoder.encode(body)
 
 
@@ -93,6 +101,8 @@ def http_headers(schedule: Schedule, callback: HttpCallback, attempt: int) -> di
     event_id = schedule.event_id
     if event_id is not None:
         headers[EVENT_ID_HEADER] = event_id
+    if schedule.ack_token is not None:
+        headers[ACK_TOKEN_HEADER] = schedule.ack_token
     return headers
 
 
@@ -105,6 +115,8 @@ def kafka_headers(schedule: Schedule, attempt: int) -> list[tuple[str, bytes]]:
     event_id = schedule.event_id
     if event_id is not None:
         headers.append((EVENT_ID_HEADER, event_id.encode()))
+    if schedule.ack_token is not None:
+        headers.append((ACK_TOKEN_HEADER, schedule.ack_token.encode()))
     return headers
 
 
@@ -128,6 +140,8 @@ def kafka_record(schedule: Schedule, attempt: int, fired_at: datetime) -> KafkaR
     event_id = schedule.event_id
     if event_id is not None:
         headers.append((EVENT_ID_HEADER, event_id.encode()))
+    if schedule.ack_token is not None:
+        headers.append((ACK_TOKEN_HEADER, schedule.ack_token.encode()))
     return KafkaRecord(key, _encode(schedule, schedule_id, fire_id, attempt, fired_at), headers)
 
 
@@ -173,12 +187,21 @@ class Dispatcher(Protocol):
     async def close(self) -> None: ...
 
 
-class CallbackRouter:
-    """The engine's one dispatcher: sends each fire to the HTTP or the Kafka dispatcher by its callback."""
+class Stamp(Protocol):
+    """Adds what a delivery carries beyond the stored row (a throttled event's ack token); raises
+    ``StoreUnavailable`` when what it needs cannot be read now."""
 
-    def __init__(self, http: Dispatcher, kafka: Dispatcher) -> None:
+    async def __call__(self, schedule: Schedule) -> Schedule: ...
+
+
+class CallbackRouter:
+    """The engine's one dispatcher: sends each fire to the HTTP or the Kafka dispatcher by its callback,
+    stamped by ``stamp`` first when given."""
+
+    def __init__(self, http: Dispatcher, kafka: Dispatcher, stamp: Stamp | None = None) -> None:
         self.http = http
         self.kafka = kafka
+        self._stamp = stamp
 
     def route(self, schedule: Schedule) -> Dispatcher:
         callback = schedule.callback
@@ -189,6 +212,11 @@ class CallbackRouter:
         raise TypeError(f"unknown callback type {type(callback).__name__}")
 
     async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        if self._stamp is not None:
+            try:
+                schedule = await self._stamp(schedule)
+            except StoreUnavailable as exc:  # not sent: retried like a failed attempt
+                return DeliveryResult.failed(attempt, f"not sent: {exc}", retriable=True)
         return await self.route(schedule).deliver(schedule, attempt, fired_at)
 
     async def close(self) -> None:

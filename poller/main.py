@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack
 import structlog
 from aiohttp import web
 
-from poller.acks import AckConsumer
+from poller.acks import AckConsumer, AckSecrets, AckSigner
 from poller.callbacks.http import HttpDispatcher
 from poller.callbacks.kafka import KafkaDispatcher
 from poller.delivery import CallbackRouter
@@ -32,14 +32,16 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         http = HttpDispatcher(settings.http, settings.retry)
         await http.start()
         kafka = KafkaDispatcher(settings.kafka, settings.retry)
-        router = CallbackRouter(http, kafka)
+        secrets = AckSecrets(store)
+        router = CallbackRouter(http, kafka, stamp=AckSigner(secrets))
         stack.push_async_callback(router.close)
         await kafka.start()
         metrics = Metrics()
         node = Node(settings, store, router, metrics)
         services = []
         if settings.ack_topic is not None:
-            services.append(AckConsumer(store, settings.kafka.bootstrap, settings.ack_topic).run)
+            acks = AckConsumer(store, settings.kafka.bootstrap, settings.ack_topic, secrets=secrets, metrics=metrics)
+            services.append(acks.run)
         runner = web.AppRunner(status_app(metrics, node.status), access_log=None)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)

@@ -42,6 +42,14 @@ class Metrics:
             ["client_id", "policy"],
             registry=self.registry,
         )
+        self.throttle_acks = Counter(
+            "tickd_throttle_acks_total",
+            "Records on the ack topic: released, not_held (released before or timed out), or why one was "
+            "skipped (empty, too_large, not_utf8, not_json, invalid_fields, bad_event_id, unknown_client, "
+            "bad_token, unknown_event, invalid)",
+            ["outcome"],
+            registry=self.registry,
+        )
 
 
 def status_app(metrics: Metrics, status: Callable[[], dict[str, object]]) -> web.Application:
