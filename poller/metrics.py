@@ -61,10 +61,19 @@ def status_app(metrics: Metrics, status: Callable[[], dict[str, object]]) -> web
         return web.json_response(status())
 
     async def healthz(_: web.Request) -> web.Response:
+        """The process answers: a fenced node is alive (it waits the outage out), so this stays ok."""
         return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        """503 while the node is fenced (it cannot reach Cassandra, so it runs no instance)."""
+        now = status()
+        if now.get("fenced"):
+            return web.json_response({"status": "fenced", "node_id": now.get("node_id")}, status=503)
+        return web.json_response({"status": "ready", "node_id": now.get("node_id")})
 
     app = web.Application()
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/status", get_status)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
