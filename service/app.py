@@ -15,7 +15,7 @@ from aiohttp import web
 from schema.cassandra import CassandraStore
 from schema.settings import StoreSettings
 from schema.store import Store
-from service import keys
+from service import keys, refusals
 from service.auth import Authenticator, ClientCache
 from service.creates import CreateCombiner
 from service.errors import Handler, error_middleware
@@ -49,6 +49,7 @@ def create_app(
 ) -> web.Application:
     """The API app. With no ``store``, one is connected (from ``store_settings``) in a cleanup context."""
     metrics = ApiMetrics()
+    refusals.install()
     app = web.Application(
         middlewares=[metrics.middleware(), request_context, error_middleware],
         client_max_size=settings.max_body_bytes,
