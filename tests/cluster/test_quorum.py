@@ -1,0 +1,136 @@
+"""C1: losing quorum, then getting it back. Replication factor 3, LOCAL_QUORUM / LOCAL_SERIAL.
+
+Two of three Cassandra nodes die (kill -9). Every create and read the real ``tickd-api`` gets from then on
+must be answered 503 ``store_unavailable`` with ``Retry-After`` within the store's request timeout: never a
+500, never a hang, never a 201 (two replicas of three are gone, so no write can reach a quorum). The window
+covers both phases a client can meet: before the live node's gossip has convicted the dead ones (its
+writes time out) and after (it refuses at once). Then one node comes back and creates succeed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from tests.cluster.conftest import Stage
+from tests.cluster.harness import ADMIN, Answer, report, request
+
+# The store's request timeout (TICKD_CASSANDRA_TIMEOUT_S, default 10 s) plus the API's own work.
+STORE_TIMEOUT_S = 10.0
+ANSWER_BOUND_S = STORE_TIMEOUT_S + 3.0
+CLIENT_DEADLINE_S = STORE_TIMEOUT_S + 20.0  # far past the bound: a hang shows as status 0, not a stuck test
+OUTAGE_WINDOW_S = 30.0  # gossip convicts a killed node after ~15-20 s on 2 cores
+RECOVERY_BOUND_S = 60.0
+
+
+def schedule_body() -> dict[str, object]:
+    return {
+        "delay_s": 3600,
+        "payload": {"n": uuid.uuid4().hex},
+        "callback": {"type": "http", "url": "http://127.0.0.1:9/hook", "timeout_s": 5},
+    }
+
+
+@pytest.mark.timeout(900)
+async def test_c1_two_of_three_down_answers_503_then_recovers(stage: Stage) -> None:
+    api = stage.api().start()
+    try:
+        await api.wait_ready(stage.session)
+        key = await register(stage, api.base)
+        made = await create(stage, api.base, key)
+        assert made.status == 201, made
+
+        await stage.cluster.kill(2)
+        await stage.cluster.kill(3)
+        killed_at = time.monotonic()
+        outage = await answers_during_outage(stage, api.base, key, str(made.body["schedule_id"]))
+        outage_s = time.monotonic() - killed_at
+        wrong = [a for a in outage if a.status != 503 or a.elapsed_s > ANSWER_BOUND_S]
+        assert not wrong, f"{len(wrong)} of {len(outage)} answers not a timely 503: {wrong[:5]}\n{api.tail()}"
+        assert all(a.body.get("error", {}).get("code") == "store_unavailable" for a in outage), outage[:3]
+        assert all(a.retry_after for a in outage), "a 503 without Retry-After"
+
+        node_back_s = await stage.cluster.start(2)
+        recovered_after_s, first_ok = await first_success(stage, api.base, key)
+        assert first_ok is not None, f"no create succeeded within {RECOVERY_BOUND_S:.0f} s of node 2's return"
+        after = [await create(stage, api.base, key) for _ in range(5)]
+        assert [a.status for a in after] == [201] * 5, after
+        assert api.proc is not None and api.proc.poll() is None, "tickd-api exited during the outage"
+        latencies = sorted(a.elapsed_s for a in outage)
+        report(
+            "C1",
+            outage_requests=len(outage),
+            sampled_s=outage_s,
+            answer_p50_s=latencies[len(latencies) // 2],
+            answer_max_s=latencies[-1],
+            answers_over_1s=sum(1 for a in outage if a.elapsed_s > 1.0),
+            node_back_s=node_back_s,
+            first_201_after_node_back_s=recovered_after_s,
+        )
+    finally:
+        api.stop()
+
+
+async def register(stage: Stage, base: str) -> dict[str, str]:
+    client_id = f"c1-{uuid.uuid4().hex[:8]}"
+    answer = await request(
+        stage.session,
+        "POST",
+        f"{base}/v1/clients",
+        headers=ADMIN,
+        json={"client_id": client_id, "poller_count": 1},
+        deadline_s=CLIENT_DEADLINE_S,
+    )
+    assert answer.status == 201, answer
+    return {"Authorization": f"Bearer {answer.body['api_key']}"}
+
+
+async def create(stage: Stage, base: str, key: dict[str, str], idempotency_key: str | None = None) -> Answer:
+    headers = {**key, **({"Idempotency-Key": idempotency_key} if idempotency_key else {})}
+    return await request(
+        stage.session,
+        "POST",
+        f"{base}/v1/schedules",
+        headers=headers,
+        json=schedule_body(),
+        deadline_s=CLIENT_DEADLINE_S,
+    )
+
+
+async def answers_during_outage(stage: Stage, base: str, key: dict[str, str], schedule_id: str) -> list[Answer]:
+    """Creates (plain, and with an Idempotency-Key: a LOCAL_SERIAL claim) and reads, back to back."""
+    answers: list[Answer] = []
+    deadline = time.monotonic() + OUTAGE_WINDOW_S
+    turn = 0
+    while time.monotonic() < deadline:
+        if turn % 3 == 0:
+            answers.append(await create(stage, base, key))
+        elif turn % 3 == 1:
+            answers.append(await create(stage, base, key, idempotency_key=f"c1-{uuid.uuid4().hex}"))
+        else:
+            answers.append(
+                await request(
+                    stage.session,
+                    "GET",
+                    f"{base}/v1/schedules/{schedule_id}",
+                    headers=key,
+                    deadline_s=CLIENT_DEADLINE_S,
+                )
+            )
+        turn += 1
+    return answers
+
+
+async def first_success(stage: Stage, base: str, key: dict[str, str]) -> tuple[float, Answer | None]:
+    """Create every 0.5 s until one is 201; (seconds it took, that answer or None)."""
+    began = time.monotonic()
+    while time.monotonic() - began < RECOVERY_BOUND_S:
+        answer = await create(stage, base, key)
+        if answer.status == 201:
+            return time.monotonic() - began, answer
+        assert answer.status == 503, answer
+        await asyncio.sleep(0.5)
+    return time.monotonic() - began, None
