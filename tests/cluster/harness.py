@@ -108,6 +108,15 @@ class Cluster:
         await self.run("start", str(node), timeout_s=NODE_TIMEOUT_S)
         return time.monotonic() - began
 
+    async def cut(self, node: int) -> None:
+        """Every packet to or from the node's host dropped silently; the node keeps running."""
+        await self.run("cut", str(node))
+
+    async def heal(self, node: int) -> float:
+        """Undo cut; returns 0.0 (the node never stopped: there is no start to wait for)."""
+        await self.run("heal", str(node))
+        return 0.0
+
     async def down(self) -> None:
         await self.run("down", timeout_s=QUICK_TIMEOUT_S + 30)
 
