@@ -87,6 +87,7 @@ async def serve(options: DevOptions, stop: asyncio.Event, started: asyncio.Futur
         port=options.port,
         admin_token=admin_token,
         callback_allow_private=True,
+        kafka_enabled=options.kafka is not None,
     )
     poller_settings = PollerSettings(node_id="dev", store=StoreSettings(keyspace="memory"))
     http = HttpDispatcher(replace(poller_settings.http, allow_private=True), poller_settings.retry)

@@ -19,6 +19,8 @@ class ApiSettings:
     # None: admin endpoints answer 503 (the schedule API still works).
     admin_token: str | None = None
     callback_allow_private: bool = False
+    # False only in tickd-dev without --kafka: Kafka callbacks are refused at create time, saying why.
+    kafka_enabled: bool = True
     max_payload_bytes: int = 64 * 1024
     max_body_bytes: int = 16 * 1024 * 1024
     max_batch: int = 1000

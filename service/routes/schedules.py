@@ -65,6 +65,12 @@ async def _callback(request: web.Request, client: Client, target: Target) -> Cal
         checked, host = check_http_shape(target, "callback.")
         await request.app[keys.TARGETS].check(host, "callback.url")
         return checked
+    if not request.app[keys.SETTINGS].kafka_enabled:
+        raise Invalid(
+            "this tickd has no Kafka: Kafka callbacks are off (tickd-dev without --kafka)",
+            field="callback.type",
+            code="kafka_disabled",
+        )
     return check_kafka(target, client.kafka_topics, "callback.")
 
 

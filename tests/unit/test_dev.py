@@ -102,7 +102,7 @@ async def test_first_callback_within_five_seconds_of_start_without_java(
         took = time.monotonic() - started
         assert fire["schedule_id"] == created["schedule_id"] and fire["payload"] == {"hello": "dev"}
         assert took < 5.0, f"first callback {took:.1f} s after the process started"
-        assert refused["error"]["field"] == "callback.topic"
+        assert refused["error"]["field"] == "callback.type" and "--kafka" in refused["error"]["message"]
     finally:
         await runner.cleanup()
     proc.send_signal(2)  # Ctrl-C: a clean stop
