@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lint test test-unit run dev migrate bench-api bench-fire clean simulate
+.PHONY: install lint test test-unit run dev migrate bench-api bench-fire clean simulate test-cluster
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ simulate: install
 # Everything: lint, then infra up, a fresh test keyspace, the whole suite; stops what it started.
 test: install lint
 	PYTHON=$(PYTHON) BIN=$(BIN) bash tests/run.sh
+
+# The 3-node cluster scenarios (tests/cluster, root, ~6 min): starts the cluster if it is not running and
+# stops it after; not part of `make test`.
+test-cluster: install
+	TICKD_CLUSTER_TESTS=1 TICKD_KEYSPACE=$${TICKD_KEYSPACE:-tickd_test} $(BIN)/pytest tests/cluster -m cluster
 
 # The API's create rates next to the raw driver rate of the same rows (100k single + 200k batch; < 5 min).
 bench-api: install infra-up
