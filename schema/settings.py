@@ -116,6 +116,13 @@ class StoreSettings:
     # (make bench-api); we use none of v5's features.
     protocol_version: int = 4
     connect_timeout_s: float = 10.0
+    # A node that stops answering without closing its connections (a cut network) is noticed by the
+    # driver's heartbeat on idle connections: interval and timeout (the driver's default is 30 + 30 s,
+    # a minute of requests sent to a silent replica first).
+    heartbeat_s: float = 5.0
+    # An idempotent statement with no answer after this long is also sent to the next replica (0: off),
+    # so one silent replica delays reads and idempotent writes by this much instead of a full timeout.
+    speculative_s: float = 0.5
     page_size: int = 5000
     retention_s: int = 7 * 24 * 3600
     cluster_name: str = "default"
@@ -153,6 +160,8 @@ class StoreSettings:
             connect_timeout_s=env_float(
                 env, "TICKD_CASSANDRA_CONNECT_TIMEOUT_S", cls.connect_timeout_s, low=0.1, high=600
             ),
+            heartbeat_s=env_float(env, "TICKD_CASSANDRA_HEARTBEAT_S", cls.heartbeat_s, low=1, high=300),
+            speculative_s=env_float(env, "TICKD_CASSANDRA_SPECULATIVE_S", cls.speculative_s, low=0, high=60),
             page_size=env_int(env, "TICKD_PAGE_SIZE", cls.page_size, low=10, high=100_000),
             retention_s=env_int(env, "TICKD_RETENTION_S", cls.retention_s, low=60, high=10 * 365 * 86400),
             cluster_name=env_str(env, "TICKD_CLUSTER_NAME", cls.cluster_name),

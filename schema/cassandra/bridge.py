@@ -17,7 +17,12 @@ from cassandra import ConsistencyLevel, DriverException
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.connection import ConnectionBusy, ConnectionException, ProtocolError
-from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
+from cassandra.policies import (
+    ConstantSpeculativeExecutionPolicy,
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    TokenAwarePolicy,
+)
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
@@ -90,12 +95,20 @@ def _value_bytes(value: Any) -> int:
 
 
 def build_cluster(settings: StoreSettings) -> Cluster:
-    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc))
+    # Replicas shuffled: with a fixed order every statement of a partition goes to its first replica,
+    # and one silent replica stalls all of them until the driver gives up on it.
+    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc), shuffle_replicas=True)
+    speculative = (
+        ConstantSpeculativeExecutionPolicy(delay=settings.speculative_s, max_attempts=2)
+        if settings.speculative_s > 0
+        else None
+    )
     profile = ExecutionProfile(
         load_balancing_policy=policy,
         consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
         serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
         request_timeout=settings.request_timeout_s,
+        speculative_execution_policy=speculative,
     )
     auth = None
     if settings.username:
@@ -110,6 +123,8 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         # The driver's default backs off to 10 minutes between reconnects: after an outage, pollers and
         # the API would wait that long to see Cassandra back. A few seconds at most, with jitter.
         reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=5.0),
+        idle_heartbeat_interval=settings.heartbeat_s,
+        idle_heartbeat_timeout=settings.heartbeat_s,
     )
 
 
