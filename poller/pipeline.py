@@ -256,6 +256,8 @@ class DeliveryPipeline:
         self._log.info("fire_expanded", fire_id=fire_id, events=len(events), window_ms=options.window_ms)
         await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
 
+    # -- settling -------------------------------------------------------------------------------------
+
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
         so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
