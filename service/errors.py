@@ -2,6 +2,12 @@
 
 Handlers raise ``schema.errors`` types (or the HTTP-only ones below); ``error_middleware`` maps them,
 aiohttp's own 404/405/413, and anything unexpected (a 500 that is logged, never leaked).
+
+Bad input is one of two things. ``Malformed`` (400): the request does not match the documented schema
+(/openapi.json): a typed decode failed, the JSON is malformed, a parameter is given twice. Any other
+``InvalidInput`` (422): the request matches the schema but a rule no schema carries refuses it (fields
+that exclude each other, a topic not granted, a policy that does not exist, a time too far from now).
+So the checks after a successful decode answer 422 without saying so; only the decoding layer says 400.
 """
 
 from __future__ import annotations
@@ -20,11 +26,15 @@ _encoder = msgspec.json.Encoder()
 
 
 class Invalid(InvalidInput):
-    """Bad input with a specific code (``wrong_type``, ``unknown_field``, ``out_of_range``...)."""
+    """Input the schema allows but a rule refuses (422), with a specific code (``out_of_range``...)."""
 
     def __init__(self, message: str, *, field: str | None = None, code: str = "invalid") -> None:
         super().__init__(message, field=field)
         self.code = code
+
+
+class Malformed(Invalid):
+    """Input that does not match the documented schema (400): ``wrong_type``, ``unknown_field``..."""
 
 
 class HttpError(TickdError):
@@ -68,7 +78,8 @@ class Unavailable(HttpError):
 
 # The mapping of the data layer's errors; the most specific class wins (checked in this order).
 STATUS_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
-    (InvalidInput, 400),
+    (Malformed, 400),
+    (InvalidInput, 422),
     (NotFound, 404),
     (AlreadyExists, 409),
     (Conflict, 409),
@@ -125,13 +136,13 @@ def _not_utf8(text: str) -> bool:
 def screen(request: web.Request) -> None:
     """400 for a path, query or header value that is not UTF-8, naming it (before any handler reads it)."""
     if _not_utf8(request.path):
-        raise InvalidInput("the path is not UTF-8", field="path")
+        raise Malformed("the path is not UTF-8", field="path")
     for name, value in request.query.items():
         if _not_utf8(name) or _not_utf8(value):
-            raise InvalidInput("a query parameter is not UTF-8", field=name if not _not_utf8(name) else "query")
+            raise Malformed("a query parameter is not UTF-8", field=name if not _not_utf8(name) else "query")
     for name, value in request.headers.items():
         if name.lower() not in _UNCHECKED_HEADERS and (_not_utf8(name) or _not_utf8(value)):
-            raise InvalidInput("a header is not UTF-8", field=str(name) if not _not_utf8(name) else "headers")
+            raise Malformed("a header is not UTF-8", field=str(name) if not _not_utf8(name) else "headers")
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

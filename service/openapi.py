@@ -246,7 +246,7 @@ OPERATIONS: tuple[Op, ...] = (
 )
 
 _STATUS_TEXT = {
-    400: "Invalid input (the error names the field)",
+    400: "The request does not match this document's schema (the error names the field)",
     408: "The body did not arrive within the read timeout",
     401: "No or unknown key",
     403: "Forbidden for this key",
@@ -254,7 +254,10 @@ _STATUS_TEXT = {
     409: "Conflict (exists, already fired, fire imminent, raced)",
     413: "Body or payload too large",
     415: "Not application/json",
-    422: "Idempotency-Key already used with another request",
+    422: "The request matches the schema but a rule it cannot carry refuses it (the error names the field): "
+    "fields that exclude each other, from before to, a time too far from now, a Kafka topic not granted, a "
+    "throttle policy that does not exist, a cron that never fires, a private destination, an amplification "
+    "limit, a cursor not handed out; or an Idempotency-Key already used with another request",
     429: "Rate limited (see Retry-After)",
     503: "Store unavailable (see Retry-After), or admin disabled",
 }
@@ -308,16 +311,17 @@ def _operation(op: Op) -> dict[str, Any]:
 
 def _errors(op: Op) -> set[int]:
     """Every status the operation can answer besides its success: the ones listed, and those that any
-    operation of its kind can get (bad parameters, auth, body limits, the store)."""
+    operation of its kind can get (bad parameters, auth, body limits, the store). Every operation that
+    takes input lists 400 (not this schema) and 422 (a rule after decoding, service.errors)."""
     statuses = set(op.errors)
     if op.auth is not None:
         statuses |= {400, 401, 503} | ({403} if op.auth == "admin" else set())
     if _path_params(op):
-        statuses |= {400, 404}
+        statuses |= {400, 404, 422}
     if op.request is not None:
-        statuses |= {400, 408, 413, 415}
+        statuses |= {400, 408, 413, 415, 422}
     if op.query is not None:
-        statuses.add(400)
+        statuses |= {400, 422}
     return statuses
 
 

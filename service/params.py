@@ -1,6 +1,7 @@
 """Query strings, path parameters and headers, parsed the typed way bodies are: one msgspec Struct per
 operation and place, whose field names are the parameter names (``service.openapi`` publishes the same
-Structs as the operation's parameters). Each error is a 400 naming the parameter.
+Structs as the operation's parameters). Each error names the parameter: 400 for a value the schema
+refuses (or a parameter given twice), 422 for a cursor this API did not hand out.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from schema.errors import InvalidInput
 from schema.model import ListCursor
-from service.errors import Invalid
+from service.errors import Invalid, Malformed
 from service.validation import NAME_PATTERN, Moment, convert
 
 T = TypeVar("T")
 
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,128}(?!\n)$"
-EVENT_ID_PATTERN = r"^[0-9a-f-]{36}:[0-9]{1,15}:[0-9]{1,9}(?!\n)$"
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# What ``schema.events.event_schedule_id`` reads: a schedule id, the fire's epoch ms, the event's index.
+EVENT_ID_PATTERN = rf"^{_UUID}:[0-9]{{1,15}}:[0-9]{{1,7}}(?!\n)$"
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{1,255}(?!\n)$"
 
 Cursor = Annotated[str, Meta(pattern=CURSOR_PATTERN, description="next_cursor of the previous page")]
@@ -69,7 +72,7 @@ def query(kind: type[T], request: web.Request) -> T:
     values: dict[str, str] = {}
     for name, value in request.query.items():
         if name in values:
-            raise Invalid(f"query parameter {name!r} is given more than once", field=name)
+            raise Malformed(f"query parameter {name!r} is given more than once", field=name)
         values[name] = value
     return convert(kind, values)
 
@@ -84,7 +87,7 @@ def headers(kind: type[T], request: web.Request) -> T:
     for field in msgspec.structs.fields(kind):  # type: ignore[arg-type]
         given = request.headers.getall(field.encode_name, [])
         if len(given) > 1:
-            raise Invalid(f"header {field.encode_name} is given more than once", field=field.encode_name)
+            raise Malformed(f"header {field.encode_name} is given more than once", field=field.encode_name)
         if given:
             values[field.encode_name] = given[0]
     return convert(kind, values)

@@ -15,7 +15,7 @@ from msgspec import UNSET, UnsetType
 from schema import recurrence as rec
 from schema import timing
 from schema.model import Options, Repeat, Run, Schedule, Status
-from service.errors import Invalid
+from service.errors import Invalid, Malformed
 from service.settings import ApiSettings
 from service.validation import REPEAT_FIELDS, RepeatFields, parse_time
 
@@ -119,7 +119,7 @@ def batch_shape(
     window_ms = current.window_ms if current is not None else 0
     if not isinstance(events, UnsetType):
         if isinstance(events, bool) or not 1 <= events <= settings.max_events:
-            raise Invalid(f"events must be from 1 to {settings.max_events}", field="events", code="out_of_range")
+            raise Malformed(f"events must be from 1 to {settings.max_events}", field="events", code="out_of_range")
         count = events
     if not isinstance(window, UnsetType):
         window_ms = rec.parse_duration(window, "window", 1, settings.max_window_s) * 1000

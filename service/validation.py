@@ -1,8 +1,9 @@
 """Request bodies as msgspec Structs, and the rules msgspec's types cannot express.
 
-Every failure is an ``Invalid`` naming the field (``callback.url``, ``schedules``...) with a stable code:
-``malformed_json``, ``unknown_field``, ``missing_field``, ``wrong_type``, ``invalid_value``,
-``out_of_range``, ``forbidden_target``, ``topic_not_allowed``.
+Every failure names the field (``callback.url``, ``schedules``...) with a stable code. What the types
+refuse is ``Malformed`` (400: ``malformed_json``, ``unknown_field``, ``missing_field``, ``wrong_type``,
+``invalid_value``, ``out_of_range``); what the rules after decoding refuse is ``Invalid`` (422:
+``invalid``, ``out_of_range``, ``forbidden_target``, ``topic_not_allowed``...).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from schema.model import Callback, HttpCallback, KafkaCallback
-from service.errors import Invalid, PayloadTooLarge
+from service.errors import Invalid, Malformed, PayloadTooLarge
 from service.settings import ApiSettings
 
 T = TypeVar("T")
@@ -70,6 +71,9 @@ _TOPIC = re.compile(TOPIC_PATTERN)
 _RANGE = re.compile(r"Expected `\w+` (?:of length )?[<>]=? ")
 _AT = re.compile(r" - at (?:`key` in )?`\$(.*)`$")
 _NAMED = re.compile(r"field `([^`]*)`")
+# JSON Schema counts 1764.0 as an integer, msgspec does not: such a top-level field is given again as 1764.
+_INT_GOT_FLOAT = re.compile(r"^Expected `[^`]*\bint\b[^`]*`, got `float` - at `\$\.(\w+)`$")
+_VERBATIM = frozenset({"payload"})  # delivered byte for byte, never rewritten
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Name = Annotated[str, Meta(pattern=NAME_PATTERN, description="1-64 of a-z, 0-9, _ and -")]
@@ -237,14 +241,31 @@ def decode(kind: type[T], body: bytes, *, prefix: str = "") -> T:
     try:
         result: T = decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise invalid_from(str(exc), prefix) from None
+        integral = _integral_floats(body, str(exc))
+        if integral is None:
+            raise invalid_from(str(exc), prefix) from None
+        return decode(kind, integral, prefix=prefix)  # one field fewer to fix each time
     except msgspec.DecodeError as exc:
-        raise Invalid(f"body is not valid JSON: {exc}", code="malformed_json", field=prefix or None) from None
+        raise Malformed(f"body is not valid JSON: {exc}", code="malformed_json", field=prefix or None) from None
     except RecursionError:
-        raise Invalid("body is nested too deeply", code="malformed_json", field=prefix or None) from None
+        raise Malformed("body is nested too deeply", code="malformed_json", field=prefix or None) from None
     except UnicodeError:
-        raise Invalid("body is not UTF-8", code="malformed_json", field=prefix or None) from None
+        raise Malformed("body is not UTF-8", code="malformed_json", field=prefix or None) from None
     return result
+
+
+def _integral_floats(body: bytes, error: str) -> bytes | None:
+    """``body`` with the top-level integer field msgspec refused as a float (``1764.0``) written as an
+    integer, if its value is integral; None otherwise. Only on the error path; strings stay refused."""
+    match = _INT_GOT_FLOAT.match(error)
+    if match is None or match.group(1) in _VERBATIM:
+        return None
+    fields = msgspec.json.decode(body, type=dict[str, Raw])
+    value = msgspec.json.decode(fields[match.group(1)])
+    if not (isinstance(value, float) and value.is_integer()):
+        return None
+    fields[match.group(1)] = Raw(msgspec.json.encode(int(value)))
+    return msgspec.json.encode(fields)
 
 
 def convert(kind: type[T], values: dict[str, str], *, field: str | None = None) -> T:
@@ -256,7 +277,7 @@ def convert(kind: type[T], values: dict[str, str], *, field: str | None = None) 
         raise invalid_from(str(exc)) from None
 
 
-def invalid_from(message: str, prefix: str = "") -> Invalid:
+def invalid_from(message: str, prefix: str = "") -> Malformed:
     """Map msgspec's "... - at `$.a.b`" to a dotted field name and a code."""
     at = _AT.search(message)
     path = at.group(1).lstrip(".") if at else ""
@@ -272,7 +293,7 @@ def invalid_from(message: str, prefix: str = "") -> Invalid:
         path = f"{path}.{named.group(1)}" if path else named.group(1)
     path = re.sub(r"\[(\d+)\]", r".\1", path.replace("[...]", ""))  # list index -> .i; dict key unknown
     field = ".".join(p for p in (prefix, path) if p) or None
-    return Invalid(text, field=field, code=code)
+    return Malformed(text, field=field, code=code)
 
 
 # -- time -------------------------------------------------------------------------------------------
@@ -284,13 +305,13 @@ def to_ms(moment: datetime) -> datetime:
 
 
 def parse_time(value: datetime | int, field: str) -> datetime:
-    """A decoded ``Moment`` in UTC; 400 for a time that leaves the calendar (year 1 or 9999 with an offset)."""
+    """A decoded ``Moment`` in UTC; 422 for a time that leaves the calendar (year 1 or 9999 with an offset)."""
     if isinstance(value, int):
         if not 0 <= value <= MAX_EPOCH_S:  # through year 9999
-            raise Invalid("epoch seconds out of range", field=field, code="out_of_range")
+            raise Malformed("epoch seconds out of range", field=field, code="out_of_range")
         return _EPOCH + timedelta(seconds=value)
     if value.tzinfo is None:
-        raise Invalid("time needs an offset (Z or +hh:mm); naive times are ambiguous", field=field)
+        raise Malformed("time needs an offset (Z or +hh:mm); naive times are ambiguous", field=field)
     try:
         return value.astimezone(UTC)
     except OverflowError:
@@ -305,7 +326,7 @@ def fire_time(
         raise Invalid("give exactly one of fire_at and delay_s", field="fire_at", code="missing_field")
     if isinstance(delay_s, float):
         if not (math.isfinite(delay_s) and 0 <= delay_s <= settings.max_horizon_s):
-            raise Invalid(
+            raise Malformed(
                 f"delay_s must be between 0 and {settings.max_horizon_s}", field="delay_s", code="out_of_range"
             )
         return to_ms(now + timedelta(seconds=delay_s))
@@ -345,7 +366,7 @@ def topic_allowed(topic: str, grants: frozenset[str]) -> bool:
 
 def check_kafka(target: KafkaTarget, grants: frozenset[str], prefix: str) -> KafkaCallback:
     if not _TOPIC.match(target.topic):
-        raise Invalid("topic must match [A-Za-z0-9._-]{1,249}", field=f"{prefix}topic")
+        raise Malformed("topic must match [A-Za-z0-9._-]{1,249}", field=f"{prefix}topic")
     if not topic_allowed(target.topic, grants):
         raise Invalid("this client may not send to that topic", field=f"{prefix}topic", code="topic_not_allowed")
     return KafkaCallback(target.topic)
@@ -354,7 +375,7 @@ def check_kafka(target: KafkaTarget, grants: frozenset[str], prefix: str) -> Kaf
 def check_headers(headers: dict[str, str], prefix: str) -> None:
     field = f"{prefix}headers"
     if len(headers) > MAX_HEADERS:
-        raise Invalid(f"at most {MAX_HEADERS} headers", field=field, code="out_of_range")
+        raise Malformed(f"at most {MAX_HEADERS} headers", field=field, code="out_of_range")
     if sum(len(k) + len(v) for k, v in headers.items()) > MAX_HEADER_BYTES:
         raise Invalid(f"headers exceed {MAX_HEADER_BYTES} bytes", field=field, code="out_of_range")
     for name in headers:

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from schema.errors import Conflict
 from service import keys
-from service.errors import Invalid, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from service.errors import Malformed, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from service.validation import to_ms
 
 
@@ -34,7 +34,7 @@ async def read_json(request: web.Request, max_bytes: int) -> bytes:
         try:
             body.decode("utf-8")  # JSON is UTF-8 (RFC 8259); a payload is delivered byte for byte
         except UnicodeDecodeError as exc:
-            raise Invalid(f"body is not UTF-8 (byte {exc.start})", code="malformed_json") from None
+            raise Malformed(f"body is not UTF-8 (byte {exc.start})", code="malformed_json") from None
     return body
 
 

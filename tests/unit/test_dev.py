@@ -97,7 +97,7 @@ async def test_first_callback_within_five_seconds_of_start_without_java(
                 f"{url}/v1/schedules", json={**body, "callback": {"type": "kafka", "topic": "orders"}}
             ) as resp:
                 refused = await resp.json()
-                assert resp.status == 400, refused
+                assert resp.status == 422, refused
         fire = await asyncio.wait_for(got.get(), 10)
         took = time.monotonic() - started
         assert fire["schedule_id"] == created["schedule_id"] and fire["payload"] == {"hello": "dev"}

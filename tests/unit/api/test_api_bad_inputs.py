@@ -1,4 +1,5 @@
-"""Every bad input gets a 4xx naming the field, and nothing is written."""
+"""Every bad input gets a 4xx naming the field, and nothing is written: 400 when the request does not
+match /openapi.json, 422 when it does but a rule no schema carries refuses it."""
 
 from __future__ import annotations
 
@@ -21,15 +22,15 @@ CREATE_CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("not-an-object", b"[1, 2]", 400, "wrong_type", None),
     ("empty-body", b"", 400, "malformed_json", None),
     ("unknown-field", schedule_body(extra=1), 400, "unknown_field", "extra"),
-    ("no-time", schedule_body(delay_s=None), 400, "missing_field", "fire_at"),
-    ("both-times", schedule_body(fire_at=2000000000), 400, "missing_field", "fire_at"),
+    ("no-time", schedule_body(delay_s=None), 422, "missing_field", "fire_at"),
+    ("both-times", schedule_body(fire_at=2000000000), 422, "missing_field", "fire_at"),
     ("naive-fire-at", schedule_body(delay_s=None, fire_at="2030-01-01T00:00:00"), 400, "invalid_value", "fire_at"),
     ("date-only", schedule_body(delay_s=None, fire_at="2030-01-01"), 400, "invalid_value", "fire_at"),
     ("garbage-time", schedule_body(delay_s=None, fire_at="tomorrow"), 400, "invalid_value", "fire_at"),
     ("bool-time", schedule_body(delay_s=None, fire_at=True), 400, "wrong_type", "fire_at"),
     ("float-epoch", schedule_body(delay_s=None, fire_at=1.5), 400, "wrong_type", "fire_at"),
     ("negative-epoch", schedule_body(delay_s=None, fire_at=-5), 400, "out_of_range", "fire_at"),
-    ("beyond-horizon", schedule_body(delay_s=None, fire_at="2099-01-01T00:00:00Z"), 400, "out_of_range", "fire_at"),
+    ("beyond-horizon", schedule_body(delay_s=None, fire_at="2099-01-01T00:00:00Z"), 422, "out_of_range", "fire_at"),
     ("negative-delay", schedule_body(delay_s=-1), 400, "out_of_range", "delay_s"),
     ("string-delay", schedule_body(delay_s="10"), 400, "wrong_type", "delay_s"),
     ("payload-too-big", schedule_body(payload=BIG), 413, "payload_too_large", "payload"),
@@ -42,25 +43,25 @@ CREATE_CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("ftp-url", schedule_body(callback=cb(url="ftp://host/x")), 400, "invalid_value", "callback.url"),
     ("no-host", schedule_body(callback=cb(url="http:///path")), 400, "invalid_value", "callback.url"),
     ("relative-url", schedule_body(callback=cb(url="/just/a/path")), 400, "invalid_value", "callback.url"),
-    ("bad-port", schedule_body(callback=cb(url="http://h:99999/")), 400, "invalid", "callback.url"),
+    ("bad-port", schedule_body(callback=cb(url="http://h:99999/")), 422, "invalid", "callback.url"),
     ("credentials", schedule_body(callback=cb(url="http://u:p@h/")), 400, "invalid_value", "callback.url"),
     ("space-in-url", schedule_body(callback=cb(url="http://h/a b")), 400, "invalid_value", "callback.url"),
     ("bad-method", schedule_body(callback=cb(method="TRACE")), 400, "invalid_value", "callback.method"),
     ("timeout-low", schedule_body(callback=cb(timeout_s=0.01)), 400, "out_of_range", "callback.timeout_s"),
     ("timeout-high", schedule_body(callback=cb(timeout_s=61)), 400, "out_of_range", "callback.timeout_s"),
     ("timeout-type", schedule_body(callback=cb(timeout_s="5")), 400, "wrong_type", "callback.timeout_s"),
-    ("header-host", schedule_body(callback=cb(headers={"Host": "x"})), 400, "invalid", "callback.headers.Host"),
+    ("header-host", schedule_body(callback=cb(headers={"Host": "x"})), 422, "invalid", "callback.headers.Host"),
     (
         "header-hop",
         schedule_body(callback=cb(headers={"Connection": "close"})),
-        400,
+        422,
         "invalid",
         "callback.headers.Connection",
     ),
     (
         "header-tickd",
         schedule_body(callback=cb(headers={"X-Tickd-Fire-Id": "1"})),
-        400,
+        422,
         "invalid",
         "callback.headers.X-Tickd-Fire-Id",
     ),
@@ -97,7 +98,7 @@ CREATE_CASES: list[tuple[str, Any, int, str, str | None]] = [
     (
         "kafka-not-granted",
         schedule_body(callback={"type": "kafka", "topic": "other"}),
-        400,
+        422,
         "topic_not_allowed",
         "callback.topic",
     ),
@@ -162,25 +163,27 @@ async def test_bad_client_registration(api: Api, rows: Rows, body: dict[str, Any
 
 
 @pytest.mark.parametrize(
-    ("params", "code", "field"),
+    ("params", "status", "code", "field"),
     [
-        ({"to": "2030-01-01T00:00:00Z"}, "missing_field", "from"),
-        ({"from": "2030-01-01T00:00:00Z"}, "missing_field", "to"),
-        ({"from": "2030-01-01T00:00:00", "to": "2030-01-01T01:00:00Z"}, "invalid_value", "from"),
-        ({"from": "yesterday", "to": "2030-01-01T01:00:00Z"}, "invalid_value", "from"),
-        ({"from": "2030-01-01T01:00:00Z", "to": "2030-01-01T00:00:00Z"}, "out_of_range", "to"),
-        ({"from": "2030-01-01T00:00:00Z", "to": "2030-01-03T00:00:00Z"}, "out_of_range", "to"),
-        ({"from": "1900000000", "to": "1900003600", "limit": "0"}, "out_of_range", "limit"),
-        ({"from": "1900000000", "to": "1900003600", "limit": "1001"}, "out_of_range", "limit"),
-        ({"from": "1900000000", "to": "1900003600", "status": "moved"}, "invalid_value", "status"),
-        ({"from": "1900000000", "to": "1900003600", "cursor": "not-a-cursor"}, "invalid", "cursor"),
-        ({"from": "1900000000", "to": "1900003600", "page": "2"}, "unknown_field", "page"),
+        ({"to": "2030-01-01T00:00:00Z"}, 400, "missing_field", "from"),
+        ({"from": "2030-01-01T00:00:00Z"}, 400, "missing_field", "to"),
+        ({"from": "2030-01-01T00:00:00", "to": "2030-01-01T01:00:00Z"}, 400, "invalid_value", "from"),
+        ({"from": "yesterday", "to": "2030-01-01T01:00:00Z"}, 400, "invalid_value", "from"),
+        ({"from": "2030-01-01T01:00:00Z", "to": "2030-01-01T00:00:00Z"}, 422, "out_of_range", "to"),
+        ({"from": "2030-01-01T00:00:00Z", "to": "2030-01-03T00:00:00Z"}, 422, "out_of_range", "to"),
+        ({"from": "1900000000", "to": "1900003600", "limit": "0"}, 400, "out_of_range", "limit"),
+        ({"from": "1900000000", "to": "1900003600", "limit": "1001"}, 400, "out_of_range", "limit"),
+        ({"from": "1900000000", "to": "1900003600", "status": "moved"}, 400, "invalid_value", "status"),
+        ({"from": "1900000000", "to": "1900003600", "cursor": "not-a-cursor"}, 422, "invalid", "cursor"),
+        ({"from": "1900000000", "to": "1900003600", "page": "2"}, 400, "unknown_field", "page"),
     ],
 )
-async def test_bad_list_queries(api: Api, register: Register, params: dict[str, str], code: str, field: str) -> None:
+async def test_bad_list_queries(
+    api: Api, register: Register, params: dict[str, str], status: int, code: str, field: str
+) -> None:
     _, key = await register()
     resp = await api.get("/v1/schedules", params=params, headers=key)
-    assert resp.status == 400
+    assert resp.status == status
     error = (await resp.json())["error"]
     assert (error["code"], error["field"]) == (code, field)
 

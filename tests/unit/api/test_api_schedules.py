@@ -67,7 +67,7 @@ async def test_kafka_topics_must_be_granted(api: Api, register: Register) -> Non
             "/v1/schedules", json=schedule_body(callback={"type": "kafka", "topic": topic}), headers=key
         )
         error = (await resp.json())["error"]
-        assert resp.status == 400 and error["code"] == "topic_not_allowed" and error["field"] == "callback.topic"
+        assert resp.status == 422 and error["code"] == "topic_not_allowed" and error["field"] == "callback.topic"
 
 
 async def test_cancel_then_cancel_again(api: Api, register: Register) -> None:
@@ -256,7 +256,7 @@ async def test_private_targets_denied_unless_allowed(api_settings: ApiSettings, 
         ):
             bad = await api.post("/v1/schedules", json=schedule_body(callback=http_callback(url=url)), headers=key)
             error = (await bad.json())["error"]
-            assert bad.status == 400 and error["code"] == "forbidden_target" and error["field"] == "callback.url", url
+            assert bad.status == 422 and error["code"] == "forbidden_target" and error["field"] == "callback.url", url
         ok = await api.post(
             "/v1/schedules", json=schedule_body(callback=http_callback(url="https://8.8.8.8/")), headers=key
         )

@@ -55,6 +55,8 @@ async def test_policy_crud(api: Api, register: Register) -> None:
         ("p", {"max_in_flight": 5, "release_timeout_s": 0}, "release_timeout_s"),
         ("p", {"max_in_flight": 5, "release_timeout_s": 86_401}, "release_timeout_s"),
         ("p", {"max_in_flight": "5", "release_timeout_s": 5}, "max_in_flight"),
+        ("p", {"max_in_flight": 5.5, "release_timeout_s": 5}, "max_in_flight"),
+        ("p", {"max_in_flight": 5, "release_timeout_s": 1e6}, "release_timeout_s"),
         ("p", {"release_timeout_s": 5}, "max_in_flight"),
         ("p", {"max_in_flight": 5, "release_timeout_s": 5, "burst": 2}, "burst"),
         ("Bad Name", {"max_in_flight": 5, "release_timeout_s": 5}, "name"),
@@ -69,9 +71,20 @@ async def test_bad_policies_are_refused(
     assert (await ok(await api.get("/v1/throttle-policies", headers=key)))["policies"] == []
 
 
+async def test_integral_floats_are_integers(api: Api, register: Register) -> None:
+    """JSON Schema counts 1764.0 as an integer, so the API does too (a string "1764" stays refused)."""
+    _, key = await register()
+    body = b'{"max_in_flight": 1764.0, "release_timeout_s": 3e1}'
+    headers = {**key, "Content-Type": "application/json"}
+    created = await ok(await api.put("/v1/throttle-policies/p", data=body, headers=headers), 201)
+    assert (created["max_in_flight"], created["release_timeout_s"]) == (1764, 30)
+    preview = {"cron": "@daily", "count": 2.0, "after": 1900000000.0}
+    assert len((await ok(await api.post("/v1/schedules/preview", json=preview, headers=key)))["occurrences"]) == 2
+
+
 async def test_schedules_name_an_existing_policy(api: Api, register: Register, rows: Rows) -> None:
     client_id, key = await register()
-    _code, field = await refused(await api.post("/v1/schedules", json=schedule_body(throttle="nope"), headers=key))
+    _code, field = await refused(await api.post("/v1/schedules", json=schedule_body(throttle="nope"), headers=key), 422)
     assert field == "throttle" and set((await rows(client_id)).values()) == {0}
     await ok(
         await api.put("/v1/throttle-policies/p", json={"max_in_flight": 2, "release_timeout_s": 5}, headers=key), 201
@@ -81,7 +94,7 @@ async def test_schedules_name_an_existing_policy(api: Api, register: Register, r
     cleared = await ok(await api.patch(f"/v1/schedules/{made['schedule_id']}", json={"throttle": None}, headers=key))
     assert "throttle" not in cleared and cleared["events"] == 3
     _, field = await refused(
-        await api.patch(f"/v1/schedules/{made['schedule_id']}", json={"throttle": "nope"}, headers=key)
+        await api.patch(f"/v1/schedules/{made['schedule_id']}", json={"throttle": "nope"}, headers=key), 422
     )
     assert field == "throttle"
 
@@ -106,4 +119,5 @@ async def test_release_frees_the_events_token_once(api: Api, register: Register,
 
     _other_client, other_key = await register()
     assert (await refused(await api.post(f"/v1/events/{event_id}/release", headers=other_key), 404))[1] == "event_id"
-    assert (await refused(await api.post("/v1/events/not-an-event/release", headers=key)))[1] == "event_id"
+    for bad in ("not-an-event", f"{'-' * 36}:1:0", f"{made['schedule_id']}:1:12345678"):
+        assert (await refused(await api.post(f"/v1/events/{bad}/release", headers=key)))[1] == "event_id", bad
