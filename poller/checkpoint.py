@@ -118,7 +118,14 @@ class Checkpointer:
             state = self._plan.open[minute]
             if state.poisoned or state.reads:
                 return  # never checkpoint past a fire whose outcome is not stored, nor past unread rows
-            if now < minutes.closes_at(minute, self._s.minute_close_s) or state.pending or state.inflight:
+            closes = minutes.closes_at(minute, self._s.minute_close_s)
+            if now < closes or state.pending or state.inflight:
+                return
+            seen = self._plan.seen_until
+            if seen is None or seen < closes:
+                # A write to this minute acknowledged before it closed may not be planned yet: its hot mark
+                # is read by a poll begun after the close point (a node resuming from a pause or an
+                # outage is past the close point with marks it has not read).
                 return
             await self._store.write_checkpoint(self._claim, minute)
             self._plan.close_minute(minute)

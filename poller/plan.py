@@ -163,6 +163,11 @@ class FiringPlan:
             self._seen_until = polled_at
 
     @property
+    def seen_until(self) -> datetime | None:
+        """Every change acknowledged before this moment (node clock) is in the plan (None: not known yet)."""
+        return self._seen_until
+
+    @property
     def unread_poll(self) -> datetime | None:
         return self._unread_poll
 
