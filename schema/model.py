@@ -285,7 +285,8 @@ class Chain(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Chained:
-    """A chain's outcome, and the next occurrence's row as written (CHAINED with a next occurrence)."""
+    """A chain's outcome, and the next occurrence's row as written (CHAINED with a next occurrence, or
+    ALREADY when an earlier try of this very chain landed)."""
 
     outcome: Chain
     following: Schedule | None = None

@@ -144,8 +144,12 @@ class PollerMoves:
             if ref is None or ref.changed_version > current.version:
                 return Chained(Chain.CHANGED)
             moved = await self._poller_move(current, ref) if following is not None else None
-            if moved is None or moved[1] is not None:
+            if moved is None:
                 return Chained(Chain.ALREADY)
+            if moved[1] is not None:
+                # An earlier try landed (its answer was lost): hand its row back, so the caller plans it.
+                # Its due time may be past by now, before any re-read of hot marks would look again.
+                return Chained(Chain.ALREADY, moved[1])
             try:
                 target, version = await self._resume_move(current, moved[0], now)
             except Conflict:

@@ -58,11 +58,15 @@ async def test_chain_again_after_it_landed_finds_it_done(
     env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     first, second = await chained(env, new_schedule)
-    # The same call again (a retry after an unknown outcome): its rows landed, so the occurrence fires.
-    assert (await store.chain_schedule(first, second, env.now())).outcome is Chain.ALREADY
-    # A new owner re-firing the first occurrence computes a different due time: already chained, fire it.
+    # The same call again (a retry after an unknown outcome): its rows landed, so the occurrence fires,
+    # and the landed next row comes back for the caller to plan (its due time may be past by then).
+    again = await store.chain_schedule(first, second, env.now())
+    assert again.outcome is Chain.ALREADY and again.following == dataclasses.replace(second, version=2)
+    # A new owner re-firing the first occurrence computes a different due time: already chained, fire it,
+    # and plan the next row where it really is.
     moved = dataclasses.replace(second, location=Location(1, second.location.due_at + timedelta(seconds=1)))
-    assert (await store.chain_schedule(first, moved, env.now())).outcome is Chain.ALREADY
+    retried = await store.chain_schedule(first, moved, env.now())
+    assert retried.outcome is Chain.ALREADY and retried.following == dataclasses.replace(second, version=2)
     assert (await store.get_schedule(client_id, first.schedule_id)) == dataclasses.replace(second, version=2)
 
 
