@@ -199,6 +199,7 @@ class AckConsumer:
             try:
                 return await call()
             except StoreUnavailable as exc:
+                self._metrics.store_error("throttle_ack")
                 log.warning("throttle_ack_retry", topic=self._topic, error=str(exc))
                 await asyncio.sleep(self._retry_s)
 

@@ -10,20 +10,26 @@ from collections.abc import Awaitable, Callable
 
 from structlog.typing import FilteringBoundLogger
 
+from poller.metrics import Metrics
 from schema.errors import StoreUnavailable
 
 # Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
 _MAX_STORE_RETRY_S = 5.0
 
 
-async def durably(log: FilteringBoundLogger, what: str, write: Callable[[], Awaitable[None]]) -> None:
-    """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s."""
+async def durably(
+    log: FilteringBoundLogger, what: str, write: Callable[[], Awaitable[None]], metrics: Metrics | None = None
+) -> None:
+    """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s. Each
+    failed try counts in ``metrics`` (if given) as a store error of operation ``what``."""
     delay = 0.1
     while True:
         try:
             await write()
             return
         except StoreUnavailable as exc:
+            if metrics is not None:
+                metrics.store_error(what)
             log.warning("store_write_retried", what=what, error=str(exc), wait_s=delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_STORE_RETRY_S)

@@ -71,7 +71,7 @@ class PollerInstance:
             recheck_s=settings.mark_poll_s,
         )
         self._outcomes = OutcomeWriter(store, settings.outcome_flush_s, self._log)
-        self._loader = MinuteLoader(claim.instance, store, self._plan, settings, clock, self._log)
+        self._loader = MinuteLoader(claim.instance, store, self._plan, settings, clock, self._log, metrics)
         self._pipeline = DeliveryPipeline(
             self._current_client,
             store,
@@ -96,6 +96,11 @@ class PollerInstance:
     def drained(self) -> bool:
         """Whether the instance stopped because its partitions are empty for good (a lowered quota)."""
         return self._checkpoints.drained
+
+    @property
+    def open_minutes(self) -> int:
+        """Minutes loaded and not yet closed."""
+        return len(self._plan.open)
 
     def _current_client(self) -> Client:
         return self.client

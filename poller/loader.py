@@ -19,6 +19,7 @@ from structlog.typing import FilteringBoundLogger
 
 from poller import minutes
 from poller.durable import durably
+from poller.metrics import Metrics
 from poller.plan import FiringPlan
 from poller.settings import PollerSettings
 from schema.model import InstanceKey
@@ -38,8 +39,10 @@ class MinuteLoader:
         settings: PollerSettings,
         clock: Clock,
         log: FilteringBoundLogger,
+        metrics: Metrics | None = None,
     ) -> None:
         self._instance = instance
+        self._metrics = metrics
         self._store = store
         self._plan = plan
         self._s = settings
@@ -79,7 +82,7 @@ class MinuteLoader:
                     self._plan.consider(row)
                 count += len(page)
 
-        await durably(self._log, "read_minute", read)
+        await durably(self._log, "read_minute", read, self._metrics)
         state.reads -= 1
         return count
 

@@ -5,10 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 LATENESS_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+# An event may wait for a token as long as the consumer holds the policy's slots (up to its release timeout).
+THROTTLE_WAIT_BUCKETS_S = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 
 class Metrics:
@@ -16,6 +25,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes...
+        PlatformCollector(registry=self.registry)  # python_info
         self.lateness = Histogram(
             "tickd_fire_lateness_seconds",
             "fired_at - fire_at of first attempts",
@@ -50,6 +61,46 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.fenced = Gauge("tickd_node_fenced", "1 while the node is fenced", registry=self.registry)
+        self.heartbeat_age = Gauge(
+            "tickd_node_heartbeat_age_seconds",
+            "Seconds since the last answered heartbeat was sent (the node fences at node_ttl_s - 3 s)",
+            registry=self.registry,
+        )
+        self.open_minutes = Gauge(
+            "tickd_open_minutes", "Minutes loaded and not yet closed, all instances", registry=self.registry
+        )
+        self.store_errors = Counter(
+            "tickd_store_errors_total",
+            "Storage calls that found Cassandra unavailable (retried or waited out), by operation",
+            ["operation"],
+            registry=self.registry,
+        )
+        self.dead_letters = Counter(
+            "tickd_dead_letters_total",
+            "Dead letters written (fires that failed for good), by callback type",
+            ["type"],
+            registry=self.registry,
+        )
+        self.throttle_wait = Histogram(
+            "tickd_throttle_wait_seconds",
+            "How long a throttled event waited for its policy's token",
+            ["client_id"],
+            buckets=THROTTLE_WAIT_BUCKETS_S,
+            registry=self.registry,
+        )
+
+    def store_error(self, operation: str) -> None:
+        """Count a ``StoreUnavailable`` caught by ``operation`` (a name from the code, never from data)."""
+        self.store_errors.labels(operation).inc()
+
+    def watch_node(
+        self, *, fenced: Callable[[], bool], heartbeat_age_s: Callable[[], float], open_minutes: Callable[[], int]
+    ) -> None:
+        """The node's gauges, read from the node when scraped (so they are never stale)."""
+        self.fenced.set_function(lambda: float(fenced()))
+        self.heartbeat_age.set_function(heartbeat_age_s)
+        self.open_minutes.set_function(lambda: float(open_minutes()))
 
 
 def status_app(metrics: Metrics, status: Callable[[], dict[str, object]]) -> web.Application:

@@ -80,11 +80,13 @@ class Node:
         self._fenced = False
         # Loop time (monotonic; virtual under the simulation), set when the node starts.
         self._heartbeat_ok = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = rng or random.Random()
         self._tg: asyncio.TaskGroup | None = None
         self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
+        metrics.watch_node(fenced=lambda: self._fenced, heartbeat_age_s=self._heartbeat_age_s, open_minutes=self._open)
 
     def status(self) -> dict[str, object]:
         return {
@@ -97,6 +99,13 @@ class Node:
     @property
     def fenced(self) -> bool:
         return self._fenced
+
+    def _heartbeat_age_s(self) -> float:
+        """Since the last answered heartbeat was sent (0 before the node runs)."""
+        return 0.0 if self._loop is None else max(0.0, self._loop.time() - self._heartbeat_ok)
+
+    def _open(self) -> int:
+        return sum(r.instance.open_minutes for r in self._running.values())
 
     def lease_held(self) -> bool:
         """True while no other node can have declared this one dead: the last heartbeat sent and answered
@@ -114,7 +123,8 @@ class Node:
         """Run until ``stop`` is set, then hand every instance over. Every long-lived task of the node
         (its loops, its instances, their hand-overs, and ``services`` such as the ack consumer) runs in
         one task group: a task that crashes stops the node loudly instead of dying unnoticed."""
-        self._heartbeat_ok = asyncio.get_running_loop().time()
+        self._loop = asyncio.get_running_loop()
+        self._heartbeat_ok = self._loop.time()
         await self._wait_for_first_heartbeat(stop)
         self._log.info("node_started", metrics_port=self._s.metrics_port)
         async with asyncio.TaskGroup() as tg:
@@ -139,6 +149,7 @@ class Node:
                 await self._heartbeat()
                 return
             except (StoreUnavailable, TimeoutError) as exc:
+                self._metrics.store_error("heartbeat")
                 self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__, wait_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -149,6 +160,7 @@ class Node:
             try:
                 await tick()
             except StoreUnavailable as exc:
+                self._metrics.store_error(tick.__name__.lstrip("_"))
                 self._log.warning("store_unavailable", loop=tick.__name__, error=str(exc))
             await asyncio.sleep(interval_s)
 
@@ -176,6 +188,7 @@ class Node:
         try:
             await self._heartbeat()
         except (StoreUnavailable, TimeoutError) as exc:
+            self._metrics.store_error("heartbeat")
             self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
         await self._fence_if_lapsed()
 
@@ -299,6 +312,7 @@ class Node:
             self._drained.add(key)
             self._spawn(self._stop(key, "drained", drain_s=self._s.shutdown_deadline_s, release=True))
         except* StoreUnavailable as group:
+            self._metrics.store_error("instance")
             self._log.warning("instance_failed", instance=str(key), error=str(group.exceptions[0]))
             self._spawn(self._stop(key, "store_unavailable", drain_s=self._s.shutdown_deadline_s, release=True))
         except* Exception:
@@ -328,6 +342,7 @@ class Node:
         try:
             await instance.drain(drain_s)
         except StoreUnavailable as exc:
+            self._metrics.store_error("drain")
             self._log.warning("drain_incomplete", instance=str(instance.instance), error=str(exc))
         self._log.info("instance_stopped", instance=str(instance.instance), epoch=instance.claim.epoch, reason=reason)
         if release:
@@ -345,6 +360,7 @@ class Node:
         try:
             released = await self._store.release(claim)
         except StoreUnavailable as exc:
+            self._metrics.store_error("release")
             self._log.warning("release_failed", instance=str(claim.instance), error=str(exc))
             self._may_hold(claim.instance)
             return False
@@ -418,6 +434,7 @@ class Node:
         try:
             await self._store.leave(self.node_id)
         except StoreUnavailable as exc:
+            self._metrics.store_error("leave")
             self._log.warning("leave_failed", error=str(exc))
         self._log.info("node_stopped")
 

@@ -180,7 +180,7 @@ class DeliveryPipeline:
         async def write() -> None:
             outcome.append(await self._store.chain_schedule(row, following, self._now()))
 
-        await durably(self._log, "chain", write)
+        await durably(self._log, "chain", write, self._metrics)
         chained = outcome[-1]
         if chained.outcome is Chain.CHANGED:
             self._log.info("occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
@@ -199,7 +199,7 @@ class DeliveryPipeline:
         async def read() -> None:
             found.append(await self._store.get_schedule(row.client_id, row.schedule_id))
 
-        await durably(self._log, "read_schedule", read)
+        await durably(self._log, "read_schedule", read, self._metrics)
         current = found[-1]
         if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
             return
@@ -244,7 +244,7 @@ class DeliveryPipeline:
                     last_error=None,
                 )
             )
-        await durably(self._log, "events", lambda: self._store.add_events(events, self._now()))
+        await durably(self._log, "events", lambda: self._store.add_events(events, self._now()), self._metrics)
         # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
         # in a crash), some events went out already and their rows say so.
         earliest: dict[datetime, datetime] = {}
@@ -274,14 +274,14 @@ class DeliveryPipeline:
             wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
             due = self._now() + timedelta(seconds=max(wait_s, 0.05))
             retried: list[bool] = []
-            await durably(self._log, "requeue", lambda: self._retry_later(row, result, due, retried))
+            await durably(self._log, "requeue", lambda: self._retry_later(row, result, due, retried), self._metrics)
             if not retried[-1]:
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
                 # of the old version ends here, and its row must say so, not stay "scheduled".
                 await self._outcomes.record(row, Status.MOVED, result, fired_at)
         else:
             await self._outcomes.record(row, Status.FAILED, result, fired_at)
-            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, fired_at))
+            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, fired_at), self._metrics)
 
     async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
@@ -315,6 +315,7 @@ class DeliveryPipeline:
             row.payload,
         )
         await self._store.add_dead_letter(letter)
+        self._metrics.dead_letters.labels(callback_type(row.callback)).inc()
         self._log.warning(
             "callback_dead_lettered",
             schedule_id=str(row.schedule_id),

@@ -84,17 +84,22 @@ class ThrottleGate:
             log.warning("throttle_policy_missing", client_id=client_id, policy=policy, event_id=event_id)
             return None
         queue = self._queues.setdefault(key, _Queue())
-        waiter = _Waiter(due, event_id, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(due, event_id, loop.create_future())
+        waited_from = loop.time()
         heapq.heappush(queue.waiters, waiter)
         queue.wake.set()
         if queue.pump is None or queue.pump.done():
             queue.pump = asyncio.create_task(self._pump(key, queue))
         try:
-            return await waiter.future
+            token = await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled() and (token := waiter.future.result()):
                 await asyncio.shield(self._release(token, "cancelled"))
             raise
+        if token is not None:
+            self._metrics.throttle_wait.labels(client_id).observe(loop.time() - waited_from)
+        return token
 
     def delivered(self, token: Token, policy_timeout_s: float | None = None) -> None:
         """The event went out: its token stays held until the consumer releases it or it times out."""
@@ -127,6 +132,7 @@ class ThrottleGate:
         try:
             return await self._policy(key)
         except StoreUnavailable as exc:
+            self._metrics.store_error("throttle_policy")
             log.warning("throttle_store_unavailable", client_id=key[0], policy=key[1], error=str(exc))
             return UNKNOWN
 
@@ -148,6 +154,7 @@ class ThrottleGate:
             try:
                 granted = await self._grant(key, queue)
             except StoreUnavailable as exc:
+                self._metrics.store_error("throttle_tokens")
                 log.warning("throttle_store_unavailable", client_id=key[0], policy=key[1], error=str(exc))
                 granted = 0
             if queue.waiters and not granted:
@@ -221,6 +228,7 @@ class ThrottleGate:
             try:
                 released = await self._store.release_token(token.client_id, token.policy, token.slot, token.event_id)
             except StoreUnavailable as exc:
+                self._metrics.store_error("throttle_release")
                 log.warning("throttle_release_failed", event_id=token.event_id, why=why, error=str(exc))
                 if wait_s is None:
                     return False  # the row's TTL frees the slot

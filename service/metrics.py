@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 from service.errors import Handler
 
@@ -18,9 +26,11 @@ _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"
 class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes...
+        PlatformCollector(registry=self.registry)  # python_info
         self.requests = Counter(
             "tickd_api_requests",
-            "HTTP requests by route and status",
+            "HTTP requests by route and status (5xx included: every error becomes a response inside)",
             ["method", "route", "status"],
             registry=self.registry,
         )
