@@ -102,6 +102,11 @@ class PollerInstance:
         """Minutes loaded and not yet closed."""
         return len(self._plan.open)
 
+    @property
+    def oldest_open_minute(self) -> datetime | None:
+        """The first minute not checkpointed yet, if one is loaded."""
+        return min(self._plan.open, default=None)
+
     def _current_client(self) -> Client:
         return self.client
 

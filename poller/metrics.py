@@ -70,6 +70,11 @@ class Metrics:
         self.open_minutes = Gauge(
             "tickd_open_minutes", "Minutes loaded and not yet closed, all instances", registry=self.registry
         )
+        self.oldest_open_minute_age = Gauge(
+            "tickd_oldest_open_minute_age_seconds",
+            "Now minus the oldest minute not yet checkpointed, all instances (about 70 s when healthy)",
+            registry=self.registry,
+        )
         self.store_errors = Counter(
             "tickd_store_errors_total",
             "Storage calls that found Cassandra unavailable (retried or waited out), by operation",
@@ -95,12 +100,18 @@ class Metrics:
         self.store_errors.labels(operation).inc()
 
     def watch_node(
-        self, *, fenced: Callable[[], bool], heartbeat_age_s: Callable[[], float], open_minutes: Callable[[], int]
+        self,
+        *,
+        fenced: Callable[[], bool],
+        heartbeat_age_s: Callable[[], float],
+        open_minutes: Callable[[], int],
+        oldest_open_minute_age_s: Callable[[], float],
     ) -> None:
         """The node's gauges, read from the node when scraped (so they are never stale)."""
         self.fenced.set_function(lambda: float(fenced()))
         self.heartbeat_age.set_function(heartbeat_age_s)
         self.open_minutes.set_function(lambda: float(open_minutes()))
+        self.oldest_open_minute_age.set_function(oldest_open_minute_age_s)
 
 
 def status_app(metrics: Metrics, status: Callable[[], dict[str, object]]) -> web.Application:

@@ -13,6 +13,7 @@ Loops (one TaskGroup, so a crashed loop stops the node loudly):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
@@ -86,7 +87,12 @@ class Node:
         self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
-        metrics.watch_node(fenced=lambda: self._fenced, heartbeat_age_s=self._heartbeat_age_s, open_minutes=self._open)
+        metrics.watch_node(
+            fenced=lambda: self._fenced,
+            heartbeat_age_s=self._heartbeat_age_s,
+            open_minutes=self._open,
+            oldest_open_minute_age_s=self._oldest_open_minute_age_s,
+        )
 
     def status(self) -> dict[str, object]:
         return {
@@ -106,6 +112,11 @@ class Node:
 
     def _open(self) -> int:
         return sum(r.instance.open_minutes for r in self._running.values())
+
+    def _oldest_open_minute_age_s(self) -> float:
+        """Grows while a minute stays open: the live side of tickd_checkpoint_lag_seconds (0 if none)."""
+        oldest = min((m for r in self._running.values() if (m := r.instance.oldest_open_minute)), default=None)
+        return 0.0 if oldest is None else max(0.0, (self._now() - oldest).total_seconds())
 
     def lease_held(self) -> bool:
         """True while no other node can have declared this one dead: the last heartbeat sent and answered
@@ -333,6 +344,8 @@ class Node:
         finally:
             del self._running[key]
             self._metrics.instances.set(len(self._running))
+            with contextlib.suppress(KeyError):  # its lag is the next owner's to report
+                self._metrics.checkpoint_lag.remove(str(key))
             running.stopped.set()
 
     async def _hand_over(self, running: Running, reason: str, *, drain_s: float, release: bool) -> None:
