@@ -53,6 +53,9 @@ from schema.model import (
 )
 from schema.store import Store
 
+# Events built between two yields to the event loop while a batch trigger's fire is expanded.
+_EXPAND_SLICE = 256
+
 Clock = Callable[[], datetime]
 
 

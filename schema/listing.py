@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from contextlib import aclosing
 from datetime import datetime, timedelta
 from typing import cast
@@ -51,6 +51,22 @@ class ListFilter:
         if self.after.schedule_id is None:
             return due >= self.after.due_at
         return (due, s.schedule_id) > (self.after.due_at, self.after.schedule_id)
+
+
+# Event-row batches of one fire written at once: a fire of 10,000 events written all together queues the
+# encoding of every batch ahead of everything else on the node's event loop, other tenants' fires too.
+EVENT_WRITES_IN_FLIGHT = 4
+
+
+async def in_turn(writes: Sequence[Awaitable[None]], limit: int = EVENT_WRITES_IN_FLIGHT) -> None:
+    """Await ``writes`` (not yet started coroutines) at most ``limit`` at a time, in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(write: Awaitable[None]) -> None:
+        async with gate:
+            await write
+
+    await asyncio.gather(*(one(w) for w in writes))
 
 
 def chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:

@@ -310,7 +310,7 @@ class Schedules(moves.PollerMoves, listing.Listing):
             signals = self._signals(instance, earliest, now)
             if signals:
                 writes.append(self._db.batch(signals, logged=False))
-        await asyncio.gather(*writes)
+        await listing.in_turn(writes)
         for instance, minute in by_partition:
             self._horizons.note(instance, minute)
 

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from schema import moves, timing
 from schema.errors import Conflict, StoreUnavailable
-from schema.listing import Listing, chunks
+from schema.listing import Listing, chunks, in_turn
 from schema.memory import rows as to
 from schema.memory import tables as t
 from schema.memory.engine import Table, Tables, Values, Write, norm
@@ -358,7 +358,7 @@ class MemoryStore(moves.PollerMoves, Listing):
             signals = self._signals(instance, earliest, now)
             if signals:
                 writes.append(self._db.batch(signals, logged=False))
-        await asyncio.gather(*writes)
+        await in_turn(writes)
         for instance, minute in by_partition:
             self._note_horizon(instance, minute)
 

@@ -1,0 +1,103 @@
+"""Issue 9: one tenant's largest batch trigger must not cost another tenant anything.
+
+The biggest fire the API's amplification limits accept (``TICKD_MAX_EVENTS_PER_MINUTE`` events whose
+payloads together fill ``TICKD_MAX_FIRE_BYTES``, all due at once) fires on a real poller node while a
+second tenant's schedules come due around it: the node stays alive, every event arrives, and the other
+tenant's p99 lateness stays under a second."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from schema import timing
+from schema.model import HttpCallback, Location, Options, Schedule
+from service import budgets
+from service.settings import ApiSettings
+from tests.acceptance.harness import (
+    Scenario,
+    create_client,
+    create_many,
+    delivered_all,
+    http_arrivals,
+    instances_of,
+    ms,
+    now_utc,
+    report,
+    spread,
+    tally,
+    wait_placement,
+    wait_until,
+)
+
+pytestmark = pytest.mark.acceptance
+
+
+def _largest_allowed_fire(limits: ApiSettings) -> tuple[int, bytes]:
+    """Events and payload of the largest fire the API accepts with its default limits (checked by the
+    API's own budget function, so a change of the limits changes this test's load with them)."""
+    events = min(limits.max_events, limits.max_events_per_minute)
+    size = limits.max_fire_bytes // events
+    payload = json.dumps({"pad": "x" * (size - 11)}).encode()
+    assert len(payload) == size
+    options = Options(events=events, window_ms=0)
+    budgets.check(options, len(payload), limits)  # raises if the API would refuse it
+    return events, payload
+
+
+@pytest.mark.timeout(300)
+async def test_s15_largest_batch_trigger_beside_another_tenant(scenario: Scenario) -> None:
+    sc = scenario
+    r = sc.receiver
+    events, payload = _largest_allowed_fire(ApiSettings())
+    big = await create_client(sc.store, "s15big", 2)
+    other = await create_client(sc.store, "s15other", 2)
+    [node] = await sc.start_nodes(["n1"])
+    await wait_placement([node], "s15", instances_of(big) | instances_of(other), timeout_s=45)
+
+    now = now_utc()
+    fire_at = ms(now + timedelta(seconds=15))
+    sid = uuid.uuid4()
+    trigger = Schedule(
+        big.client_id,
+        sid,
+        Location(timing.poller_id_for(sid, big.poller_count), timing.due_time(fire_at, now)),
+        fire_at,
+        payload,
+        HttpCallback(url=r.endpoint("big")),
+        now,
+        options=Options(events=events, window_ms=0),
+    )
+    await sc.store.create_schedule(trigger, now)
+    made = await create_many(
+        sc.store,
+        other,
+        spread(300, fire_at - timedelta(seconds=5), fire_at + timedelta(seconds=25), seed=15),
+        HttpCallback(url=r.endpoint("other")),
+    )
+
+    await delivered_all(made, lambda: {d.fire_id for d in r.of("other")}, timeout_s=120)
+
+    def big_events() -> set[str]:
+        return {str(d.body.get("event_id")) for d in r.of("big")}
+
+    await wait_until(lambda: len(big_events()) >= events, 180, lambda: f"{len(big_events())} of {events} events")
+    t = tally(made, http_arrivals(r.of("other")))
+    big_arrivals = sorted(d.arrival for d in r.of("big"))
+    report(
+        "S15 largest batch trigger beside another tenant (1 node)",
+        events=events,
+        payload_bytes=len(payload),
+        big_delivered=len(big_events()),
+        big_spread_s=round(big_arrivals[-1] - big_arrivals[0], 1),
+        **{f"other_{k}": v for k, v in t.fields().items()},
+        node_rss_mb=round(node.rss_mb(), 1),
+    )
+
+    assert node.alive, node.tail()
+    assert not t.missing and not t.duplicated, t.fields()
+    assert len(big_events()) == events
+    assert t.lateness.p99 < 1.0, f"the other tenant's p99 lateness {t.lateness.p99:.3f} s >= 1 s"
