@@ -25,6 +25,10 @@ def _topic(name: str | None) -> str | None:
     return name
 
 
+# The clock skew between API replicas and poller nodes the hot-mark timings allow for (NTP keeps it lower).
+_SKEW_S = 0.5
+
+
 @dataclass(frozen=True)
 class PollerSettings:
     node_id: str
@@ -42,9 +46,10 @@ class PollerSettings:
     # A minute stays open (late writes and hot marks still handled) this long after it ends.
     minute_close_s: float = 10.0
     mark_poll_s: float = 0.5
-    # After a hot mark, keep re-reading for this long (the mark may be seen before its row).
-    mark_settle_s: float = 2.0
-    # How far before the mark's time a re-read starts (covers API/poller clock skew).
+    # After a hot mark, keep re-reading for this long (the mark may be seen before its row, and a write
+    # confirmed up to TICKD_HOT_WRITE_DEADLINE_S after its request may lose its mark to a newer one).
+    mark_settle_s: float = 4.0
+    # How far before the mark's time a re-read starts (the hot-write deadline plus clock skew).
     reread_lag_s: float = 5.0
     # The API's TICKD_MUTATION_GUARD_S (same variable, must agree): a row fires only once every change
     # acknowledged before its due time minus half this is in the plan (the other half covers clock skew).
@@ -110,6 +115,13 @@ class PollerSettings:
                 "TICKD_HEARTBEAT_INTERVAL_S must be well under TICKD_NODE_TTL_S: at least two heartbeats "
                 "must fit before a node fences itself",
                 field="TICKD_HEARTBEAT_INTERVAL_S",
+            )
+        deadline_s = self.store.hot_write_deadline_s
+        if self.mark_settle_s < deadline_s + 2 * _SKEW_S or self.reread_lag_s < deadline_s + 2 * _SKEW_S:
+            raise ConfigError(
+                f"TICKD_MARK_SETTLE_S and TICKD_REREAD_LAG_S must be at least TICKD_HOT_WRITE_DEADLINE_S "
+                f"+ {2 * _SKEW_S:g} s: an acknowledged write can land that late, behind a newer hot mark",
+                field="TICKD_MARK_SETTLE_S" if self.mark_settle_s < deadline_s + 2 * _SKEW_S else "TICKD_REREAD_LAG_S",
             )
         if self.preload_s + self.reread_lag_s >= self.store.hot_window_s:
             raise ConfigError(

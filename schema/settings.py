@@ -129,6 +129,11 @@ class StoreSettings:
     # A write due sooner than this may land in a minute a poller has already loaded, so it leaves a
     # hot mark. Must exceed the pollers' look-ahead plus clock skew; API and pollers must agree.
     hot_window_s: float = 90.0
+    # A write that leaves a hot mark is acknowledged only if it is confirmed within this long of its
+    # request (else 503, outcome unknown): a slower write can land after the pollers' re-reads of its
+    # minute are over, behind a newer mark. Pollers re-read for at least this long after a mark changes
+    # (TICKD_MARK_SETTLE_S) and this far back (TICKD_REREAD_LAG_S). API and pollers must agree.
+    hot_write_deadline_s: float = 3.0
     # The most a multi-partition batch may hold (estimated encoded bytes), under Cassandra's
     # batch_size_fail_threshold (50 KiB by default): writes that belong together but would be larger are
     # split (see schema.cassandra.schedules), and the API groups creates under it. API and pollers agree.
@@ -165,9 +170,20 @@ class StoreSettings:
             page_size=env_int(env, "TICKD_PAGE_SIZE", cls.page_size, low=10, high=100_000),
             retention_s=env_int(env, "TICKD_RETENTION_S", cls.retention_s, low=60, high=10 * 365 * 86400),
             cluster_name=env_str(env, "TICKD_CLUSTER_NAME", cls.cluster_name),
-            hot_window_s=env_float(env, "TICKD_HOT_WINDOW_S", cls.hot_window_s, low=10, high=3600),
+            hot_window_s=hot_window_s(env),
+            hot_write_deadline_s=hot_write_deadline_s(env),
             batch_max_bytes=batch_max_bytes(env),
         )
+
+
+def hot_window_s(env: Mapping[str, str]) -> float:
+    """TICKD_HOT_WINDOW_S, read the same way by the store, the pollers and the API."""
+    return env_float(env, "TICKD_HOT_WINDOW_S", StoreSettings.hot_window_s, low=10, high=3600)
+
+
+def hot_write_deadline_s(env: Mapping[str, str]) -> float:
+    """TICKD_HOT_WRITE_DEADLINE_S, read the same way by the API and the pollers."""
+    return env_float(env, "TICKD_HOT_WRITE_DEADLINE_S", StoreSettings.hot_write_deadline_s, low=0.5, high=60)
 
 
 def batch_max_bytes(env: Mapping[str, str]) -> int:

@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schema.errors import ConfigError
-from schema.settings import StoreSettings, batch_max_bytes, env_bool, env_float, env_int
+from schema.settings import (
+    StoreSettings,
+    batch_max_bytes,
+    env_bool,
+    env_float,
+    env_int,
+    hot_window_s,
+    hot_write_deadline_s,
+)
 
 _TEN_YEARS_S = 10 * 365 * 86400
 
@@ -47,6 +55,9 @@ class ApiSettings:
     write_group: int = 8
     # ... and at most this many bytes per group (estimated; TICKD_BATCH_MAX_BYTES, shared with the store).
     batch_max_bytes: int = StoreSettings.batch_max_bytes
+    # Writes due within the hot window must be confirmed within the deadline (see StoreSettings).
+    hot_window_s: float = StoreSettings.hot_window_s
+    hot_write_deadline_s: float = StoreSettings.hot_write_deadline_s
     # How long a host name's "is it private?" answer is reused (only when private targets are denied).
     dns_cache_s: float = 60.0
     # Amplification: what one accepted request may make the pollers do. Bytes written per fire (events
@@ -99,6 +110,8 @@ class ApiSettings:
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),
             write_group=env_int(env, "TICKD_WRITE_GROUP", cls.write_group, low=1, high=64),
             batch_max_bytes=batch_max_bytes(env),
+            hot_window_s=hot_window_s(env),
+            hot_write_deadline_s=hot_write_deadline_s(env),
             dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
             max_fire_bytes=env_int(env, "TICKD_MAX_FIRE_BYTES", cls.max_fire_bytes, low=1024, high=1 << 30),
             max_fires_per_minute=env_int(env, "TICKD_MAX_FIRES_PER_MINUTE", cls.max_fires_per_minute, low=1, high=60),

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import structlog
@@ -55,6 +55,7 @@ from service.views import (
 )
 
 log = structlog.get_logger("tickd.api")
+T = TypeVar("T")
 _BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
 _SCHEDULED = Status.SCHEDULED.value
 _RACE_RETRIES = 3
@@ -159,7 +160,8 @@ async def create_schedule(request: web.Request) -> web.Response:
             if isinstance(replayed, web.Response):
                 return replayed
             schedule = replayed
-    await request.app[keys.CREATES].create(schedule, now())
+    # Confirmed within the hot-write deadline of the request time the due time was computed from.
+    await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
     return json_response(schedule_view(schedule), 201)
@@ -237,7 +239,8 @@ async def _write_batch(request: web.Request, built: list[Schedule | BaseExceptio
     async def write(group: list[tuple[int, Schedule]]) -> None:
         try:
             async with gate:
-                await store.create_schedules([schedule for _, schedule in group], at)
+                written = store.create_schedules([schedule for _, schedule in group], at)
+                await _confirmed(request, at, [s.location.due_at for _, s in group], None, written)
         except TickdError as exc:
             answers.update((index, _item_error(index, exc)) for index, _ in group)
             return
@@ -281,18 +284,36 @@ def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> fl
     return left_s
 
 
-async def _confirmed_in(left_s: float | None, change: Awaitable[Schedule]) -> Schedule:
-    """A one-time schedule's change must be written before its guard point: a write confirmed later may
-    land after the old version fired. Past it the answer is 503 (outcome unknown), never a 200."""
-    if left_s is None:
-        return await change
+async def _confirmed(
+    request: web.Request, at: datetime, dues: Sequence[datetime], left_s: float | None, write: Awaitable[T]
+) -> T:
+    """Answer only what is confirmed in time. A one-time schedule's change must be written before its
+    guard point (``left_s``): later, it may land after the old version fired. A write that leaves a hot
+    mark (any of ``dues`` within the hot window) must be confirmed within the hot-write deadline of its
+    request time ``at``: later, it may land after the pollers' re-reads of its minute are over. Past
+    either, the answer is 503 (outcome unknown), never a success; the write itself goes on (shielded: it
+    is never cut between its steps) and may still apply."""
+    settings = request.app[keys.SETTINGS]
+    limits = [] if left_s is None else [left_s]
+    if any(timing.is_hot(due, at, settings.hot_window_s) for due in dues):
+        limits.append(settings.hot_write_deadline_s - (now() - at).total_seconds())
+    task = asyncio.ensure_future(write)
+    if not limits:
+        return await task
     try:
-        async with asyncio.timeout(left_s):
-            return await change
+        async with asyncio.timeout(max(0.0, min(limits))):
+            return await asyncio.shield(task)
     except TimeoutError:
+        task.add_done_callback(_settled_late)
         raise StoreUnavailable(
-            "the change was not confirmed before the fire time: it may or may not apply; read the schedule"
+            "the write was not confirmed in time: it may or may not apply; read the schedule"
         ) from None
+
+
+def _settled_late(task: asyncio.Future[Any]) -> None:
+    """A write answered 503 finished later: its outcome is no longer anyone's; retrieve it quietly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("late_write_failed", error=str(task.exception()))
 
 
 async def _retrying_races(request: web.Request, change: Callable[[Client, Schedule], Awaitable[Schedule]]) -> Schedule:
@@ -314,7 +335,8 @@ async def cancel_schedule(request: web.Request) -> web.Response:
             return current  # cancelling twice is not an error
         at = now()
         left_s = _check_mutable(request, current, at)
-        return await _confirmed_in(left_s, request.app[keys.STORE].cancel_schedule(current, at))
+        cancel = request.app[keys.STORE].cancel_schedule(current, at)
+        return await _confirmed(request, at, [current.location.due_at], left_s, cancel)
 
     cancelled = await _retrying_races(request, cancel)
     client_id, current = cancelled.client_id, cancelled
@@ -409,7 +431,9 @@ async def patch_schedule(request: web.Request) -> web.Response:
         at = now()
         updated = _updated(settings, client, current, changes, _timing(request, current, patch, at), at)
         left_s = _check_mutable(request, current, at)
-        return await _confirmed_in(left_s, request.app[keys.STORE].replace_schedule(current, updated, at))
+        replace = request.app[keys.STORE].replace_schedule(current, updated, at)
+        dues = [current.location.due_at, updated.location.due_at]
+        return await _confirmed(request, at, dues, left_s, replace)
 
     updated = await _retrying_races(request, change)
     log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))

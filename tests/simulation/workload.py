@@ -114,7 +114,7 @@ class Api:
         poller_id = timing.poller_id_for(sid, client.poller_count)
         location = Location(poller_id, recurring.due_at(sid, fire_at, options, at))
         schedule = Schedule(client_id, sid, location, fire_at, b'{"n":1}', _CALLBACK, at, options=options, seq=seq)
-        await self.call(lambda: self.store.create_schedules([schedule], at))
+        await self.confirmed(at, [location.due_at], None, lambda: self.store.create_schedules([schedule], at))
         return schedule
 
     async def cancel(self, client_id: str, sid: uuid.UUID) -> datetime:
@@ -126,7 +126,8 @@ class Api:
             at = self.clock()
             left_s = self._check_mutable(current, at)
             try:
-                await self.confirmed(left_s, lambda c=current, a=at: self.store.cancel_schedule(c, a))  # type: ignore[misc]
+                cancel = lambda c=current, a=at: self.store.cancel_schedule(c, a)  # type: ignore[misc]  # noqa: E731
+                await self.confirmed(at, [current.location.due_at], left_s, cancel)
                 return at
             except Conflict:
                 if current.repeat is None or attempt == 2:
@@ -144,17 +145,28 @@ class Api:
         poller_id = timing.poller_id_for(sid, client.poller_count)
         location = Location(poller_id, recurring.due_at(sid, fire_at, current.options, at))
         updated = dataclasses.replace(current, location=location, fire_at=fire_at, attempts=0, last_error=None)
-        return await self.confirmed(left_s, lambda: self.store.replace_schedule(current, updated, at))
+        dues = [current.location.due_at, location.due_at]
+        return await self.confirmed(at, dues, left_s, lambda: self.store.replace_schedule(current, updated, at))
 
-    async def confirmed(self, left_s: float | None, op: Callable[[], Awaitable[T]]) -> T:
-        """As the handlers do: a one-time schedule's change not confirmed before its guard point is a 503."""
-        if left_s is None:
-            return await self.call(op)
+    async def confirmed(
+        self, at: datetime, dues: list[datetime], left_s: float | None, op: Callable[[], Awaitable[T]]
+    ) -> T:
+        """As the handlers do (``service.routes.schedules._confirmed``): a one-time schedule's change not
+        confirmed before its guard point, or a write leaving a hot mark not confirmed within the hot-write
+        deadline, is a 503; the write goes on (shielded) and may still apply."""
+        settings = self.world.store_settings
+        limits = [] if left_s is None else [left_s]
+        if any(timing.is_hot(due, at, settings.hot_window_s) for due in dues):
+            limits.append(settings.hot_write_deadline_s - (self.clock() - at).total_seconds())
+        task = asyncio.ensure_future(self.call(op))
+        if not limits:
+            return await task
         try:
-            async with asyncio.timeout(left_s):
-                return await self.call(op)
+            async with asyncio.timeout(max(0.0, min(limits))):
+                return await asyncio.shield(task)
         except TimeoutError:
-            raise StoreUnavailable("not confirmed before the guard point") from None
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise StoreUnavailable("not confirmed in time") from None
 
     @staticmethod
     def _check_mutable(schedule: Schedule, at: datetime) -> float | None:

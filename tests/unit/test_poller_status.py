@@ -23,3 +23,22 @@ async def test_readyz_follows_fencing_and_healthz_does_not() -> None:
         assert b"tickd_" in await (await client.get("/metrics")).read()
     finally:
         await client.close()
+
+
+def test_reread_timings_must_cover_the_hot_write_deadline() -> None:
+    """A write confirmed up to the deadline after its request may lose its hot mark to a newer one: the
+    pollers must keep re-reading that long after a mark changes, and that far back."""
+    from poller.settings import PollerSettings
+    from schema.errors import ConfigError
+
+    assert PollerSettings.from_env({}).mark_settle_s >= PollerSettings.from_env({}).store.hot_write_deadline_s
+    try:
+        PollerSettings.from_env({"TICKD_HOT_WRITE_DEADLINE_S": "5"})
+    except ConfigError as exc:
+        assert exc.field == "TICKD_MARK_SETTLE_S"
+    else:
+        raise AssertionError("a deadline beyond the settle time was accepted")
+    settings = PollerSettings.from_env(
+        {"TICKD_HOT_WRITE_DEADLINE_S": "5", "TICKD_MARK_SETTLE_S": "6", "TICKD_REREAD_LAG_S": "6"}
+    )
+    assert settings.store.hot_write_deadline_s == 5.0

@@ -1,0 +1,82 @@
+"""A write that leaves a hot mark is acknowledged only if it is confirmed within the hot-write deadline:
+a slower one may land after the pollers' re-reads of its minute are over, behind a newer mark (found by
+the simulation, seeds 5287 and 5337 with outcomes flushed on demand). Past the deadline: 503, and the
+write goes on and lands whole."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from schema.memory import MemoryStore
+from service.settings import ApiSettings
+from tests.integration.api_helpers import Api, Register, Rows, schedule_body, serve, with_settings
+
+pytest_plugins = ["tests.integration.api_fixtures"]
+
+
+class SlowWrites:
+    """Every batch write (a create is one) takes ``delay_s`` before it applies."""
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+
+    async def before(self, op: str) -> None:
+        if op.startswith("batch") and self.delay_s:
+            await asyncio.sleep(self.delay_s)
+
+    async def after(self, op: str) -> None:
+        return None
+
+
+@pytest.fixture
+def slow() -> SlowWrites:
+    return SlowWrites()
+
+
+@pytest.fixture
+def store(slow: SlowWrites) -> MemoryStore:
+    return MemoryStore(lambda: datetime.now(UTC), faults=slow)
+
+
+@pytest.fixture
+async def api(api_settings: ApiSettings, store: MemoryStore) -> AsyncIterator[Api]:
+    async for client in serve(with_settings(api_settings, hot_write_deadline_s=0.5), store):
+        yield client
+
+
+async def test_a_hot_create_slower_than_the_deadline_is_a_503_and_still_lands(
+    api: Api, register: Register, rows: Rows, slow: SlowWrites
+) -> None:
+    client_id, key = await register()
+    slow.delay_s = 1.0
+    started = asyncio.get_running_loop().time()
+    resp = await api.post("/v1/schedules", json=schedule_body(delay_s=5), headers=key)
+    took = asyncio.get_running_loop().time() - started
+    body = await resp.json()
+    assert resp.status == 503 and body["error"]["code"] == "store_unavailable", body
+    assert "Retry-After" in resp.headers
+    assert took < 1.0, f"answered after {took:.2f} s, past the 0.5 s deadline's point"
+    await asyncio.sleep(1.2)  # the write went on (shielded) and applied whole
+    assert (await rows(client_id))["schedules"] == 1
+
+
+async def test_a_create_outside_the_hot_window_may_take_longer(api: Api, register: Register, slow: SlowWrites) -> None:
+    _, key = await register()
+    slow.delay_s = 1.0
+    resp = await api.post("/v1/schedules", json=schedule_body(delay_s=3600), headers=key)
+    assert resp.status == 201, await resp.text()
+
+
+async def test_a_hot_reschedule_slower_than_the_deadline_is_a_503(
+    api: Api, register: Register, slow: SlowWrites
+) -> None:
+    _, key = await register()
+    resp = await api.post("/v1/schedules", json=schedule_body(delay_s=3600), headers=key)
+    sid = (await resp.json())["schedule_id"]
+    slow.delay_s = 1.0
+    moved = await api.patch(f"/v1/schedules/{sid}", json={"delay_s": 30}, headers=key)
+    assert moved.status == 503, await moved.text()
