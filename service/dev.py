@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import secrets
 import signal
 import sys
@@ -37,6 +38,7 @@ from schema.settings import StoreSettings
 from service.app import create_app
 from service.auth import new_api_key
 from service.settings import ApiSettings
+from service.validation import CLIENT_ID_PATTERN
 
 log = structlog.get_logger("tickd.dev")
 _NO_KAFKA = "this tickd dev runs without Kafka: start it with --kafka HOST:PORT to send Kafka callbacks"
@@ -145,6 +147,8 @@ def parse(argv: Sequence[str] | None = None) -> DevOptions:
         parser.error("--port must be 0-65535")
     if not 1 <= args.pollers <= 64:
         parser.error("--pollers must be 1-64")
+    if not re.match(CLIENT_ID_PATTERN, args.client_id):
+        parser.error("--client-id must be 1-64 of a-z, 0-9, _ and - (as the API requires)")
     return DevOptions(args.host, args.port, args.kafka, args.client_id, args.pollers, args.admin_token)
 
 

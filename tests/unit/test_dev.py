@@ -107,3 +107,26 @@ async def test_first_callback_within_five_seconds_of_start_without_java(
         await runner.cleanup()
     proc.send_signal(2)  # Ctrl-C: a clean stop
     assert await asyncio.wait_for(proc.wait(), 10) == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--port", "70000"],
+        ["--port", "-1"],
+        ["--pollers", "0"],
+        ["--pollers", "65"],
+        ["--client-id", "a/b"],
+        ["--client-id", ""],
+        ["--client-id", "dev\n"],
+        ["--client-id", "x" * 65],
+        ["--client-id", "Dev"],
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from service.dev import parse
+
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
