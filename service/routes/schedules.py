@@ -22,9 +22,10 @@ from msgspec import UNSET, UnsetType
 
 from schema import recurrence as rec
 from schema import timing
-from schema.errors import Conflict, NotFound, StoreUnavailable, TickdError
+from schema.errors import Conflict, NotFound, TickdError
 from schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
 from service import budgets, idempotency, keys, params, recurring
+from service.confirm import confirmed
 from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
 from service.routes.common import conflict, now, read_json
@@ -287,33 +288,17 @@ def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> fl
 async def _confirmed(
     request: web.Request, at: datetime, dues: Sequence[datetime], left_s: float | None, write: Awaitable[T]
 ) -> T:
-    """Answer only what is confirmed in time. A one-time schedule's change must be written before its
-    guard point (``left_s``): later, it may land after the old version fired. A write that leaves a hot
-    mark (any of ``dues`` within the hot window) must be confirmed within the hot-write deadline of its
-    request time ``at``: later, it may land after the pollers' re-reads of its minute are over. Past
-    either, the answer is 503 (outcome unknown), never a success; the write itself goes on (shielded: it
-    is never cut between its steps) and may still apply."""
+    """``service.confirm.confirmed`` with this API's hot window and hot-write deadline."""
     settings = request.app[keys.SETTINGS]
-    limits = [] if left_s is None else [left_s]
-    if any(timing.is_hot(due, at, settings.hot_window_s) for due in dues):
-        limits.append(settings.hot_write_deadline_s - (now() - at).total_seconds())
-    task = asyncio.ensure_future(write)
-    if not limits:
-        return await task
-    try:
-        async with asyncio.timeout(max(0.0, min(limits))):
-            return await asyncio.shield(task)
-    except TimeoutError:
-        task.add_done_callback(_settled_late)
-        raise StoreUnavailable(
-            "the write was not confirmed in time: it may or may not apply; read the schedule"
-        ) from None
-
-
-def _settled_late(task: asyncio.Future[Any]) -> None:
-    """A write answered 503 finished later: its outcome is no longer anyone's; retrieve it quietly."""
-    if not task.cancelled() and task.exception() is not None:
-        log.info("late_write_failed", error=str(task.exception()))
+    return await confirmed(
+        write,
+        at=at,
+        dues=dues,
+        left_s=left_s,
+        hot_window_s=settings.hot_window_s,
+        deadline_s=settings.hot_write_deadline_s,
+        now=now,
+    )
 
 
 async def _retrying_races(request: web.Request, change: Callable[[Client, Schedule], Awaitable[Schedule]]) -> Schedule:

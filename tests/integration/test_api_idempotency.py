@@ -17,7 +17,7 @@ from schema.cassandra import CassandraStore
 from schema.model import IdempotencyKey
 from service.idempotency import request_digest
 from service.settings import ApiSettings
-from tests.integration.api_helpers import ADMIN_TOKEN, Api, Register, Rows, schedule_body
+from tests.integration.api_helpers import Api, Register, Rows, schedule_body, with_settings
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]
@@ -26,16 +26,9 @@ WAIT_S = 0.5
 
 
 @pytest.fixture
-def api_settings() -> ApiSettings:
-    return ApiSettings(
-        admin_token=ADMIN_TOKEN,
-        callback_allow_private=True,
-        create_rate_per_s=100_000,
-        create_burst=100_000,
-        client_cache_s=0.0,
-        idempotency_wait_s=WAIT_S,
-        idempotency_takeover_s=30.0,
-    )
+def api_settings(api_settings: ApiSettings) -> ApiSettings:
+    """The API tests' settings (api_fixtures), waiting briefly for a first request still in flight."""
+    return with_settings(api_settings, idempotency_wait_s=WAIT_S, idempotency_takeover_s=30.0)
 
 
 def _raw(body: dict[str, Any], *, indent: int | None = None, reverse: bool = False) -> bytes:

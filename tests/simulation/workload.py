@@ -29,6 +29,7 @@ from schema.model import (
     ThrottlePolicy,
 )
 from service import recurring
+from service.confirm import confirmed
 from tests.simulation.oracle import Promise
 from tests.simulation.vloop import ACTOR, VirtualClock
 from tests.simulation.world import API, Endpoint, World
@@ -151,22 +152,17 @@ class Api:
     async def confirmed(
         self, at: datetime, dues: list[datetime], left_s: float | None, op: Callable[[], Awaitable[T]]
     ) -> T:
-        """As the handlers do (``service.routes.schedules._confirmed``): a one-time schedule's change not
-        confirmed before its guard point, or a write leaving a hot mark not confirmed within the hot-write
-        deadline, is a 503; the write goes on (shielded) and may still apply."""
+        """As the handlers do: ``service.confirm.confirmed``, on this replica's clock."""
         settings = self.world.store_settings
-        limits = [] if left_s is None else [left_s]
-        if any(timing.is_hot(due, at, settings.hot_window_s) for due in dues):
-            limits.append(settings.hot_write_deadline_s - (self.clock() - at).total_seconds())
-        task = asyncio.ensure_future(self.call(op))
-        if not limits:
-            return await task
-        try:
-            async with asyncio.timeout(max(0.0, min(limits))):
-                return await asyncio.shield(task)
-        except TimeoutError:
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            raise StoreUnavailable("not confirmed in time") from None
+        return await confirmed(
+            self.call(op),
+            at=at,
+            dues=dues,
+            left_s=left_s,
+            hot_window_s=settings.hot_window_s,
+            deadline_s=settings.hot_write_deadline_s,
+            now=self.clock,
+        )
 
     @staticmethod
     def _check_mutable(schedule: Schedule, at: datetime) -> float | None:
