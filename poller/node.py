@@ -72,7 +72,8 @@ class Node:
         self._clients: dict[str, Client] = {}
         self._clients_read_at = 0.0
         self._live: set[str] = set()
-        self._drained: set[InstanceKey] = set()
+        # Drained instances, each with its client's resized_at when it was found drained.
+        self._drained: dict[InstanceKey, datetime | None] = {}
         # Instances whose claim this node may hold without running them (a release that failed, a claim
         # whose answer was lost, a fence, an earlier process with this node id): others wait for a live
         # owner to release, so each is checked and released. None until the first client read fills it.
@@ -229,12 +230,15 @@ class Node:
         await self._claim_new(sorted(k for k in mine if k not in self._running))
 
     def _forget_undrained(self) -> None:
-        """A drained instance is left alone only while its client's quota stays below it: once the quota
-        is raised again, new schedules are placed on it and it must be claimed like any other."""
+        """A drained instance is left alone only while its client's quota stays below it and unchanged:
+        after any later resize it is looked at again, because the quota may have been raised and lowered
+        between two reads of the clients, with schedules placed on the instance in between."""
         self._drained = {
-            key
-            for key in self._drained
-            if (client := self._clients.get(key.client_id)) is not None and key.poller_id >= client.poller_count
+            key: resized_at
+            for key, resized_at in self._drained.items()
+            if (client := self._clients.get(key.client_id)) is not None
+            and key.poller_id >= client.poller_count
+            and client.resized_at == resized_at
         }
 
     async def _refresh_clients(self) -> None:
@@ -293,7 +297,7 @@ class Node:
         checkpoint = await self._store.get_checkpoint(key)
         drained = horizon is None or (checkpoint is not None and checkpoint.minute >= horizon)
         if drained:
-            self._drained.add(key)
+            self._drained[key] = client.resized_at
         return drained
 
     def _start(self, claim: Claim, client: Client) -> None:
@@ -320,7 +324,7 @@ class Node:
         try:
             await instance.run()
         except* InstanceDrained:
-            self._drained.add(key)
+            self._drained[key] = instance.client.resized_at
             self._spawn(self._stop(key, "drained", drain_s=self._s.shutdown_deadline_s, release=True))
         except* StoreUnavailable as group:
             self._metrics.store_error("instance")
