@@ -427,11 +427,11 @@ class Node:
             watched.append(current + timedelta(minutes=1))
         # And every minute still open anywhere: a node back from a pause (or an outage) holds minutes the
         # clock has left behind, and a poll that skipped their marks would tell them nothing changed.
-        for running in self._running.values():
-            oldest = running.instance.oldest_open_minute
-            while oldest is not None and oldest < current - timedelta(minutes=1) and oldest not in watched:
-                watched.append(oldest)
-                oldest += timedelta(minutes=1)
+        held = [m for r in self._running.values() if (m := r.instance.oldest_open_minute) is not None]
+        minute = min(held, default=current)
+        while minute < current - timedelta(minutes=1):
+            watched.append(minute)
+            minute += timedelta(minutes=1)
         found = await asyncio.gather(*(self._store.hot_marks(m) for m in watched))
         # A mark keeps only its latest write: every write that changed it landed after our last good poll.
         since, self._marks_polled_at = self._marks_polled_at or now, now
