@@ -103,6 +103,11 @@ class PollerInstance:
         return len(self._plan.open)
 
     @property
+    def held_minutes(self) -> list[datetime]:
+        """The minutes loaded and not yet closed (at most three)."""
+        return list(self._plan.open)
+
+    @property
     def oldest_open_minute(self) -> datetime | None:
         """The first minute not checkpointed yet, if one is loaded."""
         return min(self._plan.open, default=None)

@@ -426,12 +426,9 @@ class Node:
         if (current + timedelta(minutes=1) - now).total_seconds() < self._s.preload_s + 1:
             watched.append(current + timedelta(minutes=1))
         # And every minute still open anywhere: a node back from a pause (or an outage) holds minutes the
-        # clock has left behind, and a poll that skipped their marks would tell them nothing changed.
-        held = [m for r in self._running.values() if (m := r.instance.oldest_open_minute) is not None]
-        minute = min(held, default=current)
-        while minute < current - timedelta(minutes=1):
-            watched.append(minute)
-            minute += timedelta(minutes=1)
+        # clock has left behind, and a poll that skipped their marks would tell them nothing changed. An
+        # instance holds at most three minutes open, so a catch-up adds a few reads, not one per minute.
+        watched += sorted({m for r in self._running.values() for m in r.instance.held_minutes} - set(watched))
         found = await asyncio.gather(*(self._store.hot_marks(m) for m in watched))
         # A mark keeps only its latest write: every write that changed it landed after our last good poll.
         since, self._marks_polled_at = self._marks_polled_at or now, now
