@@ -168,10 +168,25 @@ class Client:
     resized_at: datetime | None = None
     # The HMAC key of the client's Kafka acks (``poller.acks``); never shown. "" until one is created.
     ack_secret: str = field(default="", repr=False)
+    # The key its deliveries are signed with (``whsec_...``, ``schema.signing``); shown once. "" until one
+    # is created. After a rotation the previous one stays valid until ``signing_previous_until``.
+    signing_secret: str = field(default="", repr=False)
+    signing_secret_previous: str = field(default="", repr=False)
+    signing_previous_until: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.poller_span < self.poller_count:
             object.__setattr__(self, "poller_span", self.poller_count)
+
+    def signing_secrets(self, now: datetime) -> tuple[str, ...]:
+        """The secrets a delivery sent at ``now`` is signed with: the current one, then the previous one
+        while it is still valid. Empty before the client has any."""
+        if not self.signing_secret:
+            return ()
+        until = self.signing_previous_until
+        if self.signing_secret_previous and until is not None and now < until:
+            return (self.signing_secret, self.signing_secret_previous)
+        return (self.signing_secret,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +244,8 @@ class Schedule:
     seq: int = 0
     # Delivery only, never stored: what a throttled event's consumer puts in its Kafka ack (``poller.acks``).
     ack_token: str | None = field(default=None, compare=False, repr=False)
+    # Delivery only, never stored: the client's signing secrets, current first (``poller.signing``).
+    signing_secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def instance(self) -> InstanceKey:

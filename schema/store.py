@@ -42,11 +42,18 @@ class ClientStore(Protocol):
     async def list_clients(self) -> list[Client]: ...
 
     async def update_client(self, client: Client) -> None:
-        """Overwrite a client's mutable fields with those of ``client`` (not its ack secret)."""
+        """Overwrite a client's mutable fields with those of ``client`` (not its ack or signing secrets)."""
 
     async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
         """The client's ack secret; a client without one gets ``candidate`` unless another writer's
         landed first (compare-and-set). None for an unknown client."""
+
+    async def ensure_signing_secret(self, client_id: str, candidate: str) -> str | None:
+        """The client's current signing secret, made the way ``ensure_ack_secret`` makes an ack secret."""
+
+    async def rotate_signing_secret(self, client_id: str, current: str, new: str, previous_until: datetime) -> bool:
+        """Make ``new`` the signing secret and ``current`` the previous one, valid until ``previous_until``
+        (compare-and-set: False, and nothing written, unless ``current`` is still the secret)."""
 
 
 class ScheduleStore(Protocol):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
 from schema.model import Client
 
@@ -12,8 +14,12 @@ class ClientRows:
     _db: Bridge
 
     async def create_client(self, client: Client) -> bool:
-        secret = unset_if_none(client.ack_secret or None)
-        values = {**_fields(client), "created_at": client.created_at, "ack_secret": secret}
+        values = {
+            **_fields(client),
+            "created_at": client.created_at,
+            "ack_secret": unset_if_none(client.ack_secret or None),
+            "signing_secret": unset_if_none(client.signing_secret or None),
+        }
         applied, _ = await self._db.applied("insert_client", values)
         return applied
 
@@ -28,11 +34,24 @@ class ClientRows:
         await self._db.write("update_client", _fields(client))
 
     async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
+        return await self._ensure_secret(client_id, "ack_secret", candidate)
+
+    async def ensure_signing_secret(self, client_id: str, candidate: str) -> str | None:
+        return await self._ensure_secret(client_id, "signing_secret", candidate)
+
+    async def _ensure_secret(self, client_id: str, column: str, candidate: str) -> str | None:
+        """The client's secret in ``column``; ``candidate`` lands only where there is none yet
+        (``set_<column>``: UPDATE ... IF <column> = null)."""
         client = await self.get_client(client_id)
-        if client is None or client.ack_secret:
-            return client.ack_secret if client is not None else None
-        applied, row = await self._db.applied("set_ack_secret", {"client_id": client_id, "ack_secret": candidate})
-        return candidate if applied else str(row.ack_secret)
+        if client is None or getattr(client, column):
+            return getattr(client, column) if client is not None else None
+        applied, row = await self._db.applied(f"set_{column}", {"client_id": client_id, column: candidate})
+        return candidate if applied else str(getattr(row, column))
+
+    async def rotate_signing_secret(self, client_id: str, current: str, new: str, previous_until: datetime) -> bool:
+        values = {"client_id": client_id, "signing_secret": new, "previous": current, "previous_until": previous_until}
+        applied, _ = await self._db.applied("rotate_signing_secret", values)
+        return applied
 
 
 def _fields(client: Client) -> Values:
@@ -61,4 +80,7 @@ def _client(row: Row) -> Client:
         updated_at=utc(row.updated_at),
         resized_at=utc(row.resized_at) if row.resized_at else None,
         ack_secret=row.ack_secret or "",
+        signing_secret=row.signing_secret or "",
+        signing_secret_previous=row.signing_secret_previous or "",
+        signing_previous_until=utc(row.signing_previous_until) if row.signing_previous_until else None,
     )

@@ -32,6 +32,9 @@ def client(row: Values) -> Client:
         updated_at=row.updated_at,
         resized_at=row.resized_at,
         ack_secret=row.ack_secret or "",
+        signing_secret=row.signing_secret or "",
+        signing_secret_previous=row.signing_secret_previous or "",
+        signing_previous_until=row.signing_previous_until,
     )
 
 

@@ -143,7 +143,8 @@ class MemoryStore(moves.PollerMoves, Listing):
         )
 
     async def create_client(self, client: Client) -> bool:
-        values = self._client_values(client) | _set(created_at=client.created_at, ack_secret=client.ack_secret or None)
+        secrets = _set(ack_secret=client.ack_secret or None, signing_secret=client.signing_secret or None)
+        values = self._client_values(client) | _set(created_at=client.created_at) | secrets
         write = Write("insert_client", t.CLIENTS, {"client_id": client.client_id}, values, insert=True)
         applied, _ = await self._db.lwt(write, None)
         return applied
@@ -164,12 +165,24 @@ class MemoryStore(moves.PollerMoves, Listing):
         await self._db.write(Write("update_client", t.CLIENTS, key, self._client_values(client)))
 
     async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
+        return await self._ensure_secret(client_id, "ack_secret", candidate)
+
+    async def ensure_signing_secret(self, client_id: str, candidate: str) -> str | None:
+        return await self._ensure_secret(client_id, "signing_secret", candidate)
+
+    async def _ensure_secret(self, client_id: str, column: str, candidate: str) -> str | None:
         client = await self.get_client(client_id)
-        if client is None or client.ack_secret:
-            return client.ack_secret if client is not None else None
-        write = Write("set_ack_secret", t.CLIENTS, {"client_id": client_id}, {"ack_secret": candidate})
-        applied, row = await self._db.lwt(write, {"ack_secret": None})
-        return candidate if applied else str(row.ack_secret)
+        if client is None or getattr(client, column):
+            return getattr(client, column) if client is not None else None
+        write = Write(f"set_{column}", t.CLIENTS, {"client_id": client_id}, {column: candidate})
+        applied, row = await self._db.lwt(write, {column: None})
+        return candidate if applied else str(getattr(row, column))
+
+    async def rotate_signing_secret(self, client_id: str, current: str, new: str, previous_until: datetime) -> bool:
+        values = {"signing_secret": new, "signing_secret_previous": current, "signing_previous_until": previous_until}
+        write = Write("rotate_signing_secret", t.CLIENTS, {"client_id": client_id}, values)
+        applied, _ = await self._db.lwt(write, {"signing_secret": current})
+        return applied
 
     # -- schedules: statements ----------------------------------------------------------------------
 
