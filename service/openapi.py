@@ -41,7 +41,7 @@ OPERATIONS: tuple[Op, ...] = (
     Op(
         "post",
         "/v1/clients",
-        "Register a client; the API key is shown only here",
+        "Register a client; the API key and the callback signing secret are shown only here",
         "clients",
         201,
         views.ClientView,
@@ -83,6 +83,23 @@ OPERATIONS: tuple[Op, ...] = (
         None,
         "admin",
         (401, 403, 404, 503),
+    ),
+    Op(
+        "post",
+        "/v1/clients/{client_id}/signing-secrets",
+        "Rotate the client's callback signing secret; the new one is shown only here",
+        "clients",
+        201,
+        views.SigningSecretView,
+        None,
+        "admin",
+        (401, 403, 404, 409, 503),
+        description=(
+            "Deliveries are signed with the new secret at once (within the pollers' client refresh, a few "
+            "seconds) and with the previous one as well until previous_valid_until "
+            "(TICKD_SIGNING_OVERLAP_S, a day by default): switch subscribers over meanwhile. Rotating again "
+            "drops the older secret at once. 409: a concurrent rotation won; rotate again."
+        ),
     ),
     Op(
         "post",

@@ -78,6 +78,8 @@ class ApiSettings:
     # (past any write the first request could still have in flight).
     idempotency_wait_s: float = 1.0
     idempotency_takeover_s: float = 30.0
+    # After a signing-secret rotation, how long deliveries stay signed with the previous secret too.
+    signing_overlap_s: int = 86400
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -123,6 +125,7 @@ class ApiSettings:
             max_headers=env_int(env, "TICKD_MAX_HEADERS", cls.max_headers, low=8, high=1024),
             keepalive_s=env_float(env, "TICKD_KEEPALIVE_S", cls.keepalive_s, low=1, high=3600),
             idempotency_wait_s=env_float(env, "TICKD_IDEMPOTENCY_WAIT_S", cls.idempotency_wait_s, low=0, high=30),
+            signing_overlap_s=env_int(env, "TICKD_SIGNING_OVERLAP_S", cls.signing_overlap_s, low=0, high=30 * 86400),
             idempotency_takeover_s=env_float(
                 env, "TICKD_IDEMPOTENCY_TAKEOVER_S", cls.idempotency_takeover_s, low=1, high=3600
             ),

@@ -39,6 +39,8 @@ class ClientView(Struct):
     resized_at: datetime | None = None
     # Only in the answer to registration and rotation: shown once, never stored.
     api_key: str | UnsetType = UNSET
+    # Only in the answer to registration: shown once (stored, but never shown again).
+    signing_secret: str | UnsetType = UNSET
 
 
 class ClientList(Struct):
@@ -48,6 +50,13 @@ class ClientList(Struct):
 class ApiKeyView(Struct):
     client_id: str
     api_key: str
+
+
+class SigningSecretView(Struct):
+    client_id: str
+    signing_secret: str
+    # Until then deliveries carry a signature by the previous secret too; None if there was none.
+    previous_valid_until: datetime | None
 
 
 class RecurrenceView(Struct, omit_defaults=True):
@@ -163,7 +172,9 @@ class Health(Struct):
     status: str
 
 
-def client_view(client: Client, api_key: str | UnsetType = UNSET) -> ClientView:
+def client_view(
+    client: Client, api_key: str | UnsetType = UNSET, signing_secret: str | UnsetType = UNSET
+) -> ClientView:
     return ClientView(
         client_id=client.client_id,
         poller_count=client.poller_count,
@@ -174,6 +185,7 @@ def client_view(client: Client, api_key: str | UnsetType = UNSET) -> ClientView:
         updated_at=client.updated_at,
         resized_at=client.resized_at,
         api_key=api_key,
+        signing_secret=signing_secret,
     )
 
 

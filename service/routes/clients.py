@@ -1,4 +1,5 @@
-"""Admin endpoints: register clients, list them, change quota/state/topics, rotate keys.
+"""Admin endpoints: register clients, list them, change quota/state/topics, rotate API keys and signing
+secrets.
 
 Quota resize contract: raising ``poller_count`` spreads new schedules over more pollers at once.
 Lowering it sets ``poller_span = max(old poller_span, old poller_count)`` (never lowered here) and
@@ -9,19 +10,21 @@ so a schedule already written to a poller id above the new count is never strand
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 
 import structlog
 from aiohttp import web
 
-from schema.errors import AlreadyExists, NotFound
+from schema.errors import AlreadyExists, Conflict, NotFound
 from schema.events import new_ack_secret
 from schema.model import Client
+from schema.signing import new_signing_secret
 from service import keys, params
 from service.auth import new_api_key
 from service.errors import Invalid, json_response
 from service.routes.common import now, read_json
 from service.validation import ClientPatch, decode, topic_grants
-from service.views import ApiKeyView, ClientList, client_view
+from service.views import ApiKeyView, ClientList, SigningSecretView, client_view
 
 log = structlog.get_logger("tickd.api")
 _MAX_ADMIN_BODY = 64 * 1024
@@ -34,12 +37,22 @@ async def create_client(request: web.Request) -> web.Response:
     api_key, key_hash = new_api_key(body.client_id)
     at = now()
     grants = topic_grants(body.kafka_topics)
-    client = Client(body.client_id, count, True, key_hash, at, at, kafka_topics=grants, ack_secret=new_ack_secret())
+    client = Client(
+        body.client_id,
+        count,
+        True,
+        key_hash,
+        at,
+        at,
+        kafka_topics=grants,
+        ack_secret=new_ack_secret(),
+        signing_secret=new_signing_secret(),
+    )
     if not await request.app[keys.STORE].create_client(client):
         raise AlreadyExists(f"client {body.client_id!r} already exists", field="client_id")
     request.app[keys.AUTH].cache.put(client.client_id, client)
     log.info("client_registered", client_id=client.client_id, poller_count=count)
-    return json_response(client_view(client, api_key), 201)
+    return json_response(client_view(client, api_key, client.signing_secret), 201)
 
 
 async def list_clients(request: web.Request) -> web.Response:
@@ -109,9 +122,25 @@ async def rotate_key(request: web.Request) -> web.Response:
     return json_response(ApiKeyView(client.client_id, api_key), 201)
 
 
+async def rotate_signing_secret(request: web.Request) -> web.Response:
+    """A new signing secret, shown once; the previous one keeps signing too for ``signing_overlap_s``."""
+    await request.app[keys.AUTH].admin(request)
+    store, overlap_s = request.app[keys.STORE], request.app[keys.SETTINGS].signing_overlap_s
+    async with request.app[keys.ADMIN_LOCKS][params.path(params.ClientPath, request).client_id]:
+        current = await _load(request)
+        previous = current.signing_secret or await store.ensure_signing_secret(current.client_id, new_signing_secret())
+        secret, until = new_signing_secret(), now() + timedelta(seconds=overlap_s)
+        if previous is None or not await store.rotate_signing_secret(current.client_id, previous, secret, until):
+            raise Conflict("the signing secret changed meanwhile (another rotation); try again", field="client_id")
+    log.info("signing_secret_rotated", client_id=current.client_id, previous_valid_until=until.isoformat())
+    view = SigningSecretView(current.client_id, secret, until if overlap_s > 0 else None)
+    return json_response(view, 201)
+
+
 def setup(app: web.Application) -> None:
     app.router.add_post("/v1/clients", create_client)
     app.router.add_get("/v1/clients", list_clients, allow_head=False)
     app.router.add_get("/v1/clients/{client_id}", get_client, allow_head=False)
     app.router.add_patch("/v1/clients/{client_id}", patch_client)
     app.router.add_post("/v1/clients/{client_id}/api-keys", rotate_key)
+    app.router.add_post("/v1/clients/{client_id}/signing-secrets", rotate_signing_secret)
