@@ -12,16 +12,18 @@ include Makefile.infra
 install: $(STAMP)
 
 # Reinstall only when the dependencies change.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sdk/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e sdk/python
 	touch $(STAMP)
 
 lint: install
-	$(BIN)/ruff check schema service poller tests bench
-	$(BIN)/ruff format --check schema service poller tests bench
+	$(BIN)/ruff check schema service poller tests bench sdk
+	$(BIN)/ruff format --check schema service poller tests bench sdk
 	$(BIN)/mypy
+	cd sdk/python && ../../$(BIN)/mypy
 
 # Unit tests only: no Cassandra, no Kafka.
 test-unit: install

@@ -1,0 +1,62 @@
+"""The tickd SDK: ``Tickd`` (blocking) and ``AsyncTickd`` (asyncio) with the same surface, typed answers,
+one exception class per kind of failure, auto-paging list iterators, Idempotency-Keys and safe retries."""
+
+from tickd_client._async import AsyncTickd
+from tickd_client._sync import Tickd
+from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields
+from tickd_client.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    RateLimited,
+    TickdError,
+    Unauthorized,
+    Unavailable,
+)
+from tickd_client.models import (
+    ApiKey,
+    BatchItem,
+    BatchItemError,
+    Client,
+    HttpCallback,
+    KafkaCallback,
+    Occurrence,
+    Policy,
+    Recurrence,
+    Release,
+    Run,
+    Schedule,
+)
+from tickd_client.retry import NO_RETRY, RetryPolicy
+
+__all__ = [
+    "NO_RETRY",
+    "ApiKey",
+    "AsyncTickd",
+    "BatchItem",
+    "BatchItemError",
+    "Call",
+    "Client",
+    "Conflict",
+    "Forbidden",
+    "HttpCallback",
+    "Invalid",
+    "KafkaCallback",
+    "NotFound",
+    "Occurrence",
+    "Policy",
+    "RateLimited",
+    "Recurrence",
+    "Release",
+    "RetryPolicy",
+    "RuleFields",
+    "Run",
+    "Schedule",
+    "ScheduleChanges",
+    "ScheduleFields",
+    "Tickd",
+    "TickdError",
+    "Unauthorized",
+    "Unavailable",
+]

@@ -1,0 +1,162 @@
+"""``AsyncTickd``: ``Tickd``'s surface, awaited (list methods are async iterators); the same ``Call``s
+and the same shared core, sent with ``httpx.AsyncClient``."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Self, TypeVar, Unpack
+
+import httpx
+
+from tickd_client import calls
+from tickd_client._core import Core, Settings, env_settings, http_options, transport_error
+from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields, Time
+from tickd_client.errors import TickdError
+from tickd_client.models import ApiKey, BatchItem, Client, Occurrence, Page, Policy, Release, Run, Schedule
+from tickd_client.retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+class AsyncTickd:
+    """The asyncio client of one tickd API (see ``Tickd``); ``async with`` it, or ``await aclose()``."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        api_key: str | None = None,
+        admin_token: str | None = None,
+        timeout_s: float = 10.0,
+        retry: RetryPolicy | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        settings = Settings(url, api_key, admin_token, timeout_s, retry or RetryPolicy())
+        self._core = Core(settings)
+        self._http = http or httpx.AsyncClient(**http_options(settings))
+
+    @classmethod
+    def from_env(cls, **given: Any) -> Self:
+        """Settings from ``TICKD_URL``, ``TICKD_API_KEY``, ``TICKD_ADMIN_TOKEN``; keyword arguments win."""
+        return cls(**env_settings(**given))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        """Send ``call``, retrying as the retry policy and the call's safety allow."""
+        for attempt in itertools.count(1):
+            try:
+                return self._core.result(call, await self._http.request(**self._core.request(call)))
+            except httpx.TransportError as exc:
+                error = transport_error(exc)
+            except TickdError as exc:
+                error = exc
+            wait_s = self._core.retry_delay(call, attempt, error)
+            if wait_s is None:
+                raise error
+            await asyncio.sleep(wait_s)
+        raise AssertionError("unreachable")
+
+    async def _pages(self, call: Call[Page[T]]) -> AsyncIterator[T]:
+        while True:
+            page = await self.send(call)
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            call = call.at_cursor(page.next_cursor)
+
+    # Clients (admin token)
+
+    async def create_client(self, client_id: str, poller_count: int, kafka_topics: Iterable[str] = ()) -> Client:
+        return await self.send(calls.create_client(client_id, poller_count, kafka_topics))
+
+    async def list_clients(self) -> list[Client]:
+        return await self.send(calls.list_clients())
+
+    async def get_client(self, client_id: str) -> Client:
+        return await self.send(calls.get_client(client_id))
+
+    async def update_client(
+        self,
+        client_id: str,
+        *,
+        poller_count: int | None = None,
+        active: bool | None = None,
+        kafka_topics: Iterable[str] | None = None,
+    ) -> Client:
+        return await self.send(
+            calls.update_client(client_id, poller_count=poller_count, active=active, kafka_topics=kafka_topics)
+        )
+
+    async def resize_client(self, client_id: str, poller_count: int) -> Client:
+        return await self.update_client(client_id, poller_count=poller_count)
+
+    async def deactivate_client(self, client_id: str) -> Client:
+        return await self.update_client(client_id, active=False)
+
+    async def activate_client(self, client_id: str) -> Client:
+        return await self.update_client(client_id, active=True)
+
+    async def rotate_key(self, client_id: str) -> ApiKey:
+        return await self.send(calls.rotate_key(client_id))
+
+    # Schedules (API key)
+
+    async def create_schedule(
+        self, *, idempotency_key: str | None = None, **fields: Unpack[ScheduleFields]
+    ) -> Schedule:
+        return await self.send(self._core.schedule_call(fields, idempotency_key))
+
+    async def create_schedules(self, schedules: Iterable[ScheduleFields]) -> list[BatchItem]:
+        return await self.send(calls.create_schedules(schedules))
+
+    async def preview(
+        self, *, count: int = 10, after: Time | None = None, **rule: Unpack[RuleFields]
+    ) -> list[Occurrence]:
+        return await self.send(calls.preview(rule, count, after))
+
+    def list_schedules(
+        self, start: Time, end: Time, *, status: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[Schedule]:
+        """Every schedule due in ``[start, end)``, page after page (pages can be short; this follows them)."""
+        return self._pages(calls.list_schedules(start, end, status=status, page_size=page_size))
+
+    async def get_schedule(self, schedule_id: str) -> Schedule:
+        return await self.send(calls.get_schedule(schedule_id))
+
+    def runs(self, schedule_id: str, *, page_size: int = 100) -> AsyncIterator[Run]:
+        """The schedule's fires, newest first, page after page."""
+        return self._pages(calls.runs(schedule_id, page_size=page_size))
+
+    async def update_schedule(self, schedule_id: str, **changes: Unpack[ScheduleChanges]) -> Schedule:
+        return await self.send(calls.update_schedule(schedule_id, changes))
+
+    async def cancel_schedule(self, schedule_id: str) -> Schedule:
+        return await self.send(calls.cancel_schedule(schedule_id))
+
+    # Throttle policies and events (API key)
+
+    async def put_policy(self, name: str, *, max_in_flight: int, release_timeout_s: int) -> Policy:
+        return await self.send(calls.put_policy(name, max_in_flight, release_timeout_s))
+
+    async def get_policy(self, name: str) -> Policy:
+        return await self.send(calls.get_policy(name))
+
+    async def list_policies(self) -> list[Policy]:
+        return await self.send(calls.list_policies())
+
+    async def delete_policy(self, name: str) -> Policy:
+        return await self.send(calls.delete_policy(name))
+
+    async def release_event(self, event_id: str) -> Release:
+        return await self.send(calls.release_event(event_id))

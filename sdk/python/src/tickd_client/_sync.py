@@ -1,0 +1,158 @@
+"""``Tickd``: the blocking client. Its methods only pick a ``Call`` (``tickd_client.calls``) and send it;
+``AsyncTickd`` is the same surface awaited."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, Self, TypeVar, Unpack
+
+import httpx
+
+from tickd_client import calls
+from tickd_client._core import Core, Settings, env_settings, http_options, transport_error
+from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields, Time
+from tickd_client.errors import TickdError
+from tickd_client.models import ApiKey, BatchItem, Client, Occurrence, Page, Policy, Release, Run, Schedule
+from tickd_client.retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+class Tickd:
+    """A client of one tickd API. ``api_key`` for the client endpoints, ``admin_token`` for ``/v1/clients``.
+    Use it as a context manager (or call ``close``) to release its connections."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        api_key: str | None = None,
+        admin_token: str | None = None,
+        timeout_s: float = 10.0,
+        retry: RetryPolicy | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        settings = Settings(url, api_key, admin_token, timeout_s, retry or RetryPolicy())
+        self._core = Core(settings)
+        self._http = http or httpx.Client(**http_options(settings))
+
+    @classmethod
+    def from_env(cls, **given: Any) -> Self:
+        """Settings from ``TICKD_URL``, ``TICKD_API_KEY``, ``TICKD_ADMIN_TOKEN``; keyword arguments win."""
+        return cls(**env_settings(**given))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send ``call``, retrying as the retry policy and the call's safety allow."""
+        for attempt in itertools.count(1):
+            try:
+                return self._core.result(call, self._http.request(**self._core.request(call)))
+            except httpx.TransportError as exc:
+                error = transport_error(exc)
+            except TickdError as exc:
+                error = exc
+            wait_s = self._core.retry_delay(call, attempt, error)
+            if wait_s is None:
+                raise error
+            time.sleep(wait_s)
+        raise AssertionError("unreachable")
+
+    def _pages(self, call: Call[Page[T]]) -> Iterator[T]:
+        while True:
+            page = self.send(call)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            call = call.at_cursor(page.next_cursor)
+
+    # Clients (admin token)
+
+    def create_client(self, client_id: str, poller_count: int, kafka_topics: Iterable[str] = ()) -> Client:
+        return self.send(calls.create_client(client_id, poller_count, kafka_topics))
+
+    def list_clients(self) -> list[Client]:
+        return self.send(calls.list_clients())
+
+    def get_client(self, client_id: str) -> Client:
+        return self.send(calls.get_client(client_id))
+
+    def update_client(
+        self,
+        client_id: str,
+        *,
+        poller_count: int | None = None,
+        active: bool | None = None,
+        kafka_topics: Iterable[str] | None = None,
+    ) -> Client:
+        return self.send(
+            calls.update_client(client_id, poller_count=poller_count, active=active, kafka_topics=kafka_topics)
+        )
+
+    def resize_client(self, client_id: str, poller_count: int) -> Client:
+        return self.update_client(client_id, poller_count=poller_count)
+
+    def deactivate_client(self, client_id: str) -> Client:
+        return self.update_client(client_id, active=False)
+
+    def activate_client(self, client_id: str) -> Client:
+        return self.update_client(client_id, active=True)
+
+    def rotate_key(self, client_id: str) -> ApiKey:
+        return self.send(calls.rotate_key(client_id))
+
+    # Schedules (API key)
+
+    def create_schedule(self, *, idempotency_key: str | None = None, **fields: Unpack[ScheduleFields]) -> Schedule:
+        return self.send(self._core.schedule_call(fields, idempotency_key))
+
+    def create_schedules(self, schedules: Iterable[ScheduleFields]) -> list[BatchItem]:
+        return self.send(calls.create_schedules(schedules))
+
+    def preview(self, *, count: int = 10, after: Time | None = None, **rule: Unpack[RuleFields]) -> list[Occurrence]:
+        return self.send(calls.preview(rule, count, after))
+
+    def list_schedules(
+        self, start: Time, end: Time, *, status: str | None = None, page_size: int = 100
+    ) -> Iterator[Schedule]:
+        """Every schedule due in ``[start, end)``, page after page (pages can be short; this follows them)."""
+        return self._pages(calls.list_schedules(start, end, status=status, page_size=page_size))
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        return self.send(calls.get_schedule(schedule_id))
+
+    def runs(self, schedule_id: str, *, page_size: int = 100) -> Iterator[Run]:
+        """The schedule's fires, newest first, page after page."""
+        return self._pages(calls.runs(schedule_id, page_size=page_size))
+
+    def update_schedule(self, schedule_id: str, **changes: Unpack[ScheduleChanges]) -> Schedule:
+        return self.send(calls.update_schedule(schedule_id, changes))
+
+    def cancel_schedule(self, schedule_id: str) -> Schedule:
+        return self.send(calls.cancel_schedule(schedule_id))
+
+    # Throttle policies and events (API key)
+
+    def put_policy(self, name: str, *, max_in_flight: int, release_timeout_s: int) -> Policy:
+        return self.send(calls.put_policy(name, max_in_flight, release_timeout_s))
+
+    def get_policy(self, name: str) -> Policy:
+        return self.send(calls.get_policy(name))
+
+    def list_policies(self) -> list[Policy]:
+        return self.send(calls.list_policies())
+
+    def delete_policy(self, name: str) -> Policy:
+        return self.send(calls.delete_policy(name))
+
+    def release_event(self, event_id: str) -> Release:
+        return self.send(calls.release_event(event_id))

@@ -1,0 +1,250 @@
+"""Every API operation as a ``Call``: the request to send and how to read its answer. Both clients send
+these; neither builds a request or parses a body itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypedDict, TypeVar
+from urllib.parse import quote
+
+from tickd_client.models import (
+    ApiKey,
+    BatchItem,
+    Client,
+    HttpCallback,
+    KafkaCallback,
+    Occurrence,
+    Page,
+    Policy,
+    Release,
+    Run,
+    Schedule,
+    decode,
+)
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+Time = datetime | int | str
+CallbackSpec = HttpCallback | KafkaCallback | Mapping[str, Any]
+_TIME_FIELDS = frozenset({"fire_at", "start_at", "end_at", "after"})
+
+
+class RuleFields(TypedDict, total=False):
+    """A recurring schedule's rule (also what ``preview`` takes)."""
+
+    cron: str
+    timezone: str
+    every: str
+    start_at: Time
+    end_at: Time
+    max_fires: int
+    on_gap: Literal["shift", "skip"]
+    on_overlap: Literal["first", "last", "both"]
+
+
+class ScheduleFields(RuleFields, total=False):
+    """A new schedule, as the API's ``POST /v1/schedules`` body; ``callback`` is required."""
+
+    callback: CallbackSpec
+    fire_at: Time
+    delay_s: float
+    payload: Any
+    jitter: str
+    events: int
+    window: str
+    throttle: str
+
+
+class ScheduleChanges(RuleFields, total=False):
+    """A ``PATCH`` of a schedule: any subset; ``throttle=None`` removes the policy."""
+
+    callback: CallbackSpec
+    fire_at: Time
+    delay_s: float
+    payload: Any
+    jitter: str
+    events: int
+    window: str
+    throttle: str | None
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request. ``repeatable``: sending it twice does no more than sending it once, so it may be
+    retried even after it may have reached the server. ``auth``: which credential it needs."""
+
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    body: Any = None
+    params: dict[str, str | int] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    auth: Literal["client", "admin"] = "client"
+    repeatable: bool = True
+
+    def at_cursor(self, cursor: str) -> Call[T]:
+        return dataclasses.replace(self, params={**self.params, "cursor": cursor})
+
+
+def time_value(value: Time) -> str | int:
+    """A time as the API takes it: RFC 3339 with an offset (a naive datetime is refused here), epoch
+    seconds, or a string passed as given."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("a datetime sent to tickd needs a timezone (naive times are ambiguous)")
+        return value.isoformat()
+    return value
+
+
+def _json_field(name: str, value: Any) -> Any:
+    if name == "callback" and isinstance(value, HttpCallback | KafkaCallback):
+        return dataclasses.asdict(value)
+    if name == "callback" and isinstance(value, Mapping):
+        return dict(value)
+    if name in _TIME_FIELDS and value is not None:
+        return time_value(value)
+    return value
+
+
+def body_of(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _json_field(name, value) for name, value in fields.items()}
+
+
+def _path(*parts: str) -> str:
+    return "/v1/" + "/".join(quote(part, safe=":") for part in parts)
+
+
+def _one(kind: type[T]) -> Callable[[Any], T]:
+    return lambda data: decode(kind, data)
+
+
+def _listed(kind: type[T], key: str) -> Callable[[Any], list[T]]:
+    return lambda data: [decode(kind, item) for item in _member(data, key)]
+
+
+def _paged(kind: type[I], key: str) -> Callable[[Any], Page[I]]:
+    def parse(data: Any) -> Page[I]:
+        cursor = data.get("next_cursor") if isinstance(data, dict) else None
+        return Page([decode(kind, item) for item in _member(data, key)], cursor if isinstance(cursor, str) else None)
+
+    return parse
+
+
+def _member(data: Any, key: str) -> list[Any]:
+    items = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError(f"the answer has no list {key!r}")
+    return items
+
+
+# Clients (admin)
+
+
+def create_client(client_id: str, poller_count: int, kafka_topics: Iterable[str] = ()) -> Call[Client]:
+    body = {"client_id": client_id, "poller_count": poller_count, "kafka_topics": list(kafka_topics)}
+    return Call("POST", _path("clients"), _one(Client), body, auth="admin", repeatable=False)
+
+
+def list_clients() -> Call[list[Client]]:
+    return Call("GET", _path("clients"), _listed(Client, "clients"), auth="admin")
+
+
+def get_client(client_id: str) -> Call[Client]:
+    return Call("GET", _path("clients", client_id), _one(Client), auth="admin")
+
+
+def update_client(
+    client_id: str,
+    *,
+    poller_count: int | None = None,
+    active: bool | None = None,
+    kafka_topics: Iterable[str] | None = None,
+) -> Call[Client]:
+    """A PATCH of absolute values: repeating it leaves the client as one did."""
+    body: dict[str, Any] = {"poller_count": poller_count, "active": active}
+    body = {name: value for name, value in body.items() if value is not None}
+    if kafka_topics is not None:
+        body["kafka_topics"] = list(kafka_topics)
+    return Call("PATCH", _path("clients", client_id), _one(Client), body, auth="admin")
+
+
+def rotate_key(client_id: str) -> Call[ApiKey]:
+    return Call("POST", _path("clients", client_id, "api-keys"), _one(ApiKey), auth="admin", repeatable=False)
+
+
+# Schedules
+
+
+def create_schedule(fields: ScheduleFields, idempotency_key: str | None) -> Call[Schedule]:
+    """Repeatable only with a key: the API then answers a repeat with the schedule the first one made."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+    body = body_of(fields)
+    return Call("POST", _path("schedules"), _one(Schedule), body, headers=headers, repeatable=bool(headers))
+
+
+def create_schedules(schedules: Iterable[ScheduleFields]) -> Call[list[BatchItem]]:
+    """A batch takes no Idempotency-Key, so it is never sent twice once it may have arrived."""
+    body = {"schedules": [body_of(s) for s in schedules]}
+    return Call("POST", _path("schedules", "batch"), _listed(BatchItem, "results"), body, repeatable=False)
+
+
+def preview(rule: RuleFields, count: int = 10, after: Time | None = None) -> Call[list[Occurrence]]:
+    """Writes nothing, so it is repeatable although it is a POST."""
+    body = body_of({**rule, "count": count, **({"after": after} if after is not None else {})})
+    return Call("POST", _path("schedules", "preview"), _listed(Occurrence, "occurrences"), body)
+
+
+def list_schedules(start: Time, end: Time, *, status: str | None = None, page_size: int = 100) -> Call[Page[Schedule]]:
+    params: dict[str, str | int] = {"from": time_value(start), "to": time_value(end), "limit": page_size}
+    if status is not None:
+        params["status"] = status
+    return Call("GET", _path("schedules"), _paged(Schedule, "schedules"), params=params)
+
+
+def get_schedule(schedule_id: str) -> Call[Schedule]:
+    return Call("GET", _path("schedules", str(schedule_id)), _one(Schedule))
+
+
+def runs(schedule_id: str, *, page_size: int = 100) -> Call[Page[Run]]:
+    return Call("GET", _path("schedules", str(schedule_id), "runs"), _paged(Run, "runs"), params={"limit": page_size})
+
+
+def update_schedule(schedule_id: str, changes: ScheduleChanges) -> Call[Schedule]:
+    """Repeatable unless it moves the time by ``delay_s``, which counts from when the API reads it."""
+    body = body_of(changes)
+    return Call("PATCH", _path("schedules", str(schedule_id)), _one(Schedule), body, repeatable="delay_s" not in body)
+
+
+def cancel_schedule(schedule_id: str) -> Call[Schedule]:
+    """Cancelling a cancelled schedule is 200: repeatable."""
+    return Call("DELETE", _path("schedules", str(schedule_id)), _one(Schedule))
+
+
+# Throttle policies and event release
+
+
+def put_policy(name: str, max_in_flight: int, release_timeout_s: int) -> Call[Policy]:
+    body = {"max_in_flight": max_in_flight, "release_timeout_s": release_timeout_s}
+    return Call("PUT", _path("throttle-policies", name), _one(Policy), body)
+
+
+def get_policy(name: str) -> Call[Policy]:
+    return Call("GET", _path("throttle-policies", name), _one(Policy))
+
+
+def list_policies() -> Call[list[Policy]]:
+    return Call("GET", _path("throttle-policies"), _listed(Policy, "policies"))
+
+
+def delete_policy(name: str) -> Call[Policy]:
+    """Not repeated once sent: a repeat of a delete that went through answers 404, not the policy."""
+    return Call("DELETE", _path("throttle-policies", name), _one(Policy), repeatable=False)
+
+
+def release_event(event_id: str) -> Call[Release]:
+    """A second release answers ``released: false``: repeatable."""
+    return Call("POST", _path("events", event_id, "release"), _one(Release))

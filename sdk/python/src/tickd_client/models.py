@@ -1,0 +1,212 @@
+"""The API's answers as small frozen dataclasses, and the callbacks a schedule can name.
+
+``decode(kind, data)`` builds any of them from the JSON the API sent: fields it does not know are
+ignored (a newer API adds fields without breaking an older SDK), missing optional ones take defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar, Union
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HttpCallback:
+    """Deliver each fire as an HTTP request to ``url``."""
+
+    url: str
+    method: str = "POST"
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 5.0
+    type: str = "http"
+
+
+@dataclass(frozen=True)
+class KafkaCallback:
+    """Deliver each fire as a record on ``topic`` (granted to the client)."""
+
+    topic: str
+    type: str = "kafka"
+
+
+@dataclass(frozen=True)
+class Client:
+    client_id: str
+    poller_count: int
+    poller_span: int
+    active: bool
+    kafka_topics: list[str]
+    created_at: datetime
+    updated_at: datetime
+    resized_at: datetime | None = None
+    api_key: str | None = None  # only in the answer to registration: shown once
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    client_id: str
+    api_key: str
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    cron: str | None = None
+    timezone: str | None = None
+    every: str | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_fires: int | None = None
+    on_gap: str | None = None
+    on_overlap: str | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    schedule_id: str
+    status: str
+    fire_at: datetime
+    due_at: datetime
+    fire_id: str
+    attempts: int
+    fired_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    callback: dict[str, Any]
+    payload: Any = None
+    recurrence: Recurrence | None = None
+    occurrence: int | None = None
+    jitter_s: float | None = None
+    events: int | None = None
+    window_s: float | None = None
+    throttle: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchItemError:
+    code: str
+    message: str
+    field: str | None
+    status: int
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One schedule of a batch, in request order: created (``schedule_id``) or refused (``error``)."""
+
+    index: int
+    schedule_id: str | None = None
+    status: str | None = None
+    fire_at: datetime | None = None
+    error: BatchItemError | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    fire_id: str
+    nominal_at: datetime
+    status: str
+    attempts: int
+    fired_at: datetime | None
+    lateness_s: float | None
+    last_error: str | None
+    occurrence: int | None = None
+    events: int | None = None
+    events_delivered: int | None = None
+    last_event_at: datetime | None = None
+    completed_in_window: bool | None = None
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One fire time of a previewed rule: in UTC, and on the rule's wall clock."""
+
+    utc: datetime
+    local: datetime
+    timezone: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    max_in_flight: int
+    release_timeout_s: int
+    created_at: datetime
+    updated_at: datetime
+    in_flight: int | None = None  # only on a single policy's get
+
+
+@dataclass(frozen=True)
+class Release:
+    event_id: str
+    released: bool
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None
+
+
+def decode(kind: type[T], data: Any) -> T:
+    """``data`` (parsed JSON) as ``kind``; raises ``ValueError`` naming the field that does not fit."""
+    return typing.cast(T, _convert(kind, data, kind.__name__))
+
+
+def _convert(kind: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(kind)
+    if kind is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        return _union(typing.get_args(kind), value, where)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(_checked(list, value, where))]
+    if origin is dict:
+        return dict(_checked(dict, value, where))
+    if dataclasses.is_dataclass(kind):
+        return _dataclass(kind, _checked(dict, value, where), where)
+    if kind is datetime:
+        return _time(_checked(str, value, where), where)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return _checked(kind, value, where)
+
+
+def _union(options: tuple[Any, ...], value: Any, where: str) -> Any:
+    if value is None and type(None) in options:
+        return None
+    (kind,) = [option for option in options if option is not type(None)]
+    return _convert(kind, value, where)
+
+
+def _dataclass(kind: Any, value: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(kind)
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    args = {name: _convert(hints[name], value[name], f"{where}.{name}") for name in fields if name in value}
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in args and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)}")
+    return kind(**args)
+
+
+def _checked(kind: type[T], value: Any, where: str) -> T:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{where}: expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _time(text: str, where: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{where}: not an ISO 8601 time: {text!r}") from None

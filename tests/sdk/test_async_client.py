@@ -1,0 +1,102 @@
+"""Every operation of the asyncio client against the real API (the same surface as ``Tickd``, awaited)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from tickd_client import NO_RETRY, AsyncTickd, Conflict, Forbidden, Invalid, NotFound, Tickd, Unauthorized
+
+from tests.sdk.conftest import Dev, wait_for_runs
+
+
+@pytest.fixture
+async def tenant(dev: Dev) -> AsyncIterator[AsyncTickd]:
+    async with AsyncTickd(dev.url, admin_token=dev.admin_token) as admin:
+        created = await admin.create_client(f"sdk-{uuid.uuid4().hex[:12]}", 2)
+    assert created.api_key is not None
+    async with AsyncTickd(dev.url, api_key=created.api_key, admin_token=dev.admin_token) as client:
+        yield client
+
+
+async def test_clients(dev: Dev) -> None:
+    client_id = f"sdk-{uuid.uuid4().hex[:12]}"
+    async with AsyncTickd(dev.url, admin_token=dev.admin_token) as admin:
+        created = await admin.create_client(client_id, 4)
+        assert client_id in [c.client_id for c in await admin.list_clients()]
+        assert (await admin.get_client(client_id)).poller_count == 4
+        assert (await admin.resize_client(client_id, 8)).poller_count == 8
+        assert (await admin.deactivate_client(client_id)).active is False
+        assert (await admin.activate_client(client_id)).active is True
+        assert (await admin.update_client(client_id, kafka_topics=["a.*"])).kafka_topics == ["a.*"]
+        rotated = await admin.rotate_key(client_id)
+    assert rotated.api_key != created.api_key
+
+
+async def test_schedules(tenant: AsyncTickd, dev: Dev) -> None:
+    created = await tenant.create_schedule(delay_s=3600, callback=dev.healthz(), payload=[1, 2])
+    assert (await tenant.get_schedule(created.schedule_id)).payload == [1, 2]
+    assert (await tenant.update_schedule(created.schedule_id, payload="x")).payload == "x"
+    assert (await tenant.cancel_schedule(created.schedule_id)).status == "cancelled"
+    batch = await tenant.create_schedules([{"delay_s": 3600, "callback": dev.healthz()}] * 3)
+    assert all(item.schedule_id for item in batch)
+    found = await tenant.preview(every="15m", start_at="2026-12-01T00:00:00Z", count=2, after="2026-12-01T00:00:00Z")
+    assert [o.utc.minute for o in found] == [15, 30]  # after is exclusive
+
+
+async def test_list_schedules_pages(tenant: AsyncTickd, dev: Dev) -> None:
+    ids = {(await tenant.create_schedule(delay_s=3600, callback=dev.healthz())).schedule_id for _ in range(5)}
+    now = datetime.now(UTC)
+    listed = [s.schedule_id async for s in tenant.list_schedules(now, now + timedelta(hours=2), page_size=2)]
+    assert sorted(listed) == sorted(ids)
+
+
+async def test_runs_pages(dev: Dev, recurring: str) -> None:
+    requests: list[httpx.Request] = []
+
+    async def count(request: httpx.Request) -> None:
+        requests.append(request)
+
+    with Tickd(dev.url, api_key=dev.api_key) as sync:
+        await asyncio.to_thread(wait_for_runs, sync, recurring, 3)
+    http = httpx.AsyncClient(base_url=dev.url, event_hooks={"request": [count]})
+    async with AsyncTickd(dev.url, api_key=dev.api_key, http=http) as client:
+        runs = [r async for r in client.runs(recurring, page_size=1)]
+    assert len(runs) >= 3 and len(requests) >= 3
+    assert [r.nominal_at for r in runs] == sorted((r.nominal_at for r in runs), reverse=True)
+
+
+async def test_policies_and_release(tenant: AsyncTickd, dev: Dev) -> None:
+    assert (await tenant.put_policy("p", max_in_flight=1, release_timeout_s=60)).in_flight == 0
+    assert [p.name for p in await tenant.list_policies()] == ["p"]
+    schedule = await tenant.create_schedule(delay_s=0, callback=dev.healthz(), throttle="p")
+    deadline = time.monotonic() + 20
+    while (await tenant.get_policy("p")).in_flight != 1:
+        assert time.monotonic() < deadline, "the event was not delivered in 20 s"
+        await asyncio.sleep(0.1)
+    assert (await tenant.release_event(f"{schedule.fire_id}:0")).released is True
+    assert (await tenant.delete_policy("p")).name == "p"
+
+
+async def test_errors(tenant: AsyncTickd, dev: Dev) -> None:
+    with pytest.raises(Invalid) as bad:
+        await tenant.create_schedule(delay_s=-1, callback=dev.healthz())
+    assert (bad.value.status, bad.value.field) == (400, "delay_s")
+    with pytest.raises(NotFound):
+        await tenant.cancel_schedule(str(uuid.uuid4()))
+    async with AsyncTickd(dev.url, retry=NO_RETRY) as nobody:
+        with pytest.raises(Unauthorized):
+            await nobody.list_policies()
+        with pytest.raises(Unauthorized):
+            await nobody.list_clients()
+    async with AsyncTickd(dev.url, admin_token=dev.api_key) as not_admin:
+        with pytest.raises(Forbidden):
+            await not_admin.get_client("dev")
+    async with AsyncTickd(dev.url, admin_token=dev.admin_token) as admin:
+        with pytest.raises(Conflict):
+            await admin.create_client("dev", 2)

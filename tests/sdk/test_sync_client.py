@@ -1,0 +1,157 @@
+"""Every operation of the blocking client against the real API (tickd-dev over the memory store)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from tickd_client import (
+    NO_RETRY,
+    Conflict,
+    Forbidden,
+    HttpCallback,
+    Invalid,
+    NotFound,
+    Tickd,
+    Unauthorized,
+)
+
+from tests.sdk.conftest import Dev, wait_for_runs
+
+
+def test_clients_create_list_get_resize_deactivate_rotate(dev: Dev) -> None:
+    client_id = f"sdk-{uuid.uuid4().hex[:12]}"
+    with Tickd(dev.url, admin_token=dev.admin_token) as admin:
+        created = admin.create_client(client_id, 4, kafka_topics=["orders.*"])
+        assert (created.client_id, created.poller_count, created.active) == (client_id, 4, True)
+        assert created.api_key is not None and created.api_key.startswith(client_id + ".")
+        assert client_id in [c.client_id for c in admin.list_clients()]
+        assert admin.get_client(client_id).kafka_topics == ["orders.*"]
+        resized = admin.resize_client(client_id, 2)
+        assert (resized.poller_count, resized.poller_span) == (2, 4)
+        assert admin.deactivate_client(client_id).active is False
+        assert admin.activate_client(client_id).active is True
+        assert admin.update_client(client_id, kafka_topics=[]).kafka_topics == []
+        rotated = admin.rotate_key(client_id)
+    assert rotated.client_id == client_id and rotated.api_key != created.api_key
+    with Tickd(dev.url, api_key=created.api_key) as old, pytest.raises(Unauthorized):
+        old.list_policies()
+    with Tickd(dev.url, api_key=rotated.api_key) as new:
+        assert new.list_policies() == []
+
+
+def test_schedules_create_get_update_cancel(tenant: Tickd, dev: Dev) -> None:
+    fire_at = datetime.now(UTC) + timedelta(hours=1)
+    created = tenant.create_schedule(
+        fire_at=fire_at, callback=dev.healthz(), payload={"order": 1234}, idempotency_key="order-1234"
+    )
+    assert created.status == "scheduled" and created.payload == {"order": 1234}
+    assert abs((created.fire_at - fire_at).total_seconds()) < 0.001
+    again = tenant.create_schedule(
+        fire_at=fire_at, callback=dev.healthz(), payload={"order": 1234}, idempotency_key="order-1234"
+    )
+    assert again.schedule_id == created.schedule_id
+    assert tenant.get_schedule(created.schedule_id) == created
+    moved = tenant.update_schedule(created.schedule_id, delay_s=600, payload={"order": 1235})
+    assert moved.payload == {"order": 1235} and moved.fire_at < created.fire_at
+    cancelled = tenant.cancel_schedule(created.schedule_id)
+    assert cancelled.status == "cancelled"
+    assert tenant.cancel_schedule(created.schedule_id).status == "cancelled"  # idempotent
+
+
+def test_recurring_schedule_and_preview(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(cron="0 3 * * *", timezone="Europe/London", callback=dev.healthz())
+    assert created.recurrence is not None and created.recurrence.cron == "0 3 * * *"
+    assert created.occurrence == 1
+    found = tenant.preview(cron="30 2 * * *", timezone="America/New_York", count=3, after="2026-03-07T00:00:00Z")
+    assert [o.local.hour for o in found] == [2, 3, 2]  # 8 March 02:30 does not exist: shifted to 03:00
+    assert all(o.timezone == "America/New_York" for o in found)
+
+
+def test_batch_create_reports_each_item(tenant: Tickd, dev: Dev) -> None:
+    results = tenant.create_schedules(
+        [{"delay_s": 3600, "callback": dev.healthz()}, {"delay_s": 3600, "callback": {"type": "http", "url": "x"}}]
+    )
+    assert [r.index for r in results] == [0, 1]
+    assert results[0].schedule_id is not None and results[0].error is None
+    assert results[1].error is not None and results[1].error.field == "callback.url"
+
+
+def test_list_schedules_pages_over_several_pages(tenant: Tickd, dev: Dev) -> None:
+    ids = {tenant.create_schedule(delay_s=3600 + i, callback=dev.healthz()).schedule_id for i in range(5)}
+    now = datetime.now(UTC)
+    listed = list(tenant.list_schedules(now, now + timedelta(hours=2), page_size=2))
+    assert {s.schedule_id for s in listed} == ids and len(listed) == 5
+    assert [s.due_at for s in listed] == sorted(s.due_at for s in listed)
+    assert list(tenant.list_schedules(now, now + timedelta(hours=2), status="cancelled")) == []
+
+
+def test_runs_pages_newest_first(dev: Dev, recurring: str) -> None:
+    requests: list[httpx.Request] = []
+    http = httpx.Client(base_url=dev.url, event_hooks={"request": [requests.append]})
+    with Tickd(dev.url, api_key=dev.api_key, http=http) as client:
+        wait_for_runs(client, recurring, 3)
+        requests.clear()
+        runs = list(client.runs(recurring, page_size=1))
+    assert len(runs) >= 3 and len(requests) >= 3
+    assert [r.nominal_at for r in runs] == sorted((r.nominal_at for r in runs), reverse=True)
+    assert len({r.fire_id for r in runs}) == len(runs)
+
+
+def test_policies_put_get_list_delete(tenant: Tickd) -> None:
+    created = tenant.put_policy("emails", max_in_flight=20, release_timeout_s=30)
+    assert (created.name, created.max_in_flight, created.in_flight) == ("emails", 20, 0)
+    assert tenant.put_policy("emails", max_in_flight=5, release_timeout_s=30).max_in_flight == 5
+    assert tenant.get_policy("emails").in_flight == 0
+    assert [p.name for p in tenant.list_policies()] == ["emails"]
+    assert tenant.delete_policy("emails").name == "emails"
+    with pytest.raises(NotFound) as missing:
+        tenant.get_policy("emails")
+    assert missing.value.field == "name"
+
+
+def test_release_a_delivered_throttled_event(tenant: Tickd, dev: Dev) -> None:
+    tenant.put_policy("one", max_in_flight=1, release_timeout_s=60)
+    schedule = tenant.create_schedule(delay_s=0, callback=dev.healthz(), throttle="one")
+    deadline = time.monotonic() + 20
+    while tenant.get_policy("one").in_flight != 1:
+        assert time.monotonic() < deadline, "the event was not delivered in 20 s"
+        time.sleep(0.1)
+    event_id = f"{schedule.fire_id}:0"
+    assert tenant.release_event(event_id).released is True
+    assert tenant.release_event(event_id).released is False
+    assert tenant.get_policy("one").in_flight == 0
+    with pytest.raises(NotFound) as unknown:
+        tenant.release_event(f"{uuid.uuid4()}:1795461651836:0")
+    assert unknown.value.field == "event_id"
+
+
+def test_each_error_class_with_its_field(tenant: Tickd, dev: Dev) -> None:
+    with pytest.raises(Invalid) as bad:
+        tenant.create_schedule(delay_s=5, callback={"type": "http", "url": "ftp://example.com"})
+    assert (bad.value.status, bad.value.field) == (400, "callback.url")
+    with pytest.raises(Invalid) as refused:
+        tenant.create_schedule(delay_s=5, fire_at=1, callback=dev.healthz())
+    assert refused.value.status == 422 and refused.value.field == "fire_at"
+    with pytest.raises(Invalid) as throttle:
+        tenant.create_schedule(delay_s=5, callback=dev.healthz(), throttle="nope")
+    assert throttle.value.field == "throttle"
+    with pytest.raises(NotFound) as missing:
+        tenant.get_schedule(str(uuid.uuid4()))
+    assert missing.value.field == "schedule_id"
+    with Tickd(dev.url, api_key="nobody.secret", retry=NO_RETRY) as stranger, pytest.raises(Unauthorized) as who:
+        stranger.get_schedule(str(uuid.uuid4()))
+    assert who.value.field == "Authorization"
+    with Tickd(dev.url, admin_token=dev.api_key) as not_admin, pytest.raises(Forbidden):
+        not_admin.list_clients()
+    with Tickd(dev.url, admin_token=dev.admin_token) as admin, pytest.raises(Conflict) as taken:
+        admin.create_client("dev", 2)
+    assert (taken.value.code, taken.value.field) == ("already_exists", "client_id")
+
+
+def test_naive_datetime_is_refused_before_sending(tenant: Tickd, dev: Dev) -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        tenant.create_schedule(fire_at=datetime(2030, 1, 1), callback=HttpCallback(dev.url))  # noqa: DTZ001
