@@ -18,6 +18,7 @@ from poller.delivery import CallbackRouter
 from poller.metrics import Metrics, status_app
 from poller.node import Node
 from poller.settings import PollerSettings
+from poller.signer import SigningKeys, SigningStamp, Stamps
 from schema import logs
 from schema.cassandra import CassandraStore
 from schema.errors import ConfigError, StoreUnavailable
@@ -33,7 +34,8 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         await http.start()
         kafka = KafkaDispatcher(settings.kafka, settings.retry)
         secrets = AckSecrets(store)
-        router = CallbackRouter(http, kafka, stamp=AckSigner(secrets))
+        signer = SigningStamp(SigningKeys(store, settings.clients_refresh_s))
+        router = CallbackRouter(http, kafka, stamp=Stamps(AckSigner(secrets), signer))
         stack.push_async_callback(router.close)
         await kafka.start()
         metrics = Metrics()

@@ -9,7 +9,7 @@ Outcome of one attempt: 2xx succeeds; 408, 425, 429, 5xx, timeouts and connectio
 any other status (other 4xx, and 3xx: redirects are not followed, so a redirect cannot reach an address
 the guard refuses) fails at once. A refused address (see ``guard``) or an invalid URL fails at once.
 Proxy environment variables are ignored (``trust_env=False``): a proxy would dial the target for us,
-past the guard.
+past the guard. Each attempt is signed when it is sent (``poller.signing``: ``webhook-*`` headers).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from types import TracebackType
 import aiohttp
 import yarl
 
+from poller import signing
 from poller.callbacks.backoff import RetryPolicy, retry_after_s
 from poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked
 from poller.callbacks.retry import Retrier, fire_logger
@@ -159,7 +161,7 @@ class HttpDispatcher:
         if not self.settings.allow_private and _url_is_blocked(callback.url):
             return DeliveryResult.failed(attempt, f"refused target: {callback.url} is not public", retriable=False)
         body = encode_body(schedule, attempt, fired_at)
-        headers = http_headers(schedule, callback, attempt)
+        headers = _with_signature(http_headers(schedule, callback, attempt), schedule, body)
         async with self._slot(schedule.client_id):
             try:
                 return await self._request(callback, body, headers, attempt)
@@ -197,6 +199,16 @@ class HttpDispatcher:
             self._slots[client_id] = semaphore
         async with semaphore:
             yield
+
+
+def _with_signature(headers: dict[str, str], schedule: Schedule, body: bytes) -> dict[str, str]:
+    """The Standard Webhooks headers of the exact ``body`` sent, signed now; a schedule's own headers of
+    those names are dropped, so a subscriber never reads a tenant's value for one of them."""
+    signed = signing.signed_headers(schedule, int(time.time()), body)
+    if signed:
+        headers = {name: value for name, value in headers.items() if name.lower() not in signed}
+        headers.update(signed)
+    return headers
 
 
 @lru_cache(maxsize=4096)

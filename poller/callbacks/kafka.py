@@ -8,7 +8,8 @@ A broker outage (connection refused, timeouts, leader elections) is retried in m
 policy's inline budget and then handed back retriable, however many attempts it took: an outage is
 tickd's problem, not the subscriber's, so it never ends in FAILED. Only errors a retry cannot fix (a
 record too large, an invalid or forbidden topic) fail at once. An attempt that times out may still be
-delivered later, so a retry can duplicate a record: subscribers deduplicate on the fire id.
+delivered later, so a retry can duplicate a record: subscribers deduplicate on the fire id. Each
+attempt's record is signed when it is built (``poller.signing``: ``webhook-*`` record headers).
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
+from poller import signing
 from poller.callbacks.backoff import RetryPolicy
 from poller.callbacks.outbox import Outbox, Placed
 from poller.callbacks.retry import Retrier, fire_logger
-from poller.delivery import DeliveryResult, kafka_record
+from poller.delivery import DeliveryResult, KafkaRecord, kafka_record
 from schema.errors import ConfigError
 from schema.model import KafkaCallback, Schedule
 from schema.settings import env_float, env_int, env_str
@@ -163,6 +165,15 @@ def classify_kafka_error(exc: BaseException, attempt: int) -> DeliveryResult:
     return DeliveryResult.failed(attempt, reason, retriable=retriable)
 
 
+def signed_record(schedule: Schedule, attempt: int, fired_at: datetime) -> KafkaRecord:
+    """The record of one attempt with the Standard Webhooks headers of its value (``poller.signing``)."""
+    record = kafka_record(schedule, attempt, fired_at)
+    signed = signing.signed_headers(schedule, int(time.time()), record.value)
+    if not signed:
+        return record
+    return KafkaRecord(record.key, record.value, [*record.headers, *((k, v.encode()) for k, v in signed.items())])
+
+
 def _topic(schedule: Schedule) -> str:
     callback = schedule.callback
     if not isinstance(callback, KafkaCallback):
@@ -241,7 +252,7 @@ class KafkaDispatcher:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
                 producer = await self._ready_producer()
                 await producer.partitions_for(topic)  # wait for metadata here, not in the shared outbox
-                ack = await self._outbox.submit(producer, topic, kafka_record(schedule, attempt, fired_at))
+                ack = await self._outbox.submit(producer, topic, signed_record(schedule, attempt, fired_at))
                 await ack
         except PRODUCER_STATE_ERRORS as exc:
             await self._replace_producer(producer, exc)
@@ -288,7 +299,7 @@ class KafkaDispatcher:
         topic = _topic(schedule)
         if topic in broken:
             return classify_kafka_error(broken[topic], attempt)
-        return self._outbox.submit(producer, topic, kafka_record(schedule, attempt, fired_at))
+        return self._outbox.submit(producer, topic, signed_record(schedule, attempt, fired_at))
 
     async def _wait(self, futures: list[Any]) -> None:
         if futures:
