@@ -1,0 +1,69 @@
+"""How the CLI prints answers: ``json`` (the answer as JSON, for scripts) or ``table`` (for people)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from tickd_client.models import BatchItem, Client, Occurrence, Policy, Run, Schedule
+
+# The columns of a list, per kind of row; a single object prints all its fields.
+COLUMNS: dict[type, tuple[str, ...]] = {
+    Client: ("client_id", "poller_count", "poller_span", "active", "kafka_topics"),
+    Schedule: ("schedule_id", "status", "fire_at", "attempts", "last_error"),
+    Run: ("fire_id", "nominal_at", "status", "attempts", "lateness_s", "last_error"),
+    Policy: ("name", "max_in_flight", "release_timeout_s", "in_flight"),
+    BatchItem: ("index", "schedule_id", "status", "fire_at", "error"),
+    Occurrence: ("utc", "local", "timezone"),
+}
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: dataclasses as objects, times in RFC 3339."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def render(value: Any, output: str) -> str:
+    if output == "json":
+        return json.dumps(plain(value), indent=2, ensure_ascii=False)
+    if isinstance(value, list):
+        return _table(value)
+    return _fields(plain(value))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(_cell(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _fields(data: Mapping[str, Any]) -> str:
+    shown = {name: value for name, value in data.items() if value is not None}
+    width = max((len(name) for name in shown), default=0)
+    return "\n".join(f"{name.ljust(width)}  {_cell(value)}" for name, value in shown.items())
+
+
+def _table(rows: Sequence[Any]) -> str:
+    if not rows:
+        return "(none)"
+    first = rows[0]
+    columns = tuple(first) if isinstance(first, Mapping) else COLUMNS.get(type(first), ())
+    data = [plain(row) for row in rows]
+    cells = [list(columns)] + [[_cell(row.get(c)) for c in columns] for row in data]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells)

@@ -1,0 +1,371 @@
+"""tickd: the tickd API from a shell, on the SDK.
+
+Settings: --url or TICKD_URL (default http://127.0.0.1:8080); --api-key or TICKD_API_KEY (schedules,
+policies, events); --admin-token or TICKD_ADMIN_TOKEN (clients).
+
+Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict; 5 invalid input
+(the API's 400/413/415/422, naming the field); 6 unauthorized or forbidden; 7 unavailable or rate limited.
+
+Completion: eval "$(tickd completion bash)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tickd_client import _completion
+from tickd_client._core import env_settings
+from tickd_client._output import plain, render
+from tickd_client._sync import Tickd
+from tickd_client.calls import CallbackSpec, Time
+from tickd_client.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    RateLimited,
+    TickdError,
+    Unauthorized,
+    Unavailable,
+)
+from tickd_client.models import HttpCallback, KafkaCallback, Occurrence
+from tickd_client.retry import NO_RETRY, RetryPolicy
+
+OK, UNEXPECTED, USAGE, NOT_FOUND, CONFLICT, INVALID, AUTH, UNAVAILABLE = range(8)
+_EXIT_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
+    (NotFound, NOT_FOUND),
+    (Conflict, CONFLICT),
+    (Invalid, INVALID),
+    (Unauthorized, AUTH),
+    (Forbidden, AUTH),
+    (Unavailable, UNAVAILABLE),
+    (RateLimited, UNAVAILABLE),
+)
+_RULE = ("cron", "timezone", "every", "start_at", "end_at", "max_fires", "on_gap", "on_overlap")
+_TIMES = ("fire_at", "start_at", "end_at", "after")
+Handler = Callable[[Tickd, argparse.Namespace], Any]
+
+
+class UsageError(Exception):
+    """Arguments that parse but cannot be sent (a payload that is not JSON, a header without a colon)."""
+
+
+def _time(text: str) -> Time:
+    return int(text) if text.isdigit() else text
+
+
+def _json_arg(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} is not JSON: {exc}") from None
+
+
+def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    found = {name: getattr(args, name, None) for name in names}
+    return {name: _time(v) if name in _TIMES else v for name, v in found.items() if v is not None}
+
+
+def _callback(args: argparse.Namespace) -> CallbackSpec | None:
+    if args.callback is not None:
+        return dict(_json_arg(args.callback, "--callback"))
+    if args.kafka_topic is not None:
+        return KafkaCallback(args.kafka_topic)
+    if args.callback_url is None:
+        return None
+    headers = {}
+    for header in args.callback_header:
+        name, colon, value = header.partition(":")
+        if not colon:
+            raise UsageError(f"--callback-header {header!r}: write it as 'Name: value'")
+        headers[name.strip()] = value.strip()
+    return HttpCallback(args.callback_url, args.callback_method, headers, args.callback_timeout_s)
+
+
+def _schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields = _given(args, (*_RULE, "fire_at", "delay_s", "jitter", "events", "window", "throttle"))
+    if args.payload is not None:
+        fields["payload"] = _json_arg(args.payload, "--payload")
+    callback = _callback(args)
+    if callback is not None:
+        fields["callback"] = callback
+    return fields
+
+
+# Handlers: (client, args) -> what to print.
+
+
+def _clients_create(client: Tickd, args: argparse.Namespace) -> Any:
+    return client.create_client(args.client_id, args.pollers, args.kafka_topic)
+
+
+def _clients_update(**change: Any) -> Handler:
+    return lambda client, args: client.update_client(args.client_id, **change)
+
+
+def _schedules_create(client: Tickd, args: argparse.Namespace) -> Any:
+    fields = _schedule_fields(args)
+    if "callback" not in fields:
+        raise UsageError("give a callback: --callback-url URL, --kafka-topic TOPIC or --callback JSON")
+    schedule = client.create_schedule(idempotency_key=args.idempotency_key, **fields)
+    return schedule.schedule_id if args.quiet else schedule
+
+
+def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
+    fields = _schedule_fields(args)
+    if args.no_throttle:
+        fields["throttle"] = None
+    return client.update_schedule(args.schedule_id, **fields)
+
+
+def _schedules_list(client: Tickd, args: argparse.Namespace) -> Any:
+    start = _time(args.start) if args.start else datetime.now(UTC)
+    end = _time(args.end) if args.end else _default_end(start)
+    found = client.list_schedules(start, end, status=args.status, page_size=args.page_size)
+    return list(itertools.islice(found, args.limit))
+
+
+def _default_end(start: Time) -> Time:
+    if isinstance(start, datetime):
+        return start + timedelta(days=1)
+    raise UsageError("--to is needed when --from is given")
+
+
+def _runs(client: Tickd, args: argparse.Namespace) -> Any:
+    return list(itertools.islice(client.runs(args.schedule_id, page_size=args.page_size), args.limit))
+
+
+def _preview(client: Tickd, args: argparse.Namespace) -> Any:
+    after = _time(args.after) if args.after else None
+    found = client.preview(count=args.count, after=after, **_given(args, _RULE))
+    return [_with_note(o, found[i - 1] if i else None) for i, o in enumerate(found)]
+
+
+def _with_note(occurrence: Occurrence, before: Occurrence | None) -> dict[str, Any]:
+    """The occurrence, noting a change of the zone's UTC offset since the one before (DST)."""
+    row: dict[str, Any] = plain(occurrence)
+    was, now = (before.local.utcoffset() if before else None), occurrence.local.utcoffset()
+    row["note"] = f"UTC offset {_offset(was)} -> {_offset(now)}" if before and was != now else None
+    return row
+
+
+def _offset(delta: timedelta | None) -> str:
+    minutes = int((delta or timedelta()).total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _dev(dev_args: Sequence[str]) -> None:
+    """Replace this process with ``tickd-dev`` (the one beside this Python first), passing its arguments."""
+    beside = Path(sys.executable).parent / "tickd-dev"
+    found = str(beside) if beside.exists() else shutil.which("tickd-dev")
+    if found is None:
+        print(
+            "tickd dev: tickd-dev is not installed here; it comes with the tickd server package "
+            "(in a tickd checkout: make dev)",
+            file=sys.stderr,
+        )
+        raise SystemExit(UNEXPECTED)
+    os.execv(found, ["tickd-dev", *dev_args])
+
+
+def _completion_bash(client: Tickd | None, args: argparse.Namespace) -> Any:
+    print(_completion.bash(build_parser()), end="")
+    return None
+
+
+# The parser.
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every command takes, before or after its name (defaults applied after parsing)."""
+    common = argparse.ArgumentParser(add_help=False)
+    s = argparse.SUPPRESS
+    common.add_argument("--url", default=s, help="the API (TICKD_URL; default http://127.0.0.1:8080)")
+    common.add_argument("--api-key", default=s, help="a client's API key (TICKD_API_KEY)")
+    common.add_argument("--admin-token", default=s, help="the admin token, for clients (TICKD_ADMIN_TOKEN)")
+    common.add_argument("--output", "-o", choices=("table", "json"), default=s, help="table (default) or json")
+    common.add_argument("--timeout-s", type=float, default=s, help="per request (default 10)")
+    common.add_argument("--no-retry", action="store_true", default=s, help="send each request once")
+    return common
+
+
+def _leaf(group: Any, name: str, handler: Handler, help: str, common: argparse.ArgumentParser) -> Any:
+    parser = group.add_parser(name, help=help, description=help, parents=[common])
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _rule_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cron", help="5-field cron or @hourly/@daily/@weekly/@monthly")
+    parser.add_argument("--timezone", help="IANA zone the cron is read in (default UTC)")
+    parser.add_argument("--every", help="an interval: <n>s|m|h|d")
+    parser.add_argument("--start-at", dest="start_at", help="first fire (RFC 3339 with offset, or epoch s)")
+    parser.add_argument("--end-at", dest="end_at", help="last possible fire")
+    parser.add_argument("--max-fires", dest="max_fires", type=int)
+    parser.add_argument("--on-gap", dest="on_gap", choices=("shift", "skip"), help="a local time DST skips")
+    parser.add_argument("--on-overlap", dest="on_overlap", choices=("first", "last", "both"))
+
+
+def _schedule_args(parser: argparse.ArgumentParser) -> None:
+    _rule_args(parser)
+    parser.add_argument("--fire-at", dest="fire_at", help="RFC 3339 with an offset, or epoch seconds")
+    parser.add_argument("--delay-s", dest="delay_s", type=float, help="seconds from now")
+    parser.add_argument("--payload", help="any JSON, delivered as given")
+    parser.add_argument("--jitter", help="spread each fire over [0, jitter): 30s, 5m")
+    parser.add_argument("--events", type=int, help="events per fire")
+    parser.add_argument("--window", help="spread the events over this long: 2h")
+    parser.add_argument("--throttle", help="a throttle policy's name")
+    parser.add_argument("--callback-url", help="HTTP callback URL")
+    parser.add_argument("--callback-method", default="POST")
+    parser.add_argument("--callback-header", action="append", default=[], help="'Name: value' (repeatable)")
+    parser.add_argument("--callback-timeout-s", type=float, default=5.0)
+    parser.add_argument("--kafka-topic", help="Kafka callback topic (granted to the client)")
+    parser.add_argument("--callback", help='the callback as JSON: {"type": "http", "url": ...}')
+
+
+def _clients(commands: Any, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser("clients", help="register and manage clients (admin token)").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    create = _leaf(group, "create", _clients_create, "register a client; prints its API key once", common)
+    create.add_argument("client_id")
+    create.add_argument("--pollers", type=int, required=True, help="poller count")
+    create.add_argument("--kafka-topic", action="append", default=[], help="a topic or prefix.* (repeatable)")
+    _leaf(group, "list", lambda c, a: c.list_clients(), "all clients", common)
+    _leaf(group, "get", lambda c, a: c.get_client(a.client_id), "one client", common).add_argument("client_id")
+    resize = _leaf(group, "resize", lambda c, a: c.resize_client(a.client_id, a.pollers), "set poller count", common)
+    resize.add_argument("client_id")
+    resize.add_argument("--pollers", type=int, required=True)
+    _leaf(group, "deactivate", _clients_update(active=False), "stop it creating", common).add_argument("client_id")
+    _leaf(group, "activate", _clients_update(active=True), "let it create again", common).add_argument("client_id")
+    rotate = _leaf(group, "rotate-key", lambda c, a: c.rotate_key(a.client_id), "a new API key", common)
+    rotate.add_argument("client_id")
+
+
+def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser("schedules", help="create, read, list and cancel schedules").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    create = _leaf(group, "create", _schedules_create, "a one-time or recurring schedule", common)
+    _schedule_args(create)
+    create.add_argument("--idempotency-key", help="the same key and request create one schedule")
+    create.add_argument("--quiet", "-q", action="store_true", help="print only the schedule id")
+    _leaf(group, "get", lambda c, a: c.get_schedule(a.schedule_id), "one schedule", common).add_argument("schedule_id")
+    update = _leaf(group, "update", _schedules_update, "reschedule or change a schedule", common)
+    update.add_argument("schedule_id")
+    _schedule_args(update)
+    update.add_argument("--no-throttle", action="store_true", help="remove the throttle policy")
+    listing = _leaf(group, "list", _schedules_list, "schedules due in [--from, --to)", common)
+    listing.add_argument("--from", dest="start", help="default: now")
+    listing.add_argument("--to", dest="end", help="default: --from + 1 day")
+    listing.add_argument("--status", choices=("scheduled", "succeeded", "failed", "cancelled"))
+    listing.add_argument("--page-size", type=int, default=100)
+    listing.add_argument("--limit", type=int, default=None, help="stop after this many")
+    cancel = _leaf(group, "cancel", lambda c, a: c.cancel_schedule(a.schedule_id), "cancel a schedule", common)
+    cancel.add_argument("schedule_id")
+    runs = _leaf(group, "runs", _runs, "a schedule's fires, newest first", common)
+    runs.add_argument("schedule_id")
+    runs.add_argument("--page-size", type=int, default=100)
+    runs.add_argument("--limit", type=int, default=None, help="stop after this many")
+    preview = _leaf(group, "preview", _preview, "the next fire times of a rule (writes nothing)", common)
+    _rule_args(preview)
+    preview.add_argument("--count", type=int, default=10)
+    preview.add_argument("--after", help="from this time (default: now)")
+
+
+def _policies(commands: Any, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser("policies", help="throttle policies").add_subparsers(required=True, metavar="COMMAND")
+    put = _leaf(
+        group,
+        "put",
+        lambda c, a: c.put_policy(a.name, max_in_flight=a.max_in_flight, release_timeout_s=a.release_timeout_s),
+        "create or replace a policy",
+        common,
+    )
+    put.add_argument("name")
+    put.add_argument("--max-in-flight", type=int, required=True)
+    put.add_argument("--release-timeout-s", type=int, required=True)
+    _leaf(group, "get", lambda c, a: c.get_policy(a.name), "one policy, with in_flight", common).add_argument("name")
+    _leaf(group, "list", lambda c, a: c.list_policies(), "all policies", common)
+    _leaf(group, "delete", lambda c, a: c.delete_policy(a.name), "delete a policy", common).add_argument("name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="tickd",
+        parents=[common],
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]) if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    _clients(commands, common)
+    _schedules(commands, common)
+    _policies(commands, common)
+    events = commands.add_parser("events", help="throttled events").add_subparsers(required=True, metavar="COMMAND")
+    release = _leaf(events, "release", lambda c, a: c.release_event(a.event_id), "free an event's token", common)
+    release.add_argument("event_id")
+    # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
+    commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
+    completion = commands.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=("bash",))
+    completion.set_defaults(handler=_completion_bash, local=True)
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Tickd:
+    settings = env_settings(
+        url=getattr(args, "url", None),
+        api_key=getattr(args, "api_key", None),
+        admin_token=getattr(args, "admin_token", None),
+    )
+    retry = NO_RETRY if getattr(args, "no_retry", False) else RetryPolicy()
+    return Tickd(**settings, timeout_s=getattr(args, "timeout_s", 10.0), retry=retry)
+
+
+def _exit_code(error: TickdError) -> int:
+    return next((code for cls, code in _EXIT_BY_ERROR if isinstance(error, cls)), UNEXPECTED)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["dev"]:
+        _dev(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "local", False):
+        args.handler(None, args)
+        return OK
+    try:
+        with _client(args) as client:
+            result = args.handler(client, args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except TickdError as exc:
+        print(f"tickd: {exc}", file=sys.stderr)
+        return _exit_code(exc)
+    if result is not None:
+        print(result if isinstance(result, str) else render(result, getattr(args, "output", "table")))
+    return OK
+
+
+def main() -> None:
+    try:
+        code = run()
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # the documented exit code 1, with a one-line reason rather than a traceback
+        print(f"tickd: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = UNEXPECTED
+    sys.exit(code)
