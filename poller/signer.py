@@ -4,7 +4,9 @@
 rotation reaches every node within that time; the previous secret stays valid far longer (a day by
 default), so deliveries signed meanwhile with the old secret only still verify. A client registered
 before secrets existed gets one here (compare-and-set: every node ends up with the same). A failed
-re-read keeps the secrets last read; only a client never read yet waits for the store.
+re-read keeps the secrets last read; only a client never read yet waits for the store. (The node reads
+every client on the same period for the ring; feeding these rows from that read would save one read per
+client and period, at the cost of an edge between the node and the router.)
 
 ``SigningStamp`` is the router's stamp (``poller.delivery.Stamp``): it puts the secrets valid now on the
 schedule it delivers; the dispatchers sign the exact bytes they send (``poller.signing``).
