@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from tickd_client.webhooks import WebhookVerificationError, verify
 
 from poller.acks import AckSecrets, AckSigner
 from poller.callbacks.backoff import RetryPolicy
@@ -29,7 +30,6 @@ from schema.model import Callback, EventOf, HttpCallback, KafkaCallback, Locatio
 from schema.signing import new_signing_secret
 from tests.integration.conftest import make_client
 from tests.integration.test_callbacks_kafka import consume
-from tests.webhooks_sdk import WebhookVerificationError, verify
 
 pytestmark = pytest.mark.integration
 

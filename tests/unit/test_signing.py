@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tickd_client.webhooks import WebhookVerificationError, sign, verify
 
 from poller import signing
 from poller.callbacks.http import _with_signature
@@ -22,7 +23,6 @@ from schema.errors import StoreUnavailable
 from schema.memory import MemoryStore
 from schema.model import Client, EventOf, HttpCallback, KafkaCallback, Location, Options, Schedule
 from schema.signing import new_signing_secret
-from tests.webhooks_sdk import WebhookVerificationError, sign, verify
 
 KEY = bytes(range(32))
 SECRET = "whsec_" + base64.b64encode(KEY).decode()
