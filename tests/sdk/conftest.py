@@ -3,6 +3,7 @@ store) in a subprocess, one for the session; each test that lists gets a client 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -44,9 +45,10 @@ def _banner(log: Path, proc: subprocess.Popen[bytes]) -> tuple[str, str]:
     raise AssertionError("tickd-dev printed no banner in 20 s")
 
 
-@pytest.fixture(scope="session")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    log = tmp_path_factory.mktemp("dev") / "tickd-dev.log"
+@contextlib.contextmanager
+def running_dev(workdir: Path) -> Iterator[Dev]:
+    """A tickd-dev process on a free port, stopped on exit."""
+    log = workdir / "tickd-dev.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "service.dev", "--port", "0", "--admin-token", ADMIN_TOKEN],
@@ -60,6 +62,12 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    with running_dev(tmp_path_factory.mktemp("dev")) as started:
+        yield started
 
 
 @pytest.fixture
