@@ -1,5 +1,6 @@
 """The tickd SDK: ``Tickd`` (blocking) and ``AsyncTickd`` (asyncio) with the same surface, typed answers,
-one exception class per kind of failure, auto-paging list iterators, Idempotency-Keys and safe retries."""
+one exception class per kind of failure, auto-paging list iterators, Idempotency-Keys and safe retries;
+``verify_webhook`` checks a signed callback (``tickd_client.webhooks``)."""
 
 from tickd_client._async import AsyncTickd
 from tickd_client._sync import Tickd
@@ -29,6 +30,8 @@ from tickd_client.models import (
     Schedule,
 )
 from tickd_client.retry import NO_RETRY, RetryPolicy
+from tickd_client.webhooks import WebhookVerificationError
+from tickd_client.webhooks import verify as verify_webhook
 
 __all__ = [
     "NO_RETRY",
@@ -59,4 +62,6 @@ __all__ = [
     "TickdError",
     "Unauthorized",
     "Unavailable",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]

@@ -11,7 +11,7 @@ from typing import Any, Self, TypeVar, Unpack
 import httpx
 
 from tickd_client import calls
-from tickd_client._core import Core, Settings, env_settings, http_options, transport_error
+from tickd_client._core import DEFAULT_URL, Core, Settings, env_settings, http_options, transport_error
 from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields, Time
 from tickd_client.errors import TickdError
 from tickd_client.models import ApiKey, BatchItem, Client, Occurrence, Page, Policy, Release, Run, Schedule
@@ -25,7 +25,7 @@ class AsyncTickd:
 
     def __init__(
         self,
-        url: str = "http://127.0.0.1:8080",
+        url: str = DEFAULT_URL,
         *,
         api_key: str | None = None,
         admin_token: str | None = None,
