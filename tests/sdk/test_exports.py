@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-
 import tickd_client
 from tickd_client import WebhookVerificationError, verify_webhook
 from tickd_client.webhooks import sign
