@@ -7,16 +7,20 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickd_client import cli
 
 from tests.sdk.conftest import Dev
 
+Run = Callable[..., tuple[int, str, str]]
+
 
 @pytest.fixture
-def tickd(dev: Dev, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+def tickd(dev: Dev, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
     """Run ``tickd ARGS`` in-process with tickd-dev's settings in the environment: (exit code, stdout, stderr)."""
     monkeypatch.setenv("TICKD_URL", dev.url)
     monkeypatch.setenv("TICKD_API_KEY", dev.api_key)
@@ -33,17 +37,17 @@ def tickd(dev: Dev, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixtu
     return run
 
 
-def _json(out: str) -> object:
+def _json(out: str) -> Any:
     return json.loads(out)
 
 
-def test_clients_commands(tickd) -> None:  # type: ignore[no-untyped-def]
+def test_clients_commands(tickd: Run) -> None:
     client_id = f"cli-{uuid.uuid4().hex[:10]}"
     code, out, _ = tickd("clients", "create", client_id, "--pollers", "2", "--kafka-topic", "a.*", "-o", "json")
-    assert code == 0 and _json(out)["api_key"].startswith(client_id)  # type: ignore[index]
+    assert code == 0 and _json(out)["api_key"].startswith(client_id)
     assert client_id in tickd("clients", "list")[1]
-    assert _json(tickd("--output", "json", "clients", "get", client_id)[1])["kafka_topics"] == ["a.*"]  # type: ignore[index]
-    assert _json(tickd("clients", "resize", client_id, "--pollers", "4", "-o", "json")[1])["poller_count"] == 4  # type: ignore[index]
+    assert _json(tickd("--output", "json", "clients", "get", client_id)[1])["kafka_topics"] == ["a.*"]
+    assert _json(tickd("clients", "resize", client_id, "--pollers", "4", "-o", "json")[1])["poller_count"] == 4
     assert "False" in tickd("clients", "deactivate", client_id)[1]
     assert "True" in tickd("clients", "activate", client_id)[1]
     code, out, _ = tickd("clients", "rotate-key", client_id)
@@ -51,23 +55,23 @@ def test_clients_commands(tickd) -> None:  # type: ignore[no-untyped-def]
     assert tickd("clients", "create", client_id, "--pollers", "2")[0] == cli.CONFLICT
 
 
-def test_schedules_commands(tickd, dev: Dev) -> None:  # type: ignore[no-untyped-def]
+def test_schedules_commands(tickd: Run, dev: Dev) -> None:
     hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
     code, out, _ = tickd("schedules", "create", "--delay-s", "3600", *hook, "--payload", '{"n": 1}', "-q")
     schedule_id = out.strip()
     assert code == 0 and len(schedule_id) == 36
     shown = _json(tickd("schedules", "get", schedule_id, "-o", "json")[1])
-    assert shown["payload"] == {"n": 1}  # type: ignore[index]
+    assert shown["payload"] == {"n": 1}
     assert schedule_id in tickd("schedules", "list", "--page-size", "1")[1]
     code, out, _ = tickd("schedules", "update", schedule_id, "--payload", "2", "-o", "json")
-    assert code == 0 and _json(out)["payload"] == 2  # type: ignore[index]
+    assert code == 0 and _json(out)["payload"] == 2
     assert tickd("schedules", "runs", schedule_id)[1].strip() == "(none)"
     assert "cancelled" in tickd("schedules", "cancel", schedule_id)[1]
     code, out, _ = tickd("schedules", "create", "--cron", "0 3 * * *", "--kafka-topic", "t", "-q")
     assert code == cli.INVALID
 
 
-def test_preview_notes_the_dst_change(tickd) -> None:  # type: ignore[no-untyped-def]
+def test_preview_notes_the_dst_change(tickd: Run) -> None:
     argv = ["schedules", "preview", "--cron", "30 2 * * *", "--timezone", "America/New_York", "--count", "3"]
     code, out, _ = tickd(*argv, "--after", "2026-03-07T00:00:00Z")
     assert code == 0
@@ -75,16 +79,16 @@ def test_preview_notes_the_dst_change(tickd) -> None:  # type: ignore[no-untyped
     assert "2026-03-08T03:00:00-04:00" in lines[2] and "UTC offset -05:00 -> -04:00" in lines[2]
 
 
-def test_policies_commands(tickd) -> None:  # type: ignore[no-untyped-def]
+def test_policies_commands(tickd: Run) -> None:
     name = f"p{uuid.uuid4().hex[:8]}"
     assert tickd("policies", "put", name, "--max-in-flight", "3", "--release-timeout-s", "30")[0] == 0
-    assert _json(tickd("policies", "get", name, "-o", "json")[1])["in_flight"] == 0  # type: ignore[index]
+    assert _json(tickd("policies", "get", name, "-o", "json")[1])["in_flight"] == 0
     assert name in tickd("policies", "list")[1]
     assert tickd("policies", "delete", name)[0] == 0
     assert tickd("policies", "get", name)[0] == cli.NOT_FOUND
 
 
-def test_exit_codes(tickd, dev: Dev) -> None:  # type: ignore[no-untyped-def]
+def test_exit_codes(tickd: Run, dev: Dev) -> None:
     assert tickd("schedules", "get", str(uuid.uuid4()))[0] == cli.NOT_FOUND
     code, _, err = tickd("schedules", "create", "--delay-s", "5", "--callback-url", "ftp://x")
     assert code == cli.INVALID and "callback.url" in err
@@ -96,7 +100,7 @@ def test_exit_codes(tickd, dev: Dev) -> None:  # type: ignore[no-untyped-def]
     assert tickd("schedules", "frobnicate")[0] == cli.USAGE
 
 
-def test_bash_completion_offers_commands_and_options(tickd, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bash_completion_offers_commands_and_options(tickd: Run, tmp_path: Path) -> None:
     code, script, _ = tickd("completion", "bash")
     assert code == 0
     (tmp_path / "tickd.bash").write_text(script)
@@ -116,13 +120,13 @@ def test_bash_completion_offers_commands_and_options(tickd, tmp_path: Path) -> N
 
 
 def test_dev_execs_tickd_dev(tmp_path: Path) -> None:
-    tickd = Path(sys.executable).parent / "tickd"
-    ran = subprocess.run([str(tickd), "dev", "--help"], capture_output=True, text=True, env={"PATH": str(tmp_path)})
+    command = Path(sys.executable).parent / "tickd"
+    ran = subprocess.run([str(command), "dev", "--help"], capture_output=True, text=True, env={"PATH": str(tmp_path)})
     assert ran.returncode == 0 and ran.stdout.startswith("usage: tickd-dev")
 
 
-def test_dev_says_when_tickd_dev_is_missing(tickd, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(cli.sys, "executable", str(tmp_path / "python"))
+def test_dev_says_when_tickd_dev_is_missing(tickd: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     code, _, err = tickd("dev")
     assert code == cli.UNEXPECTED and "tickd-dev is not installed" in err

@@ -67,7 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         fake.hits.append(Hit(self.command, self.path, dict(self.headers), time.monotonic()))
         answer = fake.answers.pop(0)
-        if answer == RESET:
+        if isinstance(answer, str):  # RESET
             self.close_connection = True
             return
         status, headers, body = answer

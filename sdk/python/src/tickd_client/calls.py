@@ -27,7 +27,7 @@ from tickd_client.models import (
 )
 
 T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741
+Item = TypeVar("Item")
 Time = datetime | int | str
 CallbackSpec = HttpCallback | KafkaCallback | Mapping[str, Any]
 _TIME_FIELDS = frozenset({"fire_at", "start_at", "end_at", "after"})
@@ -126,8 +126,8 @@ def _listed(kind: type[T], key: str) -> Callable[[Any], list[T]]:
     return lambda data: [decode(kind, item) for item in _member(data, key)]
 
 
-def _paged(kind: type[I], key: str) -> Callable[[Any], Page[I]]:
-    def parse(data: Any) -> Page[I]:
+def _paged(kind: type[Item], key: str) -> Callable[[Any], Page[Item]]:
+    def parse(data: Any) -> Page[Item]:
         cursor = data.get("next_cursor") if isinstance(data, dict) else None
         return Page([decode(kind, item) for item in _member(data, key)], cursor if isinstance(cursor, str) else None)
 
