@@ -21,7 +21,8 @@ T = TypeVar("T")
 
 
 class AsyncTickd:
-    """The asyncio client of one tickd API (see ``Tickd``); ``async with`` it, or ``await aclose()``."""
+    """The asyncio client of one tickd API (see ``Tickd``); ``async with`` it, or ``await aclose()``.
+    ``http``: an ``httpx.AsyncClient`` of your own whose ``base_url`` is the API; the client closes it."""
 
     def __init__(
         self,

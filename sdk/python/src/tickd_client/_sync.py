@@ -22,7 +22,8 @@ T = TypeVar("T")
 
 class Tickd:
     """A client of one tickd API. ``api_key`` for the client endpoints, ``admin_token`` for ``/v1/clients``.
-    Use it as a context manager (or call ``close``) to release its connections."""
+    Use it as a context manager (or call ``close``) to release its connections. ``http``: an ``httpx.Client``
+    of your own (proxies, TLS, hooks) whose ``base_url`` is the API; the client closes it."""
 
     def __init__(
         self,
