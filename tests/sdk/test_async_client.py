@@ -35,6 +35,8 @@ async def test_clients(dev: Dev) -> None:
         assert (await admin.activate_client(client_id)).active is True
         assert (await admin.update_client(client_id, kafka_topics=["a.*"])).kafka_topics == ["a.*"]
         rotated = await admin.rotate_key(client_id)
+        signing = await admin.rotate_signing_secret(client_id)
+    assert signing.signing_secret.startswith("whsec_") and signing.signing_secret != created.signing_secret
     assert rotated.api_key != created.api_key
 
 

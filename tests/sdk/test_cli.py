@@ -52,6 +52,8 @@ def test_clients_commands(tickd: Run) -> None:
     assert "True" in tickd("clients", "activate", client_id)[1]
     code, out, _ = tickd("clients", "rotate-key", client_id)
     assert code == 0 and f"{client_id}." in out
+    code, out, _ = tickd("clients", "rotate-signing-secret", client_id, "-o", "json")
+    assert code == 0 and _json(out)["signing_secret"].startswith("whsec_")
     assert tickd("clients", "create", client_id, "--pollers", "2")[0] == cli.CONFLICT
 
 

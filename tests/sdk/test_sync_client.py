@@ -36,6 +36,10 @@ def test_clients_create_list_get_resize_deactivate_rotate(dev: Dev) -> None:
         assert admin.activate_client(client_id).active is True
         assert admin.update_client(client_id, kafka_topics=[]).kafka_topics == []
         rotated = admin.rotate_key(client_id)
+        signing = admin.rotate_signing_secret(client_id)
+    assert created.signing_secret is not None and created.signing_secret.startswith("whsec_")
+    assert signing.client_id == client_id and signing.signing_secret.startswith("whsec_")
+    assert signing.signing_secret != created.signing_secret and signing.previous_valid_until is not None
     assert rotated.client_id == client_id and rotated.api_key != created.api_key
     with Tickd(dev.url, api_key=created.api_key) as old, pytest.raises(Unauthorized):
         old.list_policies()

@@ -28,6 +28,7 @@ from tickd_client.models import (
     Release,
     Run,
     Schedule,
+    SigningSecret,
 )
 from tickd_client.retry import NO_RETRY, RetryPolicy
 from tickd_client.webhooks import WebhookVerificationError
@@ -58,6 +59,7 @@ __all__ = [
     "Schedule",
     "ScheduleChanges",
     "ScheduleFields",
+    "SigningSecret",
     "Tickd",
     "TickdError",
     "Unauthorized",

@@ -14,7 +14,18 @@ from tickd_client import calls
 from tickd_client._core import DEFAULT_URL, Core, Settings, env_settings, http_options, transport_error
 from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields, Time
 from tickd_client.errors import TickdError
-from tickd_client.models import ApiKey, BatchItem, Client, Occurrence, Page, Policy, Release, Run, Schedule
+from tickd_client.models import (
+    ApiKey,
+    BatchItem,
+    Client,
+    Occurrence,
+    Page,
+    Policy,
+    Release,
+    Run,
+    Schedule,
+    SigningSecret,
+)
 from tickd_client.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -110,6 +121,10 @@ class Tickd:
 
     def rotate_key(self, client_id: str) -> ApiKey:
         return self.send(calls.rotate_key(client_id))
+
+    def rotate_signing_secret(self, client_id: str) -> SigningSecret:
+        """A new secret for signed callbacks; the old one keeps signing for the API's overlap."""
+        return self.send(calls.rotate_signing_secret(client_id))
 
     # Schedules (API key)
 

@@ -23,6 +23,7 @@ from tickd_client.models import (
     Release,
     Run,
     Schedule,
+    SigningSecret,
     decode,
 )
 
@@ -174,6 +175,11 @@ def update_client(
 
 def rotate_key(client_id: str) -> Call[ApiKey]:
     return Call("POST", _path("clients", client_id, "api-keys"), _one(ApiKey), auth="admin", repeatable=False)
+
+
+def rotate_signing_secret(client_id: str) -> Call[SigningSecret]:
+    path = _path("clients", client_id, "signing-secrets")
+    return Call("POST", path, _one(SigningSecret), auth="admin", repeatable=False)
 
 
 # Schedules

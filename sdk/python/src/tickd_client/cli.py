@@ -250,6 +250,14 @@ def _clients(commands: Any, common: argparse.ArgumentParser) -> None:
     _leaf(group, "activate", _clients_update(active=True), "let it create again", common).add_argument("client_id")
     rotate = _leaf(group, "rotate-key", lambda c, a: c.rotate_key(a.client_id), "a new API key", common)
     rotate.add_argument("client_id")
+    signing = _leaf(
+        group,
+        "rotate-signing-secret",
+        lambda c, a: c.rotate_signing_secret(a.client_id),
+        "a new callback signing secret (the old one signs too for a while)",
+        common,
+    )
+    signing.add_argument("client_id")
 
 
 def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:

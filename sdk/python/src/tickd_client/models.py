@@ -46,12 +46,22 @@ class Client:
     updated_at: datetime
     resized_at: datetime | None = None
     api_key: str | None = None  # only in the answer to registration: shown once
+    signing_secret: str | None = None  # likewise: the secret callbacks are signed with (verify_webhook)
 
 
 @dataclass(frozen=True)
 class ApiKey:
     client_id: str
     api_key: str
+
+
+@dataclass(frozen=True)
+class SigningSecret:
+    """A new signing secret (shown once); the previous one also signs until ``previous_valid_until``."""
+
+    client_id: str
+    signing_secret: str
+    previous_valid_until: datetime | None = None
 
 
 @dataclass(frozen=True)
