@@ -287,6 +287,10 @@ class ScheduleRef:
     previous: Location | None = None
     # The version of the client's last change (create = 0): versions above it are the pollers' own moves.
     changed_version: int = 0
+    # The write timestamp (µs) of the last client change's rows: the next change writes above it.
+    write_ts: int | None = None
+    # Targets of client changes whose rows never landed, fenced by the next change that lands.
+    stale: tuple[Location, ...] = ()
 
 
 class Chain(enum.Enum):

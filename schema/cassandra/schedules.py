@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, date, datetime
@@ -16,7 +17,7 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from schema import listing, moves, timing
+from schema import changes, listing, moves, timing
 from schema.cassandra import runs
 from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
 from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
@@ -43,11 +44,11 @@ from schema.settings import StoreSettings
 def event_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
     """An event row: as ``row_insert``, but leaving the status (and attempts) of a row already there."""
     _, values = row_insert(s, now, retention_s)
-    return "insert_event", {name: value for name, value in values.items() if name != "attempts"}
+    return "insert_event", {name: value for name, value in values.items() if name not in ("attempts", "ts")}
 
 
-def row_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
-    """The schedule's row in its minute partition, status scheduled."""
+def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = None) -> Write:
+    """The schedule's row in its minute partition, status scheduled (written at ``ts``, if given)."""
     loc = s.location
     values = {
         **_row_key(s.client_id, s.schedule_id, loc),
@@ -61,6 +62,7 @@ def row_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
         "options": encode_options(s.options) if s.options is not None else UNSET_VALUE,
         "seq": s.seq or UNSET_VALUE,
         "ttl": timing.row_ttl_s(loc.due_at, now, retention_s),
+        "ts": unset_if_none(ts),
     }
     return "insert_schedule", values
 
@@ -80,12 +82,19 @@ def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
 
 
 def status_write(
-    client_id: str, schedule_id: UUID, loc: Location, status: Status, now: datetime, retention_s: int
+    client_id: str,
+    schedule_id: UUID,
+    loc: Location,
+    status: Status,
+    now: datetime,
+    retention_s: int,
+    ts: int | None = None,
 ) -> Write:
     """A row's new status, expiring with the row: a status cell that expired first would leave the row
     reading as scheduled again (a schedule cancelled more than the retention ahead would fire)."""
     ttl = timing.row_ttl_s(loc.due_at, now, retention_s)
-    return "set_status", {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": ttl}
+    values = {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": ttl, "ts": unset_if_none(ts)}
+    return "set_status", values
 
 
 def creation(s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons) -> list[Write]:
@@ -122,7 +131,7 @@ _ROW_WRITES = frozenset({"insert_schedule", "insert_retry", "insert_event"})
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class Schedules(moves.PollerMoves, listing.Listing):
+class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
     """``schema.store.ScheduleStore`` on Cassandra, but for throttle policies and runs."""
 
     settings: StoreSettings
@@ -173,16 +182,27 @@ class Schedules(moves.PollerMoves, listing.Listing):
         if row.prev_poller_id is not None and row.prev_due_at is not None:
             previous = Location(row.prev_poller_id, utc(row.prev_due_at))
         location = Location(row.poller_id, utc(row.due_at))
-        return ScheduleRef(client_id, schedule_id, location, row.version, previous, row.changed_version or 0)
+        stale = tuple(Location(p, utc(d)) for p, d in row.stale or ())
+        return ScheduleRef(
+            client_id, schedule_id, location, row.version, previous, row.changed_version or 0, row.write_ts, stale
+        )
 
     async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
         rows = await self._db.rows("get_schedule", _row_key(client_id, schedule_id, loc))
-        return _schedule(rows[0]) if rows else None
+        return _schedule(rows[0]) if rows and rows[0].fire_at is not None else None
 
     async def _bump_ref(
-        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
+        self,
+        current: Schedule,
+        new_loc: Location,
+        version: int,
+        now: datetime,
+        *,
+        by_client: bool = True,
+        base: changes.Base | None = None,
     ) -> None:
-        """Move the pointer to ``new_loc`` at ``version`` if it is still at ``current.version``.
+        """Move the pointer to ``new_loc`` at ``version`` if it is still at ``current.version`` (a client
+        change: at ``base.version``, recording its write timestamp and the stale targets it fences).
 
         ``by_client``: the change is the client's (it also becomes the last client-changed version);
         a poller's own moves (retries, next occurrences) leave that alone."""
@@ -196,42 +216,60 @@ class Schedules(moves.PollerMoves, listing.Listing):
             "prev_due_at": prev.due_at if prev else UNSET_VALUE,
             "client_id": current.client_id,
             "schedule_id": current.schedule_id,
-            "seen_version": current.version,
+            "seen_version": base.version if base is not None else current.version,
         }
+        if by_client:
+            values["write_ts"] = base.write_ts if base is not None else UNSET_VALUE
+            values["stale"] = [(loc.poller_id, loc.due_at) for loc in base.stale] if base is not None else UNSET_VALUE
         applied, _ = await self._db.applied("bump_ref" if by_client else "move_ref", values)
         if not applied:
             raise Conflict("the schedule was changed concurrently; read it again and retry")
 
-    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
-        version = current.version + 1
-        await self._bump_ref(current, current.location, version, now)
-        loc = current.location
+    def _write_clock(self) -> int:
+        return time.time_ns() // 1000  # as the driver's client-side timestamps
+
+    async def _write_cancel(self, current: Schedule, now: datetime, base: changes.Base) -> None:
+        loc, retention_s = current.location, self.settings.retention_s
         cancel = status_write(
-            current.client_id, current.schedule_id, loc, Status.CANCELLED, now, self.settings.retention_s
+            current.client_id, current.schedule_id, loc, Status.CANCELLED, now, retention_s, base.write_ts
         )
         writes = [cancel, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
+        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
         await self._db.batch(writes, logged=len(writes) > 1)
-        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
 
-    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
-        new = dataclasses.replace(updated, version=current.version + 1, status=Status.SCHEDULED)
-        await self._bump_ref(current, new.location, new.version, now)
-        await self._write_replacement(current, new, now)
-        return new
+    def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
+        """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
+        writes = []
+        for loc in targets:
+            retention_s = self.settings.retention_s
+            writes.append(status_write(current.client_id, current.schedule_id, loc, Status.MOVED, now, retention_s, ts))
+            writes += hot_mark(InstanceKey(current.client_id, loc.poller_id), loc, now, self.settings.hot_window_s)
+        return writes
 
     async def _write_replacement(
-        self, current: Schedule, new: Schedule, now: datetime, *, keep_status: bool = False
+        self,
+        current: Schedule,
+        new: Schedule,
+        now: datetime,
+        *,
+        keep_status: bool = False,
+        base: changes.Base | None = None,
     ) -> None:
-        """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED."""
+        """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED
+        (a client change's at its write timestamp, with its fences)."""
         retention_s = self.settings.retention_s
-        insert = row_insert(new, now, retention_s)
+        ts = base.write_ts if base is not None else None
+        insert = row_insert(new, now, retention_s, ts)
         if keep_status:  # see insert_retry in queries.cql
-            insert = ("insert_retry", insert[1])
+            insert = ("insert_retry", {k: v for k, v in insert[1].items() if k != "ts"})
         writes = [insert, *self._signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location or new.schedule_id != current.schedule_id:
-            writes.append(status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s))
+            moved = status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s, ts)
+            writes.append(moved)
             writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
+        if base is not None:
+            writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
         await self._together(writes)
         self._horizons.note(new.instance, new.location.minute)
 
@@ -320,7 +358,8 @@ class Schedules(moves.PollerMoves, listing.Listing):
         start = from_due if from_due is not None else minute
         values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
         async for rows in self._db.pages("read_minute", values):
-            yield [_schedule(row) for row in rows]
+            # A row without fire_at is a fence of a client change that never landed (schema.changes).
+            yield [_schedule(row) for row in rows if row.fire_at is not None]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         ttl = self.settings.retention_s

@@ -288,4 +288,6 @@ def _raw(value: Any) -> bytes:
         return value.encode()
     if isinstance(value, frozenset):
         return b"\x00".join(sorted(_raw(v) for v in value))
+    if isinstance(value, tuple):  # a frozen list or tuple
+        return b"\x00".join(_raw(v) for v in value)
     return bytes(value)

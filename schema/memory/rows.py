@@ -38,6 +38,11 @@ def client(row: Values) -> Client:
     )
 
 
+def is_fence(row: Values) -> bool:
+    """A row holding only the status a client change fenced an abandoned target with (``schema.changes``)."""
+    return row.fire_at is None
+
+
 def schedule(row: Values) -> Schedule:
     """Fails, as the Cassandra adapter does, on a row whose callback cell is gone (no status: an event row
     not fired yet, scheduled)."""

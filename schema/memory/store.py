@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from schema import moves, timing
+from schema import changes, moves, timing
 from schema.errors import Conflict, StoreUnavailable
 from schema.listing import Listing, chunks, in_turn
 from schema.memory import rows as to
@@ -66,7 +66,7 @@ def _one(tables: Tables, table: Table, key: Mapping[str, Any]) -> Select:
     return select
 
 
-class MemoryStore(moves.PollerMoves, Listing):
+class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
     """The store in memory. ``clock`` is the server's (and the clients') time: it drives TTL expiry and
     write timestamps; the ``now`` arguments of the methods stay the callers', as with Cassandra."""
 
@@ -189,7 +189,9 @@ class MemoryStore(moves.PollerMoves, Listing):
     def _ttl(self, due_at: datetime, now: datetime) -> int:
         return timing.row_ttl_s(due_at, now, self.settings.retention_s)
 
-    def _row_insert(self, s: Schedule, now: datetime, *, event: bool = False, retry: bool = False) -> Write:
+    def _row_insert(
+        self, s: Schedule, now: datetime, *, event: bool = False, retry: bool = False, ts: int | None = None
+    ) -> Write:
         """``insert_schedule``; ``insert_event`` (no status, no attempts) or ``insert_retry`` (no status):
         see queries.cql."""
         values = _set(
@@ -206,7 +208,8 @@ class MemoryStore(moves.PollerMoves, Listing):
         )
         key = _row_key(s.client_id, s.schedule_id, s.location)
         name = "insert_event" if event else "insert_retry" if retry else "insert_schedule"
-        return Write(name, t.SCHEDULES, key, values, ttl_s=self._ttl(s.location.due_at, now), insert=True)
+        ttl = self._ttl(s.location.due_at, now)
+        return Write(name, t.SCHEDULES, key, values, ttl_s=ttl, insert=True, timestamp=ts)
 
     def _ref_insert(self, s: Schedule, now: datetime) -> Write:
         loc = s.location
@@ -214,9 +217,10 @@ class MemoryStore(moves.PollerMoves, Listing):
         values = {"poller_id": loc.poller_id, "due_at": loc.due_at, "version": s.version}
         return Write("insert_ref", t.REFS, key, values, ttl_s=self._ttl(loc.due_at, now), insert=True)
 
-    def _status(self, s: Schedule, loc: Location, status: Status, now: datetime) -> Write:
+    def _status(self, s: Schedule, loc: Location, status: Status, now: datetime, ts: int | None = None) -> Write:
         key = _row_key(s.client_id, s.schedule_id, loc)  # expiring with the row (see the Cassandra adapter)
-        return Write("set_status", t.SCHEDULES, key, {"status": status.value}, ttl_s=self._ttl(loc.due_at, now))
+        ttl = self._ttl(loc.due_at, now)
+        return Write("set_status", t.SCHEDULES, key, {"status": status.value}, ttl_s=ttl, timestamp=ts)
 
     def _hot_mark(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
         if not timing.is_hot(loc.due_at, now, self.settings.hot_window_s):
@@ -284,15 +288,25 @@ class MemoryStore(moves.PollerMoves, Listing):
         if row.prev_poller_id is not None and row.prev_due_at is not None:
             previous = Location(row["prev_poller_id"], row["prev_due_at"])
         location = Location(row["poller_id"], row["due_at"])
-        return ScheduleRef(client_id, schedule_id, location, row["version"], previous, row.changed_version or 0)
+        stale = tuple(Location(p, d) for p, d in row.stale or ())
+        return ScheduleRef(
+            client_id, schedule_id, location, row["version"], previous, row.changed_version or 0, row.write_ts, stale
+        )
 
     async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
         key = _row_key(client_id, schedule_id, loc)
         rows = await self._db.rows("get_schedule", _one(self.tables, t.SCHEDULES, key))
-        return to.schedule(rows[0]) if rows else None
+        return to.schedule(rows[0]) if rows and not to.is_fence(rows[0]) else None
 
     async def _bump_ref(
-        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
+        self,
+        current: Schedule,
+        new_loc: Location,
+        version: int,
+        now: datetime,
+        *,
+        by_client: bool = True,
+        base: changes.Base | None = None,
     ) -> None:
         old = current.location
         prev = old if old != new_loc else None
@@ -304,35 +318,51 @@ class MemoryStore(moves.PollerMoves, Listing):
             prev_due_at=prev.due_at if prev else None,
             changed_version=version if by_client else None,
         )
+        if by_client and base is not None:
+            values["write_ts"] = base.write_ts
+            values["stale"] = tuple((loc.poller_id, loc.due_at) for loc in base.stale)
         key = {"client_id": current.client_id, "schedule_id": current.schedule_id}
         name = "bump_ref" if by_client else "move_ref"
         write = Write(name, t.REFS, key, values, ttl_s=self._ttl(new_loc.due_at, now))
-        applied, _ = await self._db.lwt(write, {"version": current.version})
+        seen = base.version if base is not None else current.version
+        applied, _ = await self._db.lwt(write, {"version": seen})
         if not applied:
             raise Conflict("the schedule was changed concurrently; read it again and retry")
 
-    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
-        version = current.version + 1
-        await self._bump_ref(current, current.location, version, now)
-        writes = [self._status(current, current.location, Status.CANCELLED, now)]
-        writes += self._hot_mark(current.instance, current.location, now)
-        await self._db.batch(writes, logged=len(writes) > 1)
-        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
+    def _write_clock(self) -> int:
+        return self.tables.timestamp()
 
-    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
-        new = dataclasses.replace(updated, version=current.version + 1, status=Status.SCHEDULED)
-        await self._bump_ref(current, new.location, new.version, now)
-        await self._write_replacement(current, new, now)
-        return new
+    async def _write_cancel(self, current: Schedule, now: datetime, base: changes.Base) -> None:
+        writes = [self._status(current, current.location, Status.CANCELLED, now, base.write_ts)]
+        writes += self._hot_mark(current.instance, current.location, now)
+        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
+        await self._db.batch(writes, logged=len(writes) > 1)
+
+    def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
+        """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
+        writes = []
+        for loc in targets:
+            writes.append(self._status(current, loc, Status.MOVED, now, ts))
+            writes += self._hot_mark(InstanceKey(current.client_id, loc.poller_id), loc, now)
+        return writes
 
     async def _write_replacement(
-        self, current: Schedule, new: Schedule, now: datetime, *, keep_status: bool = False
+        self,
+        current: Schedule,
+        new: Schedule,
+        now: datetime,
+        *,
+        keep_status: bool = False,
+        base: changes.Base | None = None,
     ) -> None:
-        writes = [self._row_insert(new, now, retry=keep_status), *self._signals(new.instance, new.location, now)]
+        ts = base.write_ts if base is not None else None
+        writes = [self._row_insert(new, now, retry=keep_status, ts=ts), *self._signals(new.instance, new.location, now)]
         old = current.location
         if old != new.location or new.schedule_id != current.schedule_id:
-            writes.append(self._status(current, old, Status.MOVED, now))
+            writes.append(self._status(current, old, Status.MOVED, now, ts))
             writes += self._hot_mark(current.instance, old, now)
+        if base is not None:
+            writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
         await self._db.batch(writes, logged=True)
         self._note_horizon(new.instance, new.location.minute)
 
@@ -389,7 +419,7 @@ class MemoryStore(moves.PollerMoves, Listing):
             return [(o, r) for o, r in self.tables.partition(t.SCHEDULES, key) if r["due_at"] >= start]
 
         async for rows in self._db.pages("read_minute", select):
-            yield [to.schedule(r) for r in rows]
+            yield [to.schedule(r) for r in rows if not to.is_fence(r)]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)

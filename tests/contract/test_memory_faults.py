@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from schema.errors import Conflict, StoreUnavailable
+from schema.errors import StoreUnavailable
 from schema.memory import MemoryStore, StoreFaults
 from schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
 from tests.contract.conftest import START, Factory, FailOn, ManualClock, read_all
@@ -43,7 +43,7 @@ async def test_each_method_sends_the_requests_of_the_cassandra_adapter(
     assert seen == ["move_ref", "batch:insert_schedule", "record_outcome"]
     seen.clear()
     await store.cancel_schedule(retried, START)
-    assert seen == ["bump_ref", "batch:set_status"]
+    assert seen == ["get_ref", "bump_ref", "batch:set_status"]  # the pointer first: its write timestamp
     seen.clear()
     assert await store.get_schedule(client_id, s.schedule_id) is not None
     assert seen == ["get_ref", "get_schedule"]
@@ -81,7 +81,7 @@ async def test_a_requeue_with_an_unknown_outcome_is_finished_by_calling_it_again
     assert [r.status for r in old] == [Status.MOVED]
 
 
-async def test_a_half_done_cancel_leaves_the_row_live_and_the_version_spent(
+async def test_a_half_done_cancel_leaves_the_row_live_and_the_next_change_adopts_it(
     store: MemoryStore, new_schedule: Factory, client_id: str
 ) -> None:
     s = new_schedule(START + timedelta(minutes=10))
@@ -90,9 +90,35 @@ async def test_a_half_done_cancel_leaves_the_row_live_and_the_version_spent(
     with pytest.raises(StoreUnavailable):
         await store.cancel_schedule(s, START)
     got = await store.get_schedule(client_id, s.schedule_id)
-    assert got is not None and got.status is Status.SCHEDULED and got.version == 1
-    with pytest.raises(Conflict):  # the row still says version 1, the pointer 2
-        await store.cancel_schedule(got, START)
+    assert got is not None and got.status is Status.SCHEDULED and got.version == 1  # the pointer says 2
+    faults(store)
+    # Before, every later change answered 409 here (the row says 1, the pointer 2) while the row fired.
+    cancelled = await store.cancel_schedule(got, START)
+    assert cancelled.status is Status.CANCELLED and cancelled.version == 3
+    again = await store.get_schedule(client_id, s.schedule_id)
+    assert again is not None and again.status is Status.CANCELLED
+
+
+async def test_a_half_done_reschedule_is_fenced_by_the_next_change(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    """The moved row's batch fails; the next change adopts the pointer's version and fences the target,
+    so that the lost batch, had it landed later after all, would leave a moved row."""
+    s = new_schedule(START + timedelta(minutes=10), poller_id=1)
+    await store.create_schedule(s, START)
+    lost = dataclasses.replace(s, location=Location(2, START + timedelta(minutes=20)), fire_at=START)
+    faults(store, before=("batch:insert_schedule",))
+    with pytest.raises(StoreUnavailable):
+        await store.replace_schedule(s, lost, START)
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got == s  # the old row is the truth: it fires if nothing else happens
+    faults(store)
+    final = dataclasses.replace(s, location=Location(3, START + timedelta(minutes=30)), fire_at=START)
+    await store.replace_schedule(got, final, START)
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and ref.version == 3 and ref.stale == (lost.location,)
+    live = [r for m in (s, lost, final) for r in await read_all(store, m.instance, m.location.minute)]
+    assert [(r.location, r.status) for r in live] == [(s.location, Status.MOVED), (final.location, Status.SCHEDULED)]
 
 
 async def test_an_unlogged_batch_over_two_partitions_can_half_apply(

@@ -8,10 +8,12 @@ import dataclasses
 import random
 import uuid
 from datetime import timedelta
+from typing import cast
 
 import pytest
 
 from schema import timing
+from schema.changes import ClientChanges
 from schema.errors import Conflict, StoreUnavailable
 from schema.model import (
     Client,
@@ -80,6 +82,51 @@ async def test_stale_change_conflicts(env: Env, store: Store, new_schedule: Fact
         await store.cancel_schedule(s, env.now())  # still version 1: someone changed it since
     with pytest.raises(Conflict):
         await store.replace_schedule(s, dataclasses.replace(s, payload=b"{}"), env.now())
+
+
+async def test_a_change_adopts_one_whose_rows_never_landed_and_fences_them(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A reschedule whose pointer moved and whose rows were lost (its process died after the
+    compare-and-set): the next change adopts the pointer's version instead of answering 409 for good,
+    and its fence wins over the lost batch even when that lands afterwards (a replayed batchlog)."""
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    changes = cast(ClientChanges, store)
+    lost = dataclasses.replace(s, location=Location(2, env.later(5400)), version=2)
+    lost_base = await changes._change_base(s)
+    await changes._bump_ref(s, lost.location, 2, env.now(), base=lost_base)  # ... and the process died
+
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got == s
+    final = await store.replace_schedule(
+        got, dataclasses.replace(s, location=Location(0, env.later(7200)), payload=b"{}"), env.now()
+    )
+    assert final.version == 3
+    await changes._write_replacement(s, lost, env.now(), base=lost_base)  # the lost batch lands late
+
+    assert await store.get_schedule(client_id, s.schedule_id) == final
+    assert [r.status for r in await read_all(store, s.instance, s.location.minute)] == [Status.MOVED]
+    assert await read_all(store, lost.instance, lost.location.minute) in (
+        [],
+        [dataclasses.replace(lost, status=Status.MOVED)],
+    )
+    assert [r.schedule_id for r in await read_all(store, final.instance, final.location.minute)] == [s.schedule_id]
+
+
+async def test_a_cancel_adopts_a_lost_cancel(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
+    s = new_schedule(env.later(3600))
+    await store.create_schedule(s, env.now())
+    changes = cast(ClientChanges, store)
+    await changes._bump_ref(s, s.location, 2, env.now(), base=await changes._change_base(s))  # rows lost
+    with pytest.raises(Conflict):
+        await store.cancel_schedule(dataclasses.replace(s, version=0), env.now())  # not the stored row
+    cancelled = await store.cancel_schedule(s, env.now())
+    assert cancelled.version == 3
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.status is Status.CANCELLED
+    with pytest.raises(Conflict):
+        await store.cancel_schedule(s, env.now())  # landed: the stale copy no longer matches the row
 
 
 async def test_changing_an_unknown_schedule_conflicts(env: Env, store: Store, new_schedule: Factory) -> None:

@@ -17,6 +17,10 @@ from schema import recurrence as rec
 from schema import timing
 from schema.model import InstanceKey, Repeat
 
+# How long after an acknowledged change a version of an earlier, unacknowledged change may still fire
+# (a row loaded just before the fence landed: the hot-write deadline plus the API's guard).
+_SETTLE_GRACE_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
@@ -44,6 +48,20 @@ class Promise:
     cancelled_at: datetime | None = None  # when a cancel was acknowledged (API clock)
     old_fire_ids: list[str] = field(default_factory=list)  # superseded by acknowledged reschedules
     uncertain: bool = False  # a later change was not acknowledged: either outcome is allowed
+    # Fire ids of versions a change not acknowledged may have kept or made (allowed, not required), each
+    # until a later change was acknowledged (virtual seconds; None: none yet): not long after that.
+    maybe: dict[str, float | None] = field(default_factory=dict)
+
+    def unsure(self, *fire_ids: str) -> None:
+        """A change was not acknowledged: these versions may fire, or not."""
+        self.uncertain = True
+        for fire_id in fire_ids:
+            self.maybe[fire_id] = None
+
+    def settled(self, at: float) -> None:
+        """A change was acknowledged at ``at``: the versions in doubt until now must not fire after it."""
+        self.uncertain = False
+        self.maybe = {k: at if until is None else until for k, until in self.maybe.items()}
 
     @property
     def fire_id(self) -> str:
@@ -87,6 +105,7 @@ class Oracle:
         if p.repeat is not None:
             return self._check_timeline(p, seen)
         problems = [f"{p.schedule_id}: superseded fire {old} was delivered" for old in p.old_fire_ids if old in seen]
+        problems += self._late_maybes(p, seen)
         if p.cancelled_at is not None:
             if p.fire_id in seen or any(k.startswith(p.fire_id + ":") for k in seen):
                 problems.append(f"{p.schedule_id}: delivered after a cancel acknowledged at {p.cancelled_at}")
@@ -119,6 +138,21 @@ class Oracle:
             if not all(self._done(k, seen) for k in _keys(key, p.events)):
                 problems.append(f"{p.schedule_id}: occurrence {nominal} skipped (never delivered)")
         return problems
+
+    def _late_maybes(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:
+        """A version whose change was not acknowledged may fire, but not once a later change has been
+        acknowledged (its fences land with it; a few seconds' grace for a row loaded just before)."""
+        late = [
+            f"{p.schedule_id}: unacknowledged version {key} delivered at t={d.at:.2f}, after a later change at "
+            f"t={until:.2f}"
+            for maybe, until in p.maybe.items()
+            if until is not None
+            for key, deliveries in seen.items()
+            if key == maybe or key.startswith(maybe + ":")
+            for d in deliveries
+            if d.at > until + _SETTLE_GRACE_S
+        ]
+        return late[:3]
 
     # -- across schedules -----------------------------------------------------------------------------
 

@@ -1,0 +1,137 @@
+"""A client's changes of a schedule (reschedule, cancel), written once for both store adapters.
+
+A change is two requests: the pointer's compare-and-set, then one logged batch with its rows. When the
+batch is lost (the API process dies, or the request times out and the API answers 503), the pointer is
+a version ahead of the live row, and the batch may still land much later (a coordinator replays its
+batchlog). Every later change used to compare-and-set against the live row's version, fail, and answer
+409 for good while the old version went on firing.
+
+Now every client change
+- writes its rows at one timestamp, taken above the previous client change's (kept in the pointer), so
+  whatever it writes wins over a late copy of any earlier change's batch, whatever the clocks say;
+- finding the pointer ahead of the live row because an earlier client change never landed, adopts that
+  change's version (compares-and-sets against the pointer, not the row) and fences the abandoned target:
+  status moved, written at its own timestamp, so a late copy of that batch lands as a moved row and
+  never fires. The pointer lists such targets (``stale``) until a change that lands fences them.
+A poller's move that stopped half-way is not adopted: its own instance finishes it (``schema.moves``),
+so a client change meanwhile still answers 409 until then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from uuid import UUID
+
+from schema.errors import Conflict
+from schema.model import Location, Schedule, ScheduleRef, Status
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """What a client change builds on: the pointer version it compares-and-sets against, the timestamp
+    its rows are written at, and the targets of abandoned changes it fences."""
+
+    version: int
+    write_ts: int
+    stale: tuple[Location, ...] = ()
+
+
+def abandoned(current: Schedule, ref: ScheduleRef, live: Schedule | None, target: Schedule | None) -> bool:
+    """Whether ``ref`` is ahead of ``current`` because a client change moved the pointer and its rows
+    never landed. ``live``: the row stored at ``current``'s location; ``target``: the one at the
+    pointer's (the same row when the change kept the location; None: not there)."""
+    if ref.version <= current.version or ref.changed_version != ref.version:
+        return False  # not ahead, or ahead by a poller's move (finished by its instance)
+    if live is None or live.version != current.version or live.status not in (Status.SCHEDULED, Status.MOVED):
+        return False  # the caller's row is not the stored one, or it fired, failed or was cancelled
+    if ref.location == current.location:
+        # A cancel (or a change keeping the due time) whose writes did not land: landed, the row would
+        # carry its status or its version.
+        return live.status is Status.SCHEDULED
+    return ref.previous == current.location and target is None
+
+
+def change_base(
+    current: Schedule, ref: ScheduleRef | None, live: Schedule | None, target: Schedule | None, clock_ts: int
+) -> Base:
+    """The base of a client change of ``current`` at ``clock_ts`` (µs, the writer's clock); ``Conflict``
+    if someone else changed the schedule meanwhile."""
+    if ref is None:
+        raise Conflict("the schedule was changed concurrently; read it again and retry")
+    write_ts = max(clock_ts, (ref.write_ts or 0) + 1)
+    if ref.version == current.version:
+        return Base(current.version, write_ts)
+    if not abandoned(current, ref, live, target):
+        raise Conflict("the schedule was changed concurrently; read it again and retry")
+    stale = ref.stale if ref.location == current.location else (*ref.stale, ref.location)
+    return Base(ref.version, write_ts, stale)
+
+
+class ClientChanges:
+    """``cancel_schedule`` and ``replace_schedule`` over an adapter's primitives (mixed in)."""
+
+    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
+        raise NotImplementedError
+
+    async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
+        raise NotImplementedError
+
+    async def _bump_ref(
+        self,
+        current: Schedule,
+        new_loc: Location,
+        version: int,
+        now: datetime,
+        *,
+        by_client: bool = True,
+        base: Base | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def _write_replacement(
+        self,
+        current: Schedule,
+        new: Schedule,
+        now: datetime,
+        *,
+        keep_status: bool = False,
+        base: Base | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def _write_cancel(self, current: Schedule, now: datetime, base: Base) -> None:
+        raise NotImplementedError
+
+    def _write_clock(self) -> int:
+        """A write timestamp (µs) as this process's requests get them."""
+        raise NotImplementedError
+
+    async def _change_base(self, current: Schedule) -> Base:
+        ref = await self.get_ref(current.client_id, current.schedule_id)
+        live = target = None
+        if ref is not None and ref.version != current.version:
+            live = await self._row_at(current.client_id, current.schedule_id, current.location)
+            target = live
+            if ref.location != current.location:
+                target = await self._row_at(current.client_id, current.schedule_id, ref.location)
+        return change_base(current, ref, live, target, self._write_clock())
+
+    async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        base = await self._change_base(current)
+        version = base.version + 1
+        await self._bump_ref(current, current.location, version, now, base=base)
+        await self._write_cancel(current, now, base)
+        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
+
+    async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
+        base = await self._change_base(current)
+        new = dataclasses.replace(updated, version=base.version + 1, status=Status.SCHEDULED)
+        await self._bump_ref(current, new.location, new.version, now, base=base)
+        await self._write_replacement(current, new, now, base=base)
+        return new
+
+
+def fenced(stale: tuple[Location, ...], *live: Location) -> list[Location]:
+    """The stale targets a change fences: all but those it writes live rows at."""
+    return [loc for loc in dict.fromkeys(stale) if loc not in live]
