@@ -3,7 +3,8 @@
 ``resume`` re-stamps the stored checkpoint under this claim's epoch (a stale owner's writes are
 ignored from then on) and records, as skipped, the minutes older than the catch-up window. ``run``
 closes each minute once no late write can land in it and every row of it has been read, fired and
-recorded, writing the checkpoint fenced by the epoch.
+recorded, and one last whole read of it found nothing new (a write held up past the API's deadline can
+land unmarked), writing the checkpoint fenced by the epoch.
 
 Error edges, all out of ``run`` into the instance's task group and from there to the node:
 ``InstanceCrashed`` when a delivery raised (its minute is poisoned, so the checkpoint stays before it
@@ -14,7 +15,7 @@ checkpoint stays where it was, which is always safe: the next owner resumes earl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from structlog.typing import FilteringBoundLogger
@@ -44,8 +45,10 @@ class Checkpointer:
         metrics: Metrics,
         clock: Clock,
         log: FilteringBoundLogger,
+        sweep: Callable[[datetime], Awaitable[bool]],
     ) -> None:
         self._claim = claim
+        self._sweep = sweep
         self._instance = claim.instance
         self._client = client  # read at each use: the node swaps in the client's latest settings
         self._store = store
@@ -127,6 +130,8 @@ class Checkpointer:
                 # is read by a poll begun after the close point (a node resuming from a pause or an
                 # outage is past the close point with marks it has not read).
                 return
+            if await self._sweep(minute) or state.pending or state.inflight or state.poisoned:
+                return  # rows landed late (unacknowledged writes): fired before the minute closes
             await self._store.write_checkpoint(self._claim, minute)
             self._plan.close_minute(minute)
             self._checkpoint = minute

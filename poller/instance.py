@@ -89,7 +89,7 @@ class PollerInstance:
             log=self._log,
         )
         self._checkpoints = Checkpointer(
-            claim, self._current_client, store, self._plan, settings, metrics, clock, self._log
+            claim, self._current_client, store, self._plan, settings, metrics, clock, self._log, self._loader.sweep
         )
 
     @property

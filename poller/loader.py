@@ -86,6 +86,18 @@ class MinuteLoader:
         state.reads -= 1
         return count
 
+    async def sweep(self, minute: datetime) -> bool:
+        """Read the whole of an open minute once more before it closes; whether that found rows the plan
+        did not have. A write answered too late to be acknowledged (the API's hot-write deadline) can land
+        after the minute's re-reads with a hot mark older than the one already there, so no mark tells of
+        it: this read fires it rather than leave it scheduled behind the checkpoint for good."""
+        state = self._plan.open.get(minute)
+        if state is None:
+            return False
+        rows = state.rows
+        await self.read(minute, None)
+        return state.rows != rows
+
     # -- hot marks ------------------------------------------------------------------------------------
 
     def on_mark(self, minute: datetime, touched_at: datetime, since: datetime) -> None:

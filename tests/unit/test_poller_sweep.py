@@ -1,0 +1,64 @@
+"""The last read of a minute before its checkpoint: a row that landed with no hot mark to tell of it (a
+create answered too late to be acknowledged, whose mark lost to a newer one) is fired, not passed.
+
+The simulation found it (seed 5530 at 5fc62d2): the create's batch was held up 5 s in the store, so
+its hot mark carried an older write timestamp than the mark a poller had written meanwhile and never
+showed; the row sat "scheduled" behind the checkpoint for good, and a retry of the create with its
+Idempotency-Key would have answered 200 for a schedule that never fires."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from poller.checkpoint import Checkpointer
+from poller.loader import MinuteLoader
+from poller.metrics import Metrics
+from poller.plan import FiringPlan
+from poller.settings import PollerSettings
+from schema.memory import MemoryStore
+from schema.model import Client, HttpCallback, InstanceKey, Location, Schedule
+
+MINUTE = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = MINUTE - timedelta(seconds=5)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it() -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    born = clock.now - timedelta(days=1)
+    client = Client("c0", 1, True, "hash", born, born)
+    await store.create_client(client)
+    instance = InstanceKey("c0", 0)
+    claim = await store.claim(instance, "n0", None, clock.now)
+    assert claim is not None
+    settings = PollerSettings(node_id="n0", metrics_port=0)
+    plan = FiringPlan(0, clock, lambda: True, see_ahead_s=1.0, recheck_s=0.5)
+    log = structlog.get_logger("test")
+    loader = MinuteLoader(instance, store, plan, settings, clock, log)
+    checkpoints = Checkpointer(claim, lambda: client, store, plan, settings, Metrics(), clock, log, loader.sweep)
+
+    plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
+    assert await loader.read(MINUTE, None) == 0
+    # The late row: written straight into the partition, as a held-up batch lands (no mark is polled).
+    due = MINUTE + timedelta(seconds=30)
+    row = Schedule("c0", uuid.uuid4(), Location(0, due), due, b"{}", HttpCallback(url="https://x.test/"), clock.now)
+    await store.create_schedule(row, clock.now - timedelta(seconds=60))  # not hot then: no mark at all
+
+    clock.now = MINUTE + timedelta(seconds=60 + settings.minute_close_s + 1)
+    plan.marks_polled(clock.now)  # a mark poll after the close point saw nothing new
+    await checkpoints.close_ready_minutes()
+
+    assert await store.get_checkpoint(instance) is None  # not passed ...
+    assert plan.open[MINUTE].pending == 1  # ... but planned: it fires next
+    taken = await plan.next_due()
+    assert taken.schedule_id == row.schedule_id
