@@ -151,7 +151,9 @@ class DeliveryResult:
 
     ``ok``: delivered. Otherwise ``retriable`` says whether the engine should store a durable retry
     (after ``retry_after_s`` when given) or mark the fire failed and dead-letter it. ``attempts`` counts
-    every attempt of this fire so far, including those made before this call.
+    every attempt of this fire so far, including those made before this call. ``maybe_received``: not
+    delivered as far as tickd knows, but an attempt may have reached the subscriber (it timed out, or the
+    connection broke after the request went out), so a throttled event keeps its token.
     """
 
     ok: bool
@@ -160,6 +162,7 @@ class DeliveryResult:
     error: str | None = None
     retry_after_s: float | None = None
     status_code: int | None = None
+    maybe_received: bool = False
 
     @classmethod
     def delivered(cls, attempts: int, status_code: int | None = None) -> DeliveryResult:
@@ -174,8 +177,9 @@ class DeliveryResult:
         retriable: bool,
         retry_after_s: float | None = None,
         status_code: int | None = None,
+        maybe_received: bool = False,
     ) -> DeliveryResult:
-        return cls(False, retriable, attempts, error, retry_after_s, status_code)
+        return cls(False, retriable, attempts, error, retry_after_s, status_code, maybe_received)
 
 
 class Dispatcher(Protocol):

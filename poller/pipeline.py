@@ -163,7 +163,9 @@ class DeliveryPipeline:
             raise LeaseLost(f"the node's lease ran out before {row.fire_id} went out")
         result = await self._router.deliver(row, row.attempts + 1, fired_at)
         if token is not None:
-            if result.ok:
+            if result.ok or result.maybe_received:
+                # Out, or maybe out (a timeout): the subscriber may be working on it, so the token stays
+                # held until released or timed out (a retry of this event on this node gets it back).
                 self._gate.delivered(token)
             else:
                 await self._gate.not_delivered(token)

@@ -89,10 +89,13 @@ def classify_error(exc: Exception, attempt: int, timeout_s: float) -> DeliveryRe
     if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, BlockedAddressError):
         return DeliveryResult.failed(attempt, f"refused target: {exc.os_error}", retriable=False)
     if isinstance(exc, TimeoutError):
-        return DeliveryResult.failed(attempt, f"timeout after {timeout_s}s", retriable=True)
+        return DeliveryResult.failed(attempt, f"timeout after {timeout_s}s", retriable=True, maybe_received=True)
     if isinstance(exc, ValueError | aiohttp.NonHttpUrlClientError | aiohttp.RedirectClientError):
         return DeliveryResult.failed(attempt, f"invalid request: {exc}", retriable=False)
-    return DeliveryResult.failed(attempt, f"{type(exc).__name__}: {exc}", retriable=True)
+    # Never connected: nothing went out. Anything else (a dropped connection, a broken answer) may have
+    # followed a request the subscriber received.
+    sent = not isinstance(exc, aiohttp.ClientConnectorError)
+    return DeliveryResult.failed(attempt, f"{type(exc).__name__}: {exc}", retriable=True, maybe_received=sent)
 
 
 @lru_cache(maxsize=64)

@@ -35,11 +35,13 @@ from aiokafka.errors import (
     InvalidTopicError,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
     ProducerFenced,
     RecordListTooLargeError,
     RecordTooLargeError,
+    RequestTimedOutError,
     TopicAuthorizationFailedError,
 )
 
@@ -162,7 +164,9 @@ def producer_config(settings: KafkaSettings) -> dict[str, Any]:
 def classify_kafka_error(exc: BaseException, attempt: int) -> DeliveryResult:
     retriable = not isinstance(exc, PERMANENT_ERRORS)
     reason = "timeout" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-    return DeliveryResult.failed(attempt, reason, retriable=retriable)
+    # A produce that timed out may still have been written to the partition (and read by a consumer).
+    maybe = isinstance(exc, TimeoutError | KafkaTimeoutError | RequestTimedOutError)
+    return DeliveryResult.failed(attempt, reason, retriable=retriable, maybe_received=maybe)
 
 
 def signed_record(schedule: Schedule, attempt: int, fired_at: datetime) -> KafkaRecord:

@@ -9,6 +9,7 @@ delay, so the engine stores a durable retry instead of holding the fire in memor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -72,10 +73,12 @@ class Retrier:
         started = self._clock() if started_at is None else started_at
         attempt = first_attempt
         result = first if first is not None else await attempt_fn(attempt)
+        maybe_received = False  # any attempt of this call may have reached the subscriber
         while True:
+            maybe_received = maybe_received or result.maybe_received
             step = self._next_step(result, attempt, started, log)
             if isinstance(step, DeliveryResult):
-                return step
+                return dataclasses.replace(step, maybe_received=maybe_received) if not step.ok else step
             log().info("callback_retried", attempt=attempt, error=result.error, wait_s=round(step, 3))
             await self._sleep(step)
             attempt += 1

@@ -121,7 +121,7 @@ class Subscriber:
             result = DeliveryResult.failed(attempt, "HTTP 429", retriable=True, retry_after_s=wait, status_code=429)
         elif roll < endpoint.reject_p + endpoint.fail_p + endpoint.throttle_p + endpoint.hang_p:
             await asyncio.sleep(5.0)
-            result = DeliveryResult.failed(attempt, "timeout", retriable=True)
+            result = DeliveryResult.failed(attempt, "timeout", retriable=True, maybe_received=True)
         if not result.ok and result.retriable and attempt >= world.retry.max_attempts:
             result = replace(result, retriable=False)  # the HTTP dispatcher's give-up rule
         ok = result.ok

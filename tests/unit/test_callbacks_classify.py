@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 
 import aiohttp
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
@@ -58,6 +59,11 @@ def test_classify_error() -> None:
     assert classify_error(ConnectionRefusedError(), 1, 1).retriable
     assert not classify_error(aiohttp.InvalidURL("nope"), 1, 1).retriable
     assert not classify_error(aiohttp.NonHttpUrlClientError("ftp://x"), 1, 1).retriable
+    # What may have reached the subscriber: a timeout or a dropped connection; not a refused connection.
+    assert classify_error(TimeoutError(), 1, 2.5).maybe_received
+    assert classify_error(aiohttp.ServerDisconnectedError(), 1, 1).maybe_received
+    key = ConnectionKey("x.test", 443, True, True, None, None, None)
+    assert not classify_error(aiohttp.ClientConnectorError(key, OSError(111, "refused")), 1, 1).maybe_received
 
 
 @pytest.mark.parametrize(
@@ -103,6 +109,8 @@ def test_kafka_errors() -> None:
     assert classify_kafka_error(KafkaTimeoutError(), 1).retriable
     assert classify_kafka_error(NotLeaderForPartitionError(), 1).retriable
     assert classify_kafka_error(TimeoutError(), 1).error == "timeout"
+    assert classify_kafka_error(KafkaTimeoutError(), 1).maybe_received
+    assert not classify_kafka_error(KafkaConnectionError("down"), 1).maybe_received
     assert not classify_kafka_error(MessageSizeTooLargeError(), 1).retriable
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import random
 
 import structlog
@@ -35,9 +36,7 @@ def scripted(*results: DeliveryResult) -> tuple[list[int], object]:
     async def attempt(n: int) -> DeliveryResult:
         calls.append(n)
         template = results[min(len(calls), len(results)) - 1]
-        return DeliveryResult(
-            template.ok, template.retriable, n, template.error, template.retry_after_s, template.status_code
-        )
+        return dataclasses.replace(template, attempts=n)
 
     return calls, attempt
 
@@ -127,3 +126,16 @@ async def test_first_result_and_start_time_can_be_given() -> None:
     calls, attempt = scripted(OK)
     result = await retrier(time).run(attempt, 1, log, first=FAIL, started_at=time.now)  # type: ignore[arg-type]
     assert result.ok and calls == [2]
+
+
+async def test_a_timed_out_attempt_leaves_the_call_maybe_received() -> None:
+    """A timeout (the subscriber may have the request), then a refused connection: the call's result
+    still says maybe received, so a throttled event keeps its token."""
+    timeout = DeliveryResult.failed(0, "timeout", retriable=True, maybe_received=True)
+    refused = DeliveryResult.failed(0, "refused", retriable=True)
+    _, attempt = scripted(timeout, refused)
+    result = await retrier(FakeTime(), max_attempts=2, base_s=0.01).run(attempt, 1, log)  # type: ignore[arg-type]
+    assert (result.ok, result.maybe_received) == (False, True)
+    _, attempt = scripted(refused)
+    result = await retrier(FakeTime(), max_attempts=2, base_s=0.01).run(attempt, 1, log)  # type: ignore[arg-type]
+    assert not result.maybe_received
