@@ -14,7 +14,7 @@ from aiohttp import web
 from poller.acks import AckConsumer, AckSecrets, AckSigner
 from poller.callbacks.http import HttpDispatcher
 from poller.callbacks.kafka import KafkaDispatcher
-from poller.delivery import CallbackRouter
+from poller.delivery import CallbackRouter, Dispatcher
 from poller.metrics import Metrics, status_app
 from poller.node import Node
 from poller.settings import PollerSettings
@@ -22,8 +22,19 @@ from poller.signer import SigningKeys, SigningStamp, Stamps
 from schema import logs
 from schema.cassandra import CassandraStore
 from schema.errors import ConfigError, StoreUnavailable
+from schema.store import Store
 
 log = structlog.get_logger("tickd.poller")
+
+
+def stamped_router(
+    store: Store, http: Dispatcher, kafka: Dispatcher, clients_refresh_s: float
+) -> tuple[CallbackRouter, AckSecrets]:
+    """The router every node delivers through: each delivery signed with its client's webhook secrets
+    and, for a throttled event, given its ack token. The ack secrets are returned for the ack consumer."""
+    secrets = AckSecrets(store)
+    signer = SigningStamp(SigningKeys(store, clients_refresh_s))
+    return CallbackRouter(http, kafka, stamp=Stamps(AckSigner(secrets), signer)), secrets
 
 
 async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
@@ -33,9 +44,7 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         http = HttpDispatcher(settings.http, settings.retry)
         await http.start()
         kafka = KafkaDispatcher(settings.kafka, settings.retry)
-        secrets = AckSecrets(store)
-        signer = SigningStamp(SigningKeys(store, settings.clients_refresh_s))
-        router = CallbackRouter(http, kafka, stamp=Stamps(AckSigner(secrets), signer))
+        router, secrets = stamped_router(store, http, kafka, settings.clients_refresh_s)
         stack.push_async_callback(router.close)
         await kafka.start()
         metrics = Metrics()

@@ -27,7 +27,8 @@ from aiohttp import web
 
 from poller.callbacks.http import HttpDispatcher
 from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
-from poller.delivery import CallbackRouter, DeliveryResult
+from poller.delivery import DeliveryResult
+from poller.main import stamped_router
 from poller.metrics import Metrics
 from poller.node import Node
 from poller.settings import PollerSettings
@@ -35,6 +36,7 @@ from schema import logs
 from schema.memory import MemoryStore
 from schema.model import Client, Schedule
 from schema.settings import StoreSettings
+from schema.signing import new_signing_secret
 from service.app import create_app
 from service.auth import new_api_key
 from service.settings import ApiSettings
@@ -62,6 +64,7 @@ class DevStarted:
     admin_token: str
     client_id: str
     api_key: str
+    signing_secret: str  # what the client's callbacks are signed with (webhook-signature)
 
 
 class NoKafka:
@@ -82,7 +85,11 @@ async def serve(options: DevOptions, stop: asyncio.Event, started: asyncio.Futur
     api_key, key_hash = new_api_key(options.client_id)
     at = datetime.now(UTC)
     grants = frozenset({"*"}) if options.kafka else frozenset()
-    await store.create_client(Client(options.client_id, options.pollers, True, key_hash, at, at, kafka_topics=grants))
+    signing_secret = new_signing_secret()
+    client = Client(
+        options.client_id, options.pollers, True, key_hash, at, at, kafka_topics=grants, signing_secret=signing_secret
+    )
+    await store.create_client(client)
 
     api_settings = ApiSettings(
         host=options.host,
@@ -98,14 +105,14 @@ async def serve(options: DevOptions, stop: asyncio.Event, started: asyncio.Futur
     if options.kafka is not None:
         kafka = KafkaDispatcher(KafkaSettings(bootstrap=options.kafka), poller_settings.retry)
         await kafka.start()
-    router = CallbackRouter(http, kafka)
+    router, _ = stamped_router(store, http, kafka, poller_settings.clients_refresh_s)
     runner = web.AppRunner(create_app(api_settings, store), access_log=None)
     try:
         await runner.setup()
         site = web.TCPSite(runner, options.host, options.port)
         await site.start()
         port = runner.addresses[0][1] if runner.addresses else options.port
-        info = DevStarted(f"http://{options.host}:{port}", admin_token, options.client_id, api_key)
+        info = DevStarted(f"http://{options.host}:{port}", admin_token, options.client_id, api_key, signing_secret)
         if started is not None:
             started.set_result(info)
         node = Node(poller_settings, store, router, Metrics())
@@ -124,6 +131,7 @@ def banner(info: DevStarted, options: DevOptions) -> str:
             f"  admin token : {info.admin_token}",
             f"  client      : {info.client_id} ({options.pollers} pollers)",
             f"  API key     : {info.api_key}",
+            f"  signing key : {info.signing_secret} (verify webhook-signature with tickd_client.webhooks.verify)",
             "Try:",
             f"  curl -s -X POST {info.url}/v1/schedules -H 'Authorization: Bearer {info.api_key}' \\",
             "    -H 'Content-Type: application/json' \\",

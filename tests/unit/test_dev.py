@@ -4,6 +4,7 @@ creates a schedule and the callback arrives at a local subscriber."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -13,16 +14,18 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from aiohttp import web
+from tickd_client.webhooks import verify
 
 _URL = re.compile(r"API on (http://\S+), ")
 _KEY = re.compile(r"API key\s+: (\S+)")
+_SECRET = re.compile(r"signing key\s+: (whsec_\S+)")
 
 
-async def _subscriber() -> tuple[web.AppRunner, int, asyncio.Queue[dict[str, object]]]:
-    got: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+async def _subscriber() -> tuple[web.AppRunner, int, asyncio.Queue[tuple[dict[str, str], bytes]]]:
+    got: asyncio.Queue[tuple[dict[str, str], bytes]] = asyncio.Queue()
 
     async def hook(request: web.Request) -> web.Response:
-        await got.put(await request.json())
+        await got.put((dict(request.headers), await request.read()))
         return web.Response(status=204)
 
     app = web.Application()
@@ -63,18 +66,20 @@ async def dev() -> AsyncIterator[tuple[asyncio.subprocess.Process, float]]:
             await asyncio.wait_for(proc.wait(), 10)
 
 
-async def _banner(proc: asyncio.subprocess.Process) -> tuple[str, str]:
+async def _banner(proc: asyncio.subprocess.Process) -> tuple[str, str, str]:
     assert proc.stdout is not None
-    url = key = None
+    url = key = secret = None
     async with asyncio.timeout(10):
-        while url is None or key is None:
+        while url is None or key is None or secret is None:
             line = (await proc.stdout.readline()).decode()
             assert line, "tickd-dev exited before printing its banner"
             if m := _URL.search(line):
                 url = m.group(1)
             if m := _KEY.search(line):
                 key = m.group(1)
-    return url, key
+            if m := _SECRET.search(line):
+                secret = m.group(1)
+    return url, key, secret
 
 
 async def test_first_callback_within_five_seconds_of_start_without_java(
@@ -83,7 +88,7 @@ async def test_first_callback_within_five_seconds_of_start_without_java(
     proc, started = dev
     runner, port, got = await _subscriber()
     try:
-        url, key = await _banner(proc)
+        url, key, secret = await _banner(proc)
         body = {
             "delay_s": 1,
             "payload": {"hello": "dev"},
@@ -98,9 +103,11 @@ async def test_first_callback_within_five_seconds_of_start_without_java(
             ) as resp:
                 refused = await resp.json()
                 assert resp.status == 422, refused
-        fire = await asyncio.wait_for(got.get(), 10)
+        headers, raw = await asyncio.wait_for(got.get(), 10)
         took = time.monotonic() - started
+        fire = json.loads(raw)
         assert fire["schedule_id"] == created["schedule_id"] and fire["payload"] == {"hello": "dev"}
+        verify(secret, headers, raw)  # signed as in production, with the key the banner showed
         assert took < 5.0, f"first callback {took:.1f} s after the process started"
         assert refused["error"]["field"] == "callback.type" and "--kafka" in refused["error"]["message"]
     finally:
