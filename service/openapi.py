@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from service import params, validation, views
+from service.routes import admin
 from service.settings import ApiSettings
 
 _REF = "#/components/schemas/{name}"
@@ -254,6 +255,22 @@ OPERATIONS: tuple[Op, ...] = (
         None,
         "client",
         (400, 401, 404, 503),
+    ),
+    Op(
+        "get",
+        "/v1/admin/nodes",
+        "The live poller nodes, the instances each one holds with their epochs, and the instances none holds",
+        "admin",
+        200,
+        admin.NodesView,
+        None,
+        "admin",
+        (401, 403, 503),
+        description=(
+            "Read from the store: membership, the client list and each instance's claim. A node fences itself "
+            "when its heartbeat has not been answered for TICKD_NODE_TTL_S less 3 s; here that shows as a "
+            "growing heartbeat_age_s, then as its claims listed under unowned with their old owner."
+        ),
     ),
     Op("get", "/healthz", "The process is up", "operations", 200, views.Health, None, None),
     Op("get", "/readyz", "Cassandra answers", "operations", 200, views.Health, None, None, (503,)),
