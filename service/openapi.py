@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from service import params, validation, views
-from service.routes import admin
+from service.routes import admin, ui
 from service.settings import ApiSettings
 
 _REF = "#/components/schemas/{name}"
@@ -271,6 +271,10 @@ OPERATIONS: tuple[Op, ...] = (
             "when its heartbeat has not been answered for TICKD_NODE_TTL_S less 3 s; here that shows as a "
             "growing heartbeat_age_s, then as its claims listed under unowned with their old owner."
         ),
+    ),
+    *(
+        Op("get", path, f"Dashboard: {name}", "dashboard", 200, None, None, None, media=media)
+        for path, (name, media) in ui.ASSETS.items()
     ),
     Op("get", "/healthz", "The process is up", "operations", 200, views.Health, None, None),
     Op("get", "/readyz", "Cassandra answers", "operations", 200, views.Health, None, None, (503,)),

@@ -56,3 +56,17 @@ async def test_nodes_is_admin_only(api: Api, register: Register) -> None:
     unknown = await api.get("/v1/admin/nodes", headers={"Authorization": "Bearer nobody.abcdefghijklmnopqrst"})
     assert unknown.status == 401
     assert (await api.get("/v1/admin/nodes")).status == 401
+
+
+async def test_dashboard_files_carry_a_self_only_csp(api: Api) -> None:
+    page = await api.get("/ui")
+    html = await page.text()
+    assert page.status == 200 and page.content_type == "text/html"
+    csp = page.headers["Content-Security-Policy"]
+    assert "default-src 'self'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert '<script type="module" src="/ui/app.js">' in html and "<script>" not in html and "http" not in html
+    script = await api.get("/ui/app.js")
+    assert script.status == 200 and script.content_type == "text/javascript"
+    assert script.headers["Content-Security-Policy"] == csp
+    assert (await api.get("/ui/../service/app.py")).status == 404
+    assert (await api.get("/ui/nothing.js")).status == 404

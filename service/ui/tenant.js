@@ -1,0 +1,397 @@
+// A client's views: its schedules, one schedule's timeline, the cron preview, its throttle policies.
+
+import { api, ApiError, pages } from "./api.js";
+import {
+  badge,
+  busy,
+  h,
+  isoToLocalInput,
+  localInputToIso,
+  mount,
+  notice,
+  seconds,
+  table,
+  when,
+} from "./dom.js";
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const PAGE = 100;
+
+// --- the schedules list -------------------------------------------------------------------------------
+
+const filters = { status: "", from: null, to: null, search: "" };
+
+function defaultRange() {
+  const now = Date.now();
+  filters.from = filters.from || new Date(now - 3600 * 1000);
+  filters.to = filters.to || new Date(now + 23 * 3600 * 1000);
+}
+
+function rule(s) {
+  const r = s.recurrence;
+  if (!r) return "once";
+  const base = r.cron ? `cron ${r.cron} (${r.timezone || "UTC"})` : `every ${r.every}`;
+  return s.occurrence ? `${base} · #${s.occurrence}` : base;
+}
+
+function target(callback) {
+  return callback.type === "kafka" ? `kafka: ${callback.topic}` : `${callback.method || "POST"} ${callback.url}`;
+}
+
+async function cancel(id, button, onDone) {
+  if (!window.confirm(`Cancel schedule ${id}? A cancel answered 200 never fires.`)) return;
+  await busy(button, async () => {
+    try {
+      await api("DELETE", `/v1/schedules/${id}`);
+      onDone(notice(`Cancelled ${id}.`, "ok"));
+    } catch (err) {
+      onDone(notice(`Cancel refused: ${err.message}`));
+    }
+  });
+}
+
+function scheduleRows(list, onChange) {
+  return table(
+    [
+      { label: "Schedule", cell: (s) => h("a", { href: `#/schedules/${s.schedule_id}`, class: "mono" }, s.schedule_id) },
+      { label: "Status", cell: (s) => badge(s.status) },
+      { label: "Fires at", cell: (s) => when(s.fire_at) },
+      { label: "Due", cell: (s) => when(s.due_at) },
+      { label: "Attempts", cell: (s) => String(s.attempts) },
+      { label: "Rule", cell: (s) => rule(s) },
+      { label: "Callback", cell: (s) => h("span", { class: "wrap" }, target(s.callback)) },
+      {
+        label: "",
+        cell: (s) =>
+          s.status === "scheduled"
+            ? h("button", { class: "danger small", type: "button", onclick: (e) => cancel(s.schedule_id, e.target, onChange) }, "Cancel")
+            : "",
+      },
+    ],
+    list,
+    (s) => ({ "data-id": s.schedule_id }),
+  );
+}
+
+function filterForm(onApply) {
+  const status = h(
+    "select",
+    { name: "status", id: "f-status" },
+    ["", "scheduled", "succeeded", "failed", "cancelled"].map((v) =>
+      h("option", { value: v, selected: filters.status === v }, v || "any status"),
+    ),
+  );
+  const from = h("input", { type: "datetime-local", id: "f-from", value: isoToLocalInput(filters.from) });
+  const to = h("input", { type: "datetime-local", id: "f-to", value: isoToLocalInput(filters.to) });
+  const search = h("input", { type: "search", id: "f-search", placeholder: "schedule id (or its start)", value: filters.search });
+  const form = h(
+    "form",
+    { class: "filters", onsubmit: (e) => { e.preventDefault(); apply(); } },
+    h("label", {}, "Status", status),
+    h("label", {}, "Due from", from),
+    h("label", {}, "Due before", to),
+    h("label", { class: "grow" }, "Search by id", search),
+    h("button", { type: "submit" }, "Apply"),
+  );
+  function apply() {
+    filters.status = status.value;
+    filters.from = from.value ? new Date(localInputToIso(from.value)) : null;
+    filters.to = to.value ? new Date(localInputToIso(to.value)) : null;
+    filters.search = search.value.trim();
+    onApply();
+  }
+  return form;
+}
+
+export async function schedules(root) {
+  defaultRange();
+  const results = h("div", { class: "results" });
+  const message = h("div");
+  let next = null;
+  let shown = [];
+
+  async function load(more, note = null) {
+    mount(message, note);
+    if (UUID.test(filters.search)) return lookup(filters.search);
+    const params = new URLSearchParams({ from: filters.from.toISOString(), to: filters.to.toISOString(), limit: String(PAGE) });
+    if (filters.status) params.set("status", filters.status);
+    try {
+      const page = await pages(`/v1/schedules?${params}`, "schedules", more ? next : null, PAGE);
+      next = page.next;
+      shown = more ? shown.concat(page.items) : page.items;
+      render();
+    } catch (err) {
+      mount(results);
+      mount(message, notice(err.message));
+    }
+  }
+
+  async function lookup(id) {
+    try {
+      shown = [await api("GET", `/v1/schedules/${id}`)];
+      next = null;
+      render();
+    } catch (err) {
+      mount(results);
+      mount(message, notice(err instanceof ApiError && err.status === 404 ? `No schedule ${id}.` : err.message));
+    }
+  }
+
+  function render() {
+    const needle = filters.search.toLowerCase();
+    const list = needle ? shown.filter((s) => s.schedule_id.includes(needle)) : shown;
+    const more = next ? h("button", { type: "button", class: "secondary", onclick: () => load(true) }, "Load more") : null;
+    const count = h("p", { class: "muted" }, `${list.length} schedule${list.length === 1 ? "" : "s"}${next ? " so far" : ""}`);
+    mount(results, count, list.length ? scheduleRows(list, (n) => load(false, n)) : null, more);
+  }
+
+  mount(
+    root,
+    h("h2", {}, "Schedules"),
+    h("p", { class: "muted" }, "Listed by due time; the API lists a range of at most a day at a time."),
+    filterForm(() => load(false)),
+    message,
+    results,
+  );
+  await load(false);
+}
+
+// --- one schedule's timeline ---------------------------------------------------------------------------
+
+const STATUS_CODE = /\b(?:HTTP )?([1-5]\d\d)\b/;
+
+function attemptText(run) {
+  const code = run.last_error && STATUS_CODE.exec(run.last_error);
+  return code ? [" ", badge(code[1], Number(code[1]) < 400 ? "succeeded" : "failed")] : [];
+}
+
+function runSteps(run) {
+  const steps = [];
+  const label = run.occurrence ? `Occurrence #${run.occurrence}` : "Fire";
+  const late = run.lateness_s !== null && run.lateness_s !== undefined ? ` (${seconds(run.lateness_s)} late)` : "";
+  steps.push(step("fire", `${label} due`, run.nominal_at, [h("span", { class: "step-note mono small wrap" }, run.fire_id)]));
+  if (run.fired_at) steps.push(step("fire", `Fired${late}`, run.fired_at));
+  // The API keeps the count of attempts and the last error only, not each attempt's answer.
+  if (run.attempts > 1 && run.status !== "failed") {
+    const error = run.last_error ? [`, last error: ${run.last_error}`, ...attemptText(run)] : [];
+    steps.push(step("attempt", `${run.attempts} attempts`, null, error));
+  }
+  if (run.events !== undefined) {
+    const done = run.events_delivered ?? 0;
+    const inWindow = run.completed_in_window === null || run.completed_in_window === undefined ? "" : run.completed_in_window ? ", all within the window" : ", window ended first";
+    steps.push(step("attempt", `${done} of ${run.events} events delivered${inWindow}`, run.last_event_at || null));
+  }
+  steps.push(...outcome(run));
+  return steps;
+}
+
+function outcome(run) {
+  if (run.status === "succeeded") {
+    const on = run.attempts ? ` on attempt ${run.attempts}` : "";
+    return [step("ok", `Delivered${on}`, run.fired_at, [" ", badge("succeeded")])];
+  }
+  if (run.status === "failed" && (run.last_error || "").startsWith("skipped")) {
+    return [step("failed", "Skipped", null, [`: ${run.last_error}`])];  // past the catch-up window: not fired
+  }
+  if (run.status === "failed") {
+    const after = `Failed after ${run.attempts} attempt${run.attempts === 1 ? "" : "s"}`;
+    return [
+      step("failed", after, null, [run.last_error ? `: ${run.last_error}` : "", ...attemptText(run)]),
+      step("dead", "Dead letter written", null, [" (no more retries)"]),
+    ];
+  }
+  if (run.status === "scheduled" && run.attempts > 0) return [step("pending", "Retry pending", null)];
+  return [];
+}
+
+function step(kind, title, at, extra = []) {
+  return h("li", { class: `step step-${kind}` }, h("span", { class: "step-title" }, title), at ? [" ", when(at)] : null, extra);
+}
+
+function timeline(schedule, runs) {
+  const steps = [step("created", "Created", schedule.created_at)];
+  for (const run of [...runs].reverse()) steps.push(...runSteps(run));
+  if (schedule.status === "cancelled") steps.push(step("failed", "Cancelled", null, [" ", badge("cancelled")]));
+  if (schedule.status === "scheduled") {
+    const what = schedule.attempts > 0 ? `Next retry (attempt ${schedule.attempts + 1})` : "Next fire due";
+    steps.push(step("pending", what, schedule.due_at));
+  }
+  return h("ol", { class: "timeline", "aria-label": "timeline" }, steps);
+}
+
+function details(s) {
+  const rows = [
+    ["Status", badge(s.status)],
+    ["Fire at", when(s.fire_at)],
+    ["Due at", when(s.due_at)],
+    ["Fire id", h("span", { class: "mono wrap" }, s.fire_id)],
+    ["Attempts", String(s.attempts)],
+    ["Rule", rule(s)],
+    ["Callback", h("span", { class: "wrap" }, target(s.callback))],
+    s.throttle ? ["Throttle", s.throttle] : null,
+    s.events ? ["Events per fire", String(s.events)] : null,
+    ["Payload", h("pre", { class: "payload" }, JSON.stringify(s.payload, null, 2))],
+  ].filter(Boolean);
+  return h("dl", { class: "details" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+}
+
+export async function scheduleView(root, id, ctx) {
+  const message = h("div");
+  const body = h("div", { class: "detail" });
+  mount(root, h("p", {}, h("a", { href: "#/schedules" }, "← Schedules")), h("h2", { class: "mono wrap" }, id), message, body);
+
+  async function refresh() {
+    let schedule;
+    let runs;
+    try {
+      [schedule, { items: runs }] = await Promise.all([
+        api("GET", `/v1/schedules/${id}`),
+        pages(`/v1/schedules/${id}/runs?limit=100`, "runs", null, 100, 1),
+      ]);
+    } catch (err) {
+      mount(message, notice(err.message));
+      return false;
+    }
+    const actions = h("div", { class: "actions" });
+    if (schedule.status === "scheduled") {
+      actions.append(
+        h("button", { type: "button", class: "danger", onclick: (e) => cancel(id, e.target, (n) => { mount(message, n); refresh(); }) }, "Cancel schedule"),
+      );
+    }
+    mount(body, actions, h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs)), h("section", {}, h("h3", {}, "Details"), details(schedule))));
+    return schedule.status === "scheduled" || runs.some((r) => r.status === "scheduled");
+  }
+
+  // While it can still change, follow it: a fire, a retry, a dead letter show up on their own.
+  if (await refresh()) ctx.every(1500, refresh);
+}
+
+// --- cron preview ---------------------------------------------------------------------------------------
+
+function offsetMinutes(local) {
+  const m = /([+-])(\d\d):(\d\d)$/.exec(local);
+  if (!m) return 0;
+  return (m[1] === "-" ? -1 : 1) * (Number(m[2]) * 60 + Number(m[3]));
+}
+
+function formatOffset(minutes) {
+  const sign = minutes < 0 ? "−" : "+";
+  const abs = Math.abs(minutes);
+  return `UTC${sign}${String(Math.floor(abs / 60)).padStart(2, "0")}:${String(abs % 60).padStart(2, "0")}`;
+}
+
+// The API gives each occurrence's local time with its offset: where the offset changes between two
+// occurrences the zone changed its clocks in between. Forward is a gap (local times that did not exist:
+// on_gap decides), back a repeat (local times that happened twice: on_overlap decides).
+export function dstNotes(occurrences) {
+  return occurrences.map((o, i) => {
+    if (i === 0) return null;
+    const before = offsetMinutes(occurrences[i - 1].local);
+    const after = offsetMinutes(o.local);
+    if (after === before) return null;
+    const shift = Math.abs(after - before);
+    const span = shift % 60 ? `${shift} min` : `${shift / 60} h`;
+    return after > before
+      ? { kind: "gap", text: `DST gap: clocks went forward ${span} (${formatOffset(before)} → ${formatOffset(after)}); local times in the gap do not exist (on_gap)` }
+      : { kind: "repeat", text: `DST repeat: clocks went back ${span} (${formatOffset(before)} → ${formatOffset(after)}); local times in the overlap happen twice (on_overlap)` };
+  });
+}
+
+function previewTable(occurrences) {
+  const notes = dstNotes(occurrences);
+  const rows = occurrences.map((o, i) => ({ ...o, n: i + 1, note: notes[i] }));
+  return table(
+    [
+      { label: "#", cell: (r) => String(r.n) },
+      { label: "UTC", cell: (r) => h("span", { class: "mono" }, r.utc) },
+      { label: "Local", cell: (r) => h("span", { class: "mono" }, r.local.slice(0, 19).replace("T", " ")) },
+      { label: "Offset", cell: (r) => formatOffset(offsetMinutes(r.local)) },
+      { label: "DST", cell: (r) => (r.note ? h("span", {}, badge(r.note.kind === "gap" ? "gap" : "repeat", r.note.kind), " ", r.note.text) : "") },
+    ],
+    rows,
+    (r) => ({ class: r.note ? `dst dst-${r.note.kind}` : null }),
+  );
+}
+
+export async function preview(root) {
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  const input = (attrs) => h("input", attrs);
+  const cron = input({ id: "p-cron", name: "cron", value: "30 2 * * *", placeholder: "m h dom mon dow" });
+  const every = input({ id: "p-every", name: "every", placeholder: "15m (instead of cron)" });
+  const timezone = input({ id: "p-timezone", name: "timezone", value: zone });
+  const count = input({ id: "p-count", type: "number", min: "1", max: "100", value: "10" });
+  const after = input({ id: "p-after", type: "datetime-local" });
+  const onGap = h("select", { id: "p-gap" }, ["shift", "skip"].map((v) => h("option", { value: v }, v)));
+  const onOverlap = h("select", { id: "p-overlap" }, ["first", "last", "both"].map((v) => h("option", { value: v }, v)));
+  const out = h("div", { class: "results" });
+
+  async function run(e) {
+    e.preventDefault();
+    const body = { count: Number(count.value || 10), on_gap: onGap.value, on_overlap: onOverlap.value };
+    if (every.value.trim()) body.every = every.value.trim();
+    else body.cron = cron.value.trim();
+    if (timezone.value.trim() && !body.every) body.timezone = timezone.value.trim();
+    if (after.value) body.after = localInputToIso(after.value);
+    try {
+      const answer = await api("POST", "/v1/schedules/preview", body);
+      const changes = dstNotes(answer.occurrences).filter(Boolean).length;
+      const summary = changes ? `${changes} clock change${changes === 1 ? "" : "s"} in this stretch (marked below).` : "No clock change in this stretch.";
+      mount(out, h("p", { class: "muted" }, summary), previewTable(answer.occurrences));
+    } catch (err) {
+      mount(out, notice(err.field ? `${err.field}: ${err.message}` : err.message));
+    }
+  }
+
+  mount(
+    root,
+    h("h2", {}, "Cron preview"),
+    h("p", { class: "muted" }, "The next fire times of a rule, on its zone's wall clock; nothing is written."),
+    h(
+      "form",
+      { class: "filters", onsubmit: run },
+      h("label", {}, "Cron", cron),
+      h("label", {}, "or every", every),
+      h("label", {}, "Time zone", timezone),
+      h("label", {}, "After", after),
+      h("label", {}, "Count", count),
+      h("label", {}, "on_gap", onGap),
+      h("label", {}, "on_overlap", onOverlap),
+      h("button", { type: "submit" }, "Preview"),
+    ),
+    out,
+  );
+}
+
+// --- throttle policies ----------------------------------------------------------------------------------
+
+export async function policies(root, _params, ctx) {
+  const out = h("div", { class: "results" });
+  mount(root, h("h2", {}, "Throttle policies"), h("p", { class: "muted" }, "in_flight: tokens held now, events delivered and not yet released."), out);
+
+  async function refresh() {
+    try {
+      const { policies: list } = await api("GET", "/v1/throttle-policies");
+      const full = await Promise.all(list.map((p) => api("GET", `/v1/throttle-policies/${encodeURIComponent(p.name)}`)));
+      if (!full.length) return mount(out, notice("No throttle policies yet (PUT /v1/throttle-policies/{name}).", "info"));
+      mount(
+        out,
+        table(
+          [
+            { label: "Policy", cell: (p) => h("span", { class: "mono" }, p.name) },
+            {
+              label: "In flight",
+              cell: (p) => h("span", { class: "meter" }, h("progress", { max: String(p.max_in_flight), value: String(p.in_flight) }), ` ${p.in_flight} / ${p.max_in_flight}`),
+            },
+            { label: "Release timeout", cell: (p) => `${p.release_timeout_s} s` },
+            { label: "Updated", cell: (p) => when(p.updated_at) },
+          ],
+          full,
+        ),
+      );
+    } catch (err) {
+      mount(out, notice(err.message));
+    }
+  }
+  await refresh();
+  ctx.every(3000, refresh);
+}
