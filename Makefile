@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lint test test-unit run dev migrate bench-api bench-fire clean simulate test-cluster
+.PHONY: install lint test test-unit run dev migrate bench-api bench-fire clean simulate test-cluster chromium
 
 install: $(STAMP)
 
@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml sdk/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q -e sdk/python
 	touch $(STAMP)
 
@@ -36,8 +36,14 @@ FIRST ?= 0
 simulate: install
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.simulation --seeds $(SEEDS) --first $(FIRST) --jobs $$(nproc)
 
+# The browser tier (tests/browser) drives Debian's chromium, installed here with apt-get only when it is
+# missing; Playwright never downloads a browser of its own.
+chromium:
+	test -x /usr/bin/chromium || { $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get install -y -qq chromium; }
+
 # Everything: lint, then infra up, a fresh test keyspace, the whole suite; stops what it started.
-test: install lint
+test: install lint chromium
 	PYTHON=$(PYTHON) BIN=$(BIN) bash tests/run.sh
 
 # The 3-node cluster scenarios (tests/cluster, root, ~6 min): starts the cluster if it is not running and

@@ -1,0 +1,165 @@
+"""The dashboard as a tenant and as the admin would use it, in headless Chromium at laptop and phone sizes.
+Each test leaves a full-page screenshot in its tmp_path."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from playwright.async_api import Page, expect
+
+from tests.browser.conftest import (
+    LAPTOP,
+    PHONE,
+    Dev,
+    OpenPage,
+    Subscriber,
+    http_schedule,
+    no_horizontal_scroll,
+    sign_in,
+)
+
+
+async def _shot(page: Page, tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
+
+
+async def test_tenant_finds_a_schedule_and_cancels_another_on_a_phone(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    keep = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, delay_s=3600))
+    drop = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, delay_s=1800))
+    page = await open_page(PHONE)
+    await sign_in(page, dev.api_key)
+
+    await page.fill("#f-search", keep["schedule_id"])
+    await page.click("form.filters button[type=submit]")
+    row = page.locator(f"tr[data-id='{keep['schedule_id']}']")
+    await expect(row).to_have_count(1)
+    await expect(row).to_contain_text("scheduled")
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-search")
+
+    await page.fill("#f-search", "")
+    await page.select_option("#f-status", "scheduled")
+    await page.click("form.filters button[type=submit]")
+    page.once("dialog", lambda dialog: dialog.accept())
+    await page.locator(f"tr[data-id='{drop['schedule_id']}'] button", has_text="Cancel").click()
+    await expect(page.locator(".notice-ok")).to_contain_text(f"Cancelled {drop['schedule_id']}")
+    await expect(page.locator(f"tr[data-id='{drop['schedule_id']}']")).to_have_count(0)  # listed: scheduled only
+    await expect(page.locator(f"tr[data-id='{keep['schedule_id']}']")).to_have_count(1)
+    cancelled = await dev.call("GET", f"/v1/schedules/{drop['schedule_id']}", dev.api_key)
+    assert cancelled["status"] == "cancelled"
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-after-cancel")
+
+    await dev.call("PUT", "/v1/throttle-policies/emails", dev.api_key, {"max_in_flight": 5, "release_timeout_s": 30})
+    await page.click("#nav a:has-text('Throttle policies')")
+    await expect(page.locator("table.grid tbody tr", has_text="emails")).to_contain_text("0 / 5")
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-policies")
+
+
+async def test_tenant_watches_a_schedule_fire_on_its_timeline(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    marker = uuid.uuid4().hex
+    created = await dev.call(
+        "POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, delay_s=2, payload={"marker": marker})
+    )
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.api_key)
+    await page.locator(f"tr[data-id='{created['schedule_id']}'] a").click()
+
+    timeline = page.locator("ol.timeline")
+    await expect(timeline).to_contain_text("Created")
+    await expect(timeline.locator(".step-ok")).to_contain_text("Delivered on attempt 1", timeout=15_000)
+    await expect(timeline).to_contain_text("Fired")
+    await expect(page.locator(".details")).to_contain_text("succeeded")
+    assert any(body["payload"] == {"marker": marker} for body in subscriber.received)
+    await _shot(page, tmp_path, "laptop-timeline-delivered")
+
+
+async def test_timeline_shows_a_retry_with_its_status_code_and_a_dead_letter(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    flaky = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, "/flaky", delay_s=2))
+    rejected = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, "/reject", delay_s=2))
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.api_key)
+
+    await page.goto(f"{dev.url}/ui#/schedules/{rejected['schedule_id']}")
+    timeline = page.locator("ol.timeline")
+    await expect(timeline.locator(".step-dead")).to_contain_text("Dead letter written", timeout=15_000)
+    await expect(timeline.locator(".step-failed")).to_contain_text("Failed after 1 attempt: HTTP 400")
+    await expect(timeline.locator(".step-failed .badge")).to_have_text("400")
+    await _shot(page, tmp_path, "laptop-timeline-dead-letter")
+
+    await page.goto(f"{dev.url}/ui#/schedules/{flaky['schedule_id']}")
+    await expect(timeline.locator(".step-ok")).to_contain_text("Delivered on attempt 2", timeout=15_000)
+    await expect(timeline.locator(".step-attempt")).to_contain_text("2 attempts")
+    await _shot(page, tmp_path, "laptop-timeline-retried")
+
+
+async def test_preview_marks_the_dst_gap(open_page: OpenPage, dev: Dev, tmp_path: Path) -> None:
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.api_key)
+    await page.click("#nav a:has-text('Cron preview')")
+    await page.fill("#p-cron", "30 2 * * *")
+    await page.fill("#p-timezone", "America/New_York")
+    await page.fill("#p-after", "2026-03-07T00:00")
+    await page.fill("#p-count", "4")
+    await page.click("form.filters button[type=submit]")
+
+    rows = page.locator("table.grid tbody tr")
+    await expect(rows).to_have_count(4)
+    gap = page.locator("tr.dst-gap")
+    await expect(gap).to_have_count(1)
+    await expect(gap).to_contain_text("2026-03-08 03:00:00")  # 02:30 does not exist that day: shifted
+    await expect(gap).to_contain_text("DST gap: clocks went forward 1 h")
+    await expect(page.locator("tr.dst-repeat")).to_have_count(0)
+    await _shot(page, tmp_path, "laptop-preview-dst-gap")
+
+
+async def test_admin_resizes_a_quota_through_the_dialog(open_page: OpenPage, dev: Dev, tmp_path: Path) -> None:
+    client_id = f"shop-{uuid.uuid4().hex[:6]}"
+    await dev.call("POST", "/v1/clients", dev.admin_token, {"client_id": client_id, "poller_count": 3})
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.admin_token)
+    row = page.locator(f"tr[data-client='{client_id}']")
+    await row.locator("button", has_text="Resize").click()
+
+    dialog = page.locator("dialog[open]")
+    await page.fill("#resize-count", "1")
+    await expect(dialog).to_contain_text("pollers 1\N{EN DASH}2 are not moved and not lost: those pollers drain")
+    await expect(dialog).to_contain_text("poller_span stays 3")
+    await _shot(page, tmp_path, "laptop-resize-dialog")
+    await page.click("#resize-confirm")
+
+    await expect(page.locator("dialog")).to_have_count(0)
+    await expect(page.locator(".notice-ok")).to_contain_text(f"{client_id}: poller_count 3 → 1 (poller_span 3)")
+    await expect(row.locator(".quota")).to_have_text("1")
+    await expect(row).to_contain_text("pollers 1\N{EN DASH}2")
+    stored = await dev.call("GET", f"/v1/clients/{client_id}", dev.admin_token)
+    assert (stored["poller_count"], stored["poller_span"]) == (1, 3)
+    await _shot(page, tmp_path, "laptop-resized")
+
+
+async def test_admin_sees_the_dev_node_with_its_instances_and_epochs(
+    open_page: OpenPage, dev: Dev, tmp_path: Path
+) -> None:
+    page = await open_page(PHONE)
+    await sign_in(page, dev.admin_token)
+    await page.click("#nav a:has-text('Nodes')")
+
+    node = page.locator("section[data-node='dev']")
+    await expect(node).to_contain_text("live")
+    for poller in (0, 1):
+        instance = node.locator(f"tr[data-instance='dev/{poller}']")
+        await expect(instance).to_have_count(1, timeout=15_000)
+        assert int(await instance.locator(".epoch").inner_text()) >= 1
+    await expect(page.locator("#fenced")).to_contain_text("Fenced and departed nodes")
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-nodes")
