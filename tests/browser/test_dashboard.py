@@ -163,3 +163,33 @@ async def test_admin_sees_the_dev_node_with_its_instances_and_epochs(
     await expect(page.locator("#fenced")).to_contain_text("Fenced and departed nodes")
     await no_horizontal_scroll(page)
     await _shot(page, tmp_path, "phone-nodes")
+
+
+async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path) -> None:
+    created = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, cron="*/5 * * * *"))
+    page = await open_page(PHONE)
+    await sign_in(page, dev.api_key)
+    views = {
+        "schedules": "table.grid",
+        f"schedules/{created['schedule_id']}": "ol.timeline",
+        "policies": "h2",
+        "preview": "form.filters",
+    }
+    for view, ready in views.items():
+        await page.goto(f"{dev.url}/ui#/{view}")
+        await page.wait_for_selector(ready)
+        await no_horizontal_scroll(page)
+    await page.click("form.filters button[type=submit]")  # the preview table, cards on a phone
+    await expect(page.locator("table.grid tbody tr")).to_have_count(10)
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-preview")
+
+    await page.click("#signout")
+    await sign_in(page, dev.admin_token)
+    await page.locator("tr[data-client='dev'] button", has_text="Resize").click()
+    await page.fill("#resize-count", "3")
+    await expect(page.locator("dialog[open]")).to_contain_text("Raising the quota from 2 to 3")
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-resize-dialog")
+    await page.click("dialog button:has-text('Keep as is')")
+    await expect(page.locator("dialog")).to_have_count(0)
