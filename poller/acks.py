@@ -25,6 +25,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from poller.callbacks.kafka_security import KafkaSecurity, client_config
 from poller.metrics import Metrics
 from schema import events
 from schema.errors import InvalidInput, NotFound, StoreUnavailable, TickdError
@@ -121,6 +122,7 @@ class AckConsumer:
         secrets: AckSecrets | None = None,
         metrics: Metrics | None = None,
         retry_s: float = 1.0,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self._store = store
         self._bootstrap = bootstrap
@@ -128,6 +130,7 @@ class AckConsumer:
         self._secrets = secrets if secrets is not None else AckSecrets(store)
         self._metrics = metrics if metrics is not None else Metrics()
         self._retry_s = retry_s
+        self._security = security if security is not None else KafkaSecurity()
         self.released = 0
         self.skipped = 0
 
@@ -140,6 +143,7 @@ class AckConsumer:
                 group_id=GROUP_ID,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
+                **client_config(self._security),
             )
             try:
                 await consumer.start()

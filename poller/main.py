@@ -14,6 +14,7 @@ from aiohttp import web
 from poller.acks import AckConsumer, AckSecrets, AckSigner
 from poller.callbacks.http import HttpDispatcher
 from poller.callbacks.kafka import KafkaDispatcher
+from poller.callbacks.kafka_security import check_connection
 from poller.delivery import CallbackRouter, Dispatcher
 from poller.metrics import Metrics, status_app
 from poller.node import Node
@@ -41,6 +42,8 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
     async with AsyncExitStack() as stack:
         store = await CassandraStore.connect(settings.store)
         stack.push_async_callback(store.close)
+        # Wrong Kafka credentials or certificates stop the node now, saying which; a broker that is down does not.
+        await check_connection(settings.kafka.bootstrap, settings.kafka.security, settings.kafka.attempt_timeout_s)
         http = HttpDispatcher(settings.http, settings.retry)
         await http.start()
         kafka = KafkaDispatcher(settings.kafka, settings.retry)
@@ -51,7 +54,14 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         node = Node(settings, store, router, metrics)
         services = []
         if settings.ack_topic is not None:
-            acks = AckConsumer(store, settings.kafka.bootstrap, settings.ack_topic, secrets=secrets, metrics=metrics)
+            acks = AckConsumer(
+                store,
+                settings.kafka.bootstrap,
+                settings.ack_topic,
+                secrets=secrets,
+                metrics=metrics,
+                security=settings.kafka.security,
+            )
             services.append(acks.run)
         runner = web.AppRunner(status_app(metrics, node.status), access_log=None)
         await runner.setup()
@@ -77,6 +87,9 @@ def main() -> int:
         return 2
     try:
         asyncio.run(run(settings))
+    except ConfigError as exc:  # credentials or certificates refused at start (settings.py checked the rest)
+        log.error("node_failed", error=exc.message, variable=exc.field)
+        return 2
     except StoreUnavailable as exc:
         log.error("node_failed", error=str(exc))
         return 1

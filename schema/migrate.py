@@ -17,7 +17,7 @@ import structlog
 from cassandra.cluster import Session
 
 from schema import logs, queries
-from schema.cassandra import build_cluster
+from schema.cassandra import build_cluster, connect_refusal
 from schema.errors import ConfigError
 from schema.settings import StoreSettings, parse_replication
 
@@ -93,6 +93,9 @@ def wait_migrated(settings: StoreSettings, timeout_s: float, poll_s: float = 2.0
         try:
             left = pending(settings)
         except Exception as exc:  # not reachable yet, or the table is not there yet: keep waiting
+            refusal = connect_refusal(settings, exc)
+            if refusal is not None:  # wrong credentials or certificates: waiting will not fix them
+                raise refusal from exc
             left = [f"(store not ready: {type(exc).__name__})"]
         if not left or time.monotonic() >= deadline:
             return left
@@ -141,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tickd-migrate: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a CLI: say what failed, exit non-zero
-        print(f"tickd-migrate: {type(exc).__name__}: {exc}", file=sys.stderr)
+        refusal = connect_refusal(settings, exc)
+        print(f"tickd-migrate: {refusal or f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 1
     log.info("migrations_done", keyspace=settings.keyspace, applied=len(applied))
     return 0

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schema.errors import ConfigError
+from schema.tls import TlsFiles, read_tls
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -138,6 +139,8 @@ class StoreSettings:
     # batch_size_fail_threshold (50 KiB by default): writes that belong together but would be larger are
     # split (see schema.cassandra.schedules), and the API groups creates under it. API and pollers agree.
     batch_max_bytes: int = 40 * 1024
+    # TLS to Cassandra (TICKD_CASSANDRA_TLS=true); None: plain connections.
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StoreSettings:
@@ -173,7 +176,20 @@ class StoreSettings:
             hot_window_s=hot_window_s(env),
             hot_write_deadline_s=hot_write_deadline_s(env),
             batch_max_bytes=batch_max_bytes(env),
+            tls=cassandra_tls(env),
         )
+
+
+def cassandra_tls(env: Mapping[str, str]) -> TlsFiles | None:
+    """TICKD_CASSANDRA_TLS and its files: a CA is required (a cluster's CA is rarely a public one)."""
+    return read_tls(
+        env,
+        "TICKD_CASSANDRA_TLS",
+        enabled=env_bool(env, "TICKD_CASSANDRA_TLS", False),
+        switch="TICKD_CASSANDRA_TLS=true",
+        ca_required=True,
+        check_hostname=env_bool(env, "TICKD_CASSANDRA_TLS_CHECK_HOSTNAME", True),
+    )
 
 
 def hot_window_s(env: Mapping[str, str]) -> float:

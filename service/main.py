@@ -6,7 +6,7 @@ import structlog
 from aiohttp import web
 
 from schema import logs
-from schema.errors import ConfigError
+from schema.errors import ConfigError, StoreUnavailable
 from schema.settings import StoreSettings
 from service.app import create_app
 from service.settings import ApiSettings
@@ -28,14 +28,21 @@ def main() -> None:
         log.warning("admin_disabled", reason="TICKD_ADMIN_TOKEN is not set; admin endpoints answer 503")
     log.info("api_starting", host=settings.host, port=settings.port, keyspace=store_settings.keyspace)
     # run_app handles SIGINT and SIGTERM: stop accepting, finish in-flight requests, run cleanup_ctx.
-    web.run_app(
-        create_app(settings, store_settings=store_settings),
-        host=settings.host,
-        port=settings.port,
-        access_log=None,  # metrics and structlog events instead of a line per request
-        shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
-        print=None,
-    )
+    try:
+        web.run_app(
+            create_app(settings, store_settings=store_settings),
+            host=settings.host,
+            port=settings.port,
+            access_log=None,  # metrics and structlog events instead of a line per request
+            shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
+            print=None,
+        )
+    except ConfigError as exc:  # Cassandra refused the credentials or certificates at start
+        log.error("api_failed", error=exc.message, variable=exc.field)
+        raise SystemExit(2) from None
+    except StoreUnavailable as exc:
+        log.error("api_failed", error=str(exc))
+        raise SystemExit(1) from None
     log.info("api_stopped")
 
 

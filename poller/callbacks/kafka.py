@@ -21,7 +21,7 @@ import random
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -47,6 +47,7 @@ from aiokafka.errors import (
 
 from poller import signing
 from poller.callbacks.backoff import RetryPolicy
+from poller.callbacks.kafka_security import KafkaSecurity, client_config
 from poller.callbacks.outbox import Outbox, Placed
 from poller.callbacks.retry import Retrier, fire_logger
 from poller.delivery import DeliveryResult, KafkaRecord, kafka_record
@@ -95,6 +96,8 @@ class KafkaSettings:
     # broker's return instead of each sitting out its own exponential backoff.
     outage_retry_cap_s: float = 2.0
     outage_budget_s: float = 30.0
+    # TLS and SASL, for the producer and the ack consumer alike (PLAINTEXT by default).
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     def __post_init__(self) -> None:
         if self.compression not in _COMPRESSIONS:
@@ -117,6 +120,7 @@ class KafkaSettings:
                 env, "TICKD_KAFKA_OUTAGE_RETRY_CAP_S", cls.outage_retry_cap_s, low=0.01, high=600
             ),
             outage_budget_s=env_float(env, "TICKD_KAFKA_OUTAGE_BUDGET_S", cls.outage_budget_s, low=0.0, high=3600),
+            security=KafkaSecurity.from_env(env),
         )
 
     def retry_policy(self, policy: RetryPolicy) -> RetryPolicy:
@@ -158,6 +162,7 @@ def producer_config(settings: KafkaSettings) -> dict[str, Any]:
         "max_request_size": settings.max_request_size,
         "request_timeout_ms": settings.request_timeout_ms,
         "partitioner": key_partitioner,
+        **client_config(settings.security),
     }
 
 

@@ -2,6 +2,6 @@
 module per aggregate, composed into ``CassandraStore``."""
 
 from schema.cassandra.adapter import CassandraStore
-from schema.cassandra.bridge import build_cluster
+from schema.cassandra.bridge import build_cluster, connect_refusal
 
-__all__ = ["CassandraStore", "build_cluster"]
+__all__ = ["CassandraStore", "build_cluster", "connect_refusal"]

@@ -6,7 +6,7 @@ import asyncio
 
 from cassandra.cluster import Cluster, Session
 
-from schema.cassandra.bridge import Bridge, Statements, build_cluster, is_unavailable, unavailable
+from schema.cassandra.bridge import Bridge, Statements, build_cluster, connect_refusal, is_unavailable, unavailable
 from schema.cassandra.clients import ClientRows
 from schema.cassandra.coordination import Coordination, Horizons
 from schema.cassandra.runs import Runs
@@ -32,6 +32,9 @@ class CassandraStore(ClientRows, Schedules, Runs, Throttle, Coordination):
             statements = await asyncio.to_thread(Statements.prepare, session, settings.page_size)
         except Exception as exc:
             await asyncio.to_thread(cluster.shutdown)
+            refusal = connect_refusal(settings, exc)
+            if refusal is not None:
+                raise refusal from exc
             if is_unavailable(exc):
                 raise unavailable(f"connect to Cassandra at {','.join(settings.hosts)}", exc) from exc
             raise

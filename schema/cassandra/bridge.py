@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cassandra import ConsistencyLevel, DriverException
+from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.connection import ConnectionBusy, ConnectionException, ProtocolError
@@ -27,8 +27,9 @@ from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from schema import queries
-from schema.errors import StoreUnavailable
+from schema.errors import ConfigError, StoreUnavailable
 from schema.settings import StoreSettings
+from schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
 
 Row = Any  # the driver's named tuples
 Values = Mapping[str, Any]
@@ -118,6 +119,8 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         port=settings.port,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         auth_provider=auth,
+        # The driver names the host it dials (server_hostname) when the context checks host names.
+        ssl_context=client_context(settings.tls) if settings.tls is not None else None,
         connect_timeout=settings.connect_timeout_s,
         protocol_version=settings.protocol_version,
         # The driver's default backs off to 10 minutes between reconnects: after an outage, pollers and
@@ -126,6 +129,33 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         idle_heartbeat_interval=settings.heartbeat_s,
         idle_heartbeat_timeout=settings.heartbeat_s,
     )
+
+
+def connect_refusal(settings: StoreSettings, exc: BaseException) -> ConfigError | None:
+    """A failure to connect that waiting will not fix (credentials, certificates), said plainly, else None.
+    The driver reports per host (``NoHostAvailable.errors``) and re-raises TLS errors as plain text."""
+    causes = list(exc.errors.values()) if isinstance(exc, NoHostAvailable) else [exc]
+    for cause in causes:
+        if isinstance(cause, AuthenticationFailed):
+            return ConfigError(
+                f"Cassandra authentication failed for user {settings.username!r} (TICKD_CASSANDRA_USERNAME / "
+                f"TICKD_CASSANDRA_PASSWORD): {cause}",
+                field="TICKD_CASSANDRA_PASSWORD",
+            )
+        if settings.tls is None:
+            continue
+        reason = verify_reason(cause)
+        if reason is not None:
+            return ConfigError(
+                describe_verify_failure(reason, settings.tls, "Cassandra"), field="TICKD_CASSANDRA_TLS_CA"
+            )
+        if is_tls_failure(cause):
+            return ConfigError(
+                f"Cassandra TLS: handshake with {','.join(settings.hosts)}:{settings.port} failed ({cause}); does the "
+                "server have client_encryption_options enabled on its native port?",
+                field="TICKD_CASSANDRA_TLS",
+            )
+    return None
 
 
 class Statements:
