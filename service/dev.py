@@ -127,6 +127,7 @@ def banner(info: DevStarted, options: DevOptions) -> str:
     return "\n".join(
         [
             f"tickd dev: API on {info.url}, one poller node, HTTP callbacks; {kafka}.",
+            f"Dashboard: {info.url}/ui (sign in with the API key or the admin token).",
             "State is IN MEMORY: every client and schedule is lost when this process stops.",
             f"  admin token : {info.admin_token}",
             f"  client      : {info.client_id} ({options.pollers} pollers)",
