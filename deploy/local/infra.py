@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import string
 import struct
 import subprocess
@@ -40,6 +41,12 @@ POLL_S = 0.5
 PROBE_TIMEOUT_S = 2.0
 STOP_GRACE_S = 30.0
 LOG_TAIL_LINES = 30
+
+# Secure endpoints next to the plain ones (issue #12): local-only secrets, not for anything real.
+TLS_PASSWORD = "tickd-local-tls"
+SASL_MECHANISM = "SCRAM-SHA-512"
+SASL_USER = "tickd"
+SASL_PASSWORD = "tickd-local-secret"
 
 # JPMS flags from Cassandra's conf/jvm17-server.options: Cassandra does not start on Java 17 without them.
 CASSANDRA_JPMS_FLAGS = [
@@ -127,6 +134,7 @@ class Settings:
     cassandra_timeout_s: float
     kafka_port: int
     kafka_controller_port: int
+    kafka_sasl_port: int
     kafka_heap: str
     kafka_timeout_s: float
 
@@ -141,9 +149,81 @@ class Settings:
             cassandra_timeout_s=_env_timeout(180.0),
             kafka_port=_env_int("TICKD_KAFKA_PORT", 9092),
             kafka_controller_port=_env_int("TICKD_KAFKA_CONTROLLER_PORT", 9093),
+            kafka_sasl_port=_env_int("TICKD_KAFKA_SASL_PORT", 9094),
             kafka_heap=os.environ.get("TICKD_KAFKA_HEAP", "").strip() or "512M",
             kafka_timeout_s=_env_timeout(90.0),
         )
+
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.infra_dir / "tls"
+
+
+# --------------------------------------------------------------------------- TLS material
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A local CA (PEM, for clients) and the servers' PKCS12 key store and trust store, under tls_dir."""
+
+    directory: Path
+
+    @property
+    def ca_pem(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def keystore(self) -> Path:
+        return self.directory / "server.p12"
+
+    @property
+    def truststore(self) -> Path:
+        return self.directory / "truststore.p12"
+
+    def complete(self) -> bool:
+        return all(path.is_file() for path in (self.ca_pem, self.keystore, self.truststore))
+
+    def client_context(self) -> ssl.SSLContext:
+        if not self.complete():
+            raise ProtocolError(f"no TLS material in {self.directory} yet (`infra.py up` makes it)")
+        return ssl.create_default_context(cafile=str(self.ca_pem))
+
+
+def keytool(directory: Path, *args: str) -> None:
+    cmd = ["keytool", "-noprompt", "-storepass", TLS_PASSWORD, *args]
+    result = subprocess.run(cmd, cwd=directory, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise InfraError(f"keytool {args[0]} failed (exit {result.returncode}): {(result.stdout + result.stderr).strip()}")
+
+
+def ensure_tls(settings: Settings) -> TlsFiles:
+    """Generate, once, a CA and a server certificate for 127.0.0.1/localhost signed by it (keytool only)."""
+    tls = TlsFiles(settings.tls_dir)
+    if tls.complete():
+        return tls
+    require_tools("keytool")
+    scratch = make_dir(settings.infra_dir / ".tls.partial")
+    for stale in scratch.iterdir():
+        stale.unlink()
+    say(f"tls: generating a local CA and server certificate in {tls.directory} ...")
+    p12 = ("-storetype", "PKCS12", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650")
+    keytool(scratch, "-genkeypair", "-alias", "ca", "-dname", "CN=tickd local CA", "-ext", "bc:c",
+            "-ext", "KU=keyCertSign,cRLSign", "-keystore", "ca.p12", *p12)
+    keytool(scratch, "-exportcert", "-rfc", "-alias", "ca", "-keystore", "ca.p12", "-file", "ca.pem")
+    keytool(scratch, "-genkeypair", "-alias", "server", "-dname", "CN=localhost", "-keystore", "server.p12", *p12)
+    keytool(scratch, "-certreq", "-alias", "server", "-keystore", "server.p12", "-file", "server.csr")
+    keytool(scratch, "-gencert", "-rfc", "-alias", "ca", "-keystore", "ca.p12", "-infile", "server.csr",
+            "-outfile", "server.pem", "-validity", "3650", "-ext", "SAN=ip:127.0.0.1,dns:localhost",
+            "-ext", "KU=digitalSignature,keyEncipherment", "-ext", "EKU=serverAuth")
+    keytool(scratch, "-importcert", "-alias", "ca", "-file", "ca.pem", "-keystore", "server.p12")
+    keytool(scratch, "-importcert", "-alias", "server", "-file", "server.pem", "-keystore", "server.p12")
+    keytool(scratch, "-importcert", "-alias", "ca", "-file", "ca.pem", "-keystore", "truststore.p12",
+            "-storetype", "PKCS12")
+    shutil.rmtree(tls.directory, ignore_errors=True)
+    scratch.rename(tls.directory)
+    say(f"tls: CA for clients: {tls.ca_pem}")
+    return tls
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -306,10 +386,21 @@ def stop_processes(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
 # --------------------------------------------------------------------------- protocol probes
 
 
-def cql_supported(port: int, host: str = HOST) -> dict[str, list[str]]:
+@contextmanager
+def probe_socket(port: int, host: str = HOST, tls: ssl.SSLContext | None = None) -> Iterator[socket.socket]:
+    """A connection for a probe; with ``tls``, a verified TLS connection (the handshake is the check)."""
+    with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as raw:
+        raw.settimeout(PROBE_TIMEOUT_S)
+        if tls is None:
+            yield raw
+            return
+        with tls.wrap_socket(raw, server_hostname=host) as wrapped:
+            yield wrapped
+
+
+def cql_supported(port: int, host: str = HOST, tls: ssl.SSLContext | None = None) -> dict[str, list[str]]:
     """Send a CQL native protocol v4 OPTIONS frame and return the SUPPORTED multimap."""
-    with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock:
-        sock.settimeout(PROBE_TIMEOUT_S)
+    with probe_socket(port, host, tls) as sock:
         # version 4 request, flags 0, stream 1, opcode OPTIONS (0x05), empty body
         sock.sendall(struct.pack(">BBhBi", 0x04, 0x00, 1, 0x05, 0))
         version, _flags, stream, opcode, length = struct.unpack(">BBhBi", recv_exact(sock, 9))
@@ -351,6 +442,16 @@ def kafka_call(sock: socket.socket, api_key: int, version: int, correlation_id: 
     if got_id != correlation_id:
         raise ProtocolError(f"correlation id {got_id}, expected {correlation_id}")
     return response[4:]
+
+
+def kafka_api_versions(port: int, host: str = HOST, tls: ssl.SSLContext | None = None) -> int:
+    """ApiVersions v0 (allowed before SASL authentication); the number of APIs the broker lists."""
+    with probe_socket(port, host, tls) as sock:
+        api_versions = kafka_call(sock, api_key=18, version=0, correlation_id=7003, body=b"")
+    error_code, count = struct.unpack_from(">hi", api_versions, 0)
+    if error_code != 0:
+        raise ProtocolError(f"ApiVersions error_code {error_code}")
+    return int(count)
 
 
 def kafka_brokers(port: int, host: str = HOST) -> list[str]:
@@ -429,6 +530,20 @@ class Server:
         """Extra, log-based readiness condition checked only while waiting for a fresh start."""
         return True
 
+    def secure_probe(self) -> str:
+        """Talk to the secure endpoint (TLS verified against the local CA); raise OSError/ProtocolError if it does not answer."""
+        raise NotImplementedError
+
+    def secure_state(self) -> tuple[bool, str]:
+        """Whether the secure endpoint answers, and a line saying what was seen."""
+        try:
+            return True, self.secure_probe()
+        except (OSError, ProtocolError, struct.error) as exc:  # ssl.SSLError is an OSError
+            return False, f"NOT answering ({exc or type(exc).__name__})"
+
+    def after_ready(self) -> None:
+        """One-off set-up that needs the server answering (runs on every `up`, must be idempotent)."""
+
     def answers(self) -> str | None:
         """The probe's description when the server answers, else None. Never blocks for long."""
         try:
@@ -492,11 +607,15 @@ class Cassandra(Server):
 
     def prepare(self) -> None:
         make_dir(self.data_dir)
+        tls = ensure_tls(self.settings)
         yaml = render_template(
             "cassandra.yaml",
             storage_port=self.settings.cassandra_storage_port,
             native_port=self.port,
             data_dir=self.data_dir,
+            keystore=tls.keystore,
+            truststore=tls.truststore,
+            tls_password=TLS_PASSWORD,
         )
         write_text(self.config_file, yaml)
         write_text(self.state_dir / "logback.xml", render_template("logback.xml"))
@@ -537,6 +656,11 @@ class Cassandra(Server):
         except OSError:
             return False
 
+    def secure_probe(self) -> str:
+        tls = TlsFiles(self.settings.tls_dir)
+        supported = cql_supported(self.port, tls=tls.client_context())
+        return f"TLS (optional) on {HOST}:{self.port}, CQL {','.join(supported.get('CQL_VERSION', ['?']))}, CA {tls.ca_pem}"
+
 
 class Kafka(Server):
     """Single-node KRaft Kafka (broker + controller in one process)."""
@@ -554,22 +678,33 @@ class Kafka(Server):
 
     @property
     def bound_ports(self) -> tuple[int, ...]:
-        return (self.port, self.settings.kafka_controller_port)
+        return (self.port, self.settings.kafka_controller_port, self.settings.kafka_sasl_port)
+
+    @property
+    def scram_marker(self) -> Path:
+        """Written once the SCRAM user exists in the metadata of this data dir."""
+        return self.state_dir / "scram-user"
 
     def classpath(self) -> list[str]:
         return ["-cp", f"{self.lib_dir}/*"]
 
     def prepare(self) -> None:
         make_dir(self.data_dir)
+        tls = ensure_tls(self.settings)
         props = render_template(
             "kafka-server.properties",
             port=self.port,
             controller_port=self.settings.kafka_controller_port,
+            sasl_port=self.settings.kafka_sasl_port,
             data_dir=self.data_dir,
+            keystore=tls.keystore,
+            tls_password=TLS_PASSWORD,
         )
         write_text(self.config_file, props)
         if not (self.data_dir / "meta.properties").exists():
+            self.scram_marker.unlink(missing_ok=True)
             self.format_storage(self.cluster_id())
+            write_text(self.scram_marker, f"{SASL_USER} {SASL_MECHANISM} (at format)\n")
 
     def cluster_id(self) -> str:
         """The id the data dir was formatted with, else the remembered one, else a new random one."""
@@ -594,6 +729,7 @@ class Kafka(Server):
         cmd = [
             "java", "-Xmx256m", *self.classpath(), "kafka.tools.StorageTool", "format",
             "-t", cluster_id, "-c", str(self.config_file), "--ignore-formatted",
+            "--add-scram", f"{SASL_MECHANISM}=[name={SASL_USER},password={SASL_PASSWORD}]",
         ]
         with self.log_file.open("ab") as log:
             try:
@@ -626,9 +762,33 @@ class Kafka(Server):
             raise ProtocolError("metadata lists no brokers yet")
         return f"Kafka broker(s) {', '.join(brokers)}"
 
+    def secure_probe(self) -> str:
+        tls = TlsFiles(self.settings.tls_dir)
+        port = self.settings.kafka_sasl_port
+        count = kafka_api_versions(port, tls=tls.client_context())
+        user = self.scram_marker.read_text().strip() if self.scram_marker.exists() else "NO SCRAM user made yet"
+        return f"SASL_SSL on {HOST}:{port} (TLS verified, ApiVersions lists {count} APIs), user {user}, CA {tls.ca_pem}"
+
+    def after_ready(self) -> None:
+        """A data dir formatted before SASL existed has no SCRAM user: add it through the plain listener."""
+        if self.scram_marker.exists():
+            return
+        say(f"kafka: adding SCRAM user {SASL_USER} ({SASL_MECHANISM}) through {HOST}:{self.port}")
+        cmd = [
+            "java", "-Xmx256m", *self.classpath(), "kafka.admin.ConfigCommand",
+            "--bootstrap-server", f"{HOST}:{self.port}", "--alter", "--entity-type", "users",
+            "--entity-name", SASL_USER, "--add-config", f"{SASL_MECHANISM}=[password={SASL_PASSWORD}]",
+        ]
+        result = subprocess.run(cmd, cwd=self.state_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=120)
+        if result.returncode != 0:
+            raise InfraError(f"kafka: adding the SCRAM user failed: {(result.stdout + result.stderr).strip()[-2000:]}")
+        write_text(self.scram_marker, f"{SASL_USER} {SASL_MECHANISM} (added later)\n")
+
     def wipe_data(self) -> None:
         super().wipe_data()
         self.cluster_id_file.unlink(missing_ok=True)
+        self.scram_marker.unlink(missing_ok=True)
 
 
 def all_servers(settings: Settings) -> list[Server]:
@@ -718,6 +878,22 @@ def wait_all(pending: list[Pending]) -> None:
             next_note += 15.0
         if pending:
             time.sleep(POLL_S)
+
+
+def check_secure(settings: Settings, started: list[Pending]) -> None:
+    """After both answer: one-off set-up, then the secure endpoints. A server this run started must serve
+    them; one it reused may predate them, which is said (with the fix), not fatal."""
+    fresh = {item.server.name for item in started if item.proc is not None}
+    for server in all_servers(settings):
+        server.after_ready()
+        ok, state = server.secure_state()
+        if ok:
+            say(f"{server.name}: {state}")
+        elif server.name in fresh:
+            raise StartFailure(server, f"secure endpoint {state}")
+        else:
+            say(f"{server.name}: secure endpoint {state}; it was started before TLS/SASL existed: "
+                "`infra.py down && infra.py up` restarts it with them")
 
 
 def report_failure(failure: StartFailure) -> None:
@@ -819,6 +995,7 @@ def cmd_up(settings: Settings) -> int:
                 if item is not None:
                     pending.append(item)
             wait_all(list(pending))
+            check_secure(settings, pending)
         except StartFailure as failure:
             report_failure(failure)
             abort_started(pending)
@@ -869,7 +1046,7 @@ def cmd_down(settings: Settings) -> int:
 
 
 def cmd_status(settings: Settings) -> int:
-    """Print each server's state; exit 0 only when both answer their protocol probe."""
+    """Print each server's state, plain and secure; exit 0 only when both answer on every endpoint."""
     all_answer = True
     for server in all_servers(settings):
         pid = server.live_pid()
@@ -882,8 +1059,10 @@ def cmd_status(settings: Settings) -> int:
             state = f"answering ({description}) but not started by infra.py"
         else:
             state = "not running"
-        all_answer = all_answer and description is not None
+        secure_ok, secure = server.secure_state() if description else (False, "not checked (server not answering)")
+        all_answer = all_answer and description is not None and secure_ok
         print(f"{server.name}: {state}  [log: {server.log_file}]")
+        print(f"{server.name} secure: {secure}")
     return 0 if all_answer else 1
 
 
