@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import certifi
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -57,7 +56,7 @@ KAFKA_SASL_SSL = {
     "TICKD_KAFKA_SASL_PASSWORD": "tickd-local-secret",
     "TICKD_KAFKA_TLS_CA": str(CA_PEM),
 }
-UNTRUSTED_CA = certifi.where()  # real CAs, none of which signed the local server certificate
+UNTRUSTED_CA = str(REPO / "tests" / "unit" / "untrusted_ca.pem")  # a valid CA that did not sign the local server
 
 
 @pytest.fixture(autouse=True)

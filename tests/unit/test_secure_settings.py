@@ -6,7 +6,6 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-import certifi
 import pytest
 from aiokafka.errors import SaslAuthenticationFailed, UnsupportedSaslMechanismError
 from cassandra import AuthenticationFailed
@@ -18,7 +17,7 @@ from schema.cassandra import build_cluster, connect_refusal
 from schema.errors import ConfigError
 from schema.settings import StoreSettings
 
-CA = certifi.where()  # a real PEM bundle; it signs none of our servers, which is all a refusal test needs
+CA = str(Path(__file__).with_name("untrusted_ca.pem"))  # a valid PEM CA that signs nothing we talk to
 VERIFY_TEXT = (
     "Tried connecting to [('127.0.0.1', 9042)]. Last error: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify "
     "failed: unable to get local issuer certificate (_ssl.c:1006)"
