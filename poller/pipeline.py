@@ -165,7 +165,7 @@ class DeliveryPipeline:
         if token is not None:
             if result.ok or result.maybe_received:
                 # Out, or maybe out (a timeout): the subscriber may be working on it, so the token stays
-                # held until released or timed out (a retry of this event on this node gets it back).
+                # held until released or timed out (a retry of the event waits for a slot of its own).
                 self._gate.delivered(token)
             else:
                 await self._gate.not_delivered(token)

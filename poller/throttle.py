@@ -75,6 +75,8 @@ class ThrottleGate:
         self._queues: dict[PolicyKey, _Queue] = {}
         self._policies: dict[PolicyKey, tuple[float, ThrottlePolicy | None]] = {}
         self._timers: set[asyncio.Task[None]] = set()
+        # Takes whose answer was lost (StoreUnavailable): the slot may be held for that event, by us.
+        self._unknown: set[tuple[str, str, int, str]] = set()
 
     async def acquire(self, client_id: str, policy: str, event_id: str, due: datetime) -> Token | None:
         """Wait for a token (events of one policy get them in due-time order on this node). None: the
@@ -175,6 +177,10 @@ class ThrottleGate:
             return 0
         tokens = await self._store.tokens(*key)
         held = {t.slot for t in tokens}
+        # A lost take not in the partition did not apply (or was freed): forget it. (A stale read may
+        # forget one that did; its row's TTL frees that slot.)
+        shown = {(t.client_id, t.policy, t.slot, t.event_id) for t in tokens}
+        self._unknown -= {u for u in self._unknown if u[:2] == key and u not in shown}
         granted = self._hand_back_own(queue, tokens)
         for slot in range(policy.max_in_flight):
             _drop_abandoned(queue)
@@ -184,7 +190,12 @@ class ThrottleGate:
                 continue
             head = queue.waiters[0]
             token = Token(key[0], key[1], slot, head.event_id, self._node_id, self._now())
-            if await self._store.take_token(token, policy.release_timeout_s + self._ttl_grace_s):
+            try:
+                taken = await self._store.take_token(token, policy.release_timeout_s + self._ttl_grace_s)
+            except StoreUnavailable:
+                self._unknown.add((key[0], key[1], slot, head.event_id))
+                raise
+            if taken:
                 # Not heappop: while the take was in flight an earlier-due waiter may have become the head,
                 # and popping it would leave it waiting forever (found by the simulation).
                 _remove(queue, head)
@@ -197,12 +208,19 @@ class ThrottleGate:
 
     def _hand_back_own(self, queue: _Queue, tokens: list[Token]) -> int:
         """A token taken for a waiting event whose answer was lost (the take applied, the caller was told
-        it failed) holds a slot under that event's id: it is that event's, not a stranger's."""
-        mine = {t.event_id: t for t in tokens if t.holder == self._node_id}
+        it failed) holds a slot under that event's id: it is that event's, not a stranger's. Only such a
+        take's token: a read answered late can still show a token this node took and released since,
+        and handing that out would send an event holding nothing (found by the simulation, seed 7173)."""
+        mine = {
+            t.event_id: t
+            for t in tokens
+            if t.holder == self._node_id and (t.client_id, t.policy, t.slot, t.event_id) in self._unknown
+        }
         granted = 0
         for waiter in list(queue.waiters):
             token = mine.get(waiter.event_id)
             if token is not None and not waiter.future.done():
+                self._unknown.discard((token.client_id, token.policy, token.slot, token.event_id))
                 waiter.future.set_result(token)
                 granted += 1
         if granted:
