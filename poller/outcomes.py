@@ -48,18 +48,25 @@ class OutcomeWriter:
         self._log = log
         # Outcomes waiting for the next batch write, each with the future its fire waits on.
         self._waiting: list[tuple[FireOutcome, asyncio.Future[None]]] = []
+        self._queued = asyncio.Event()
 
     async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
         """Queue the outcome for the next per-partition batch and wait until it is durable."""
         outcome = (outcome_of(row, status, result, fired_at), asyncio.get_running_loop().create_future())
         self._waiting.append(outcome)
+        self._queued.set()
         await asyncio.shield(outcome[1])
 
     async def run(self) -> None:
-        """Flush every ``flush_s`` until cancelled."""
+        """Flush ``flush_s`` after the first outcome queued since the last flush (the others queued
+        meanwhile go in the same batches), until cancelled; idle, it does not wake up."""
         while True:
+            await self._queued.wait()
             await asyncio.sleep(self._flush_s)
+            self._queued.clear()
             await self.flush()
+            if self._waiting:  # not written (storage unavailable), or queued during the write
+                self._queued.set()
 
     async def flush(self) -> None:
         """Write the waiting outcomes (one batch per partition); on a storage error they wait for the next
