@@ -189,14 +189,16 @@ async def test_sec2_kafka_fire_over_sasl_ssl(scenario: Scenario) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **config)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
+        await admin.create_topics([NewTopic(topic, 1, 1), NewTopic(f"{topic}-acks", 1, 1)])
     finally:
         await admin.close()
     client = await create_client(sc.store, "sasl", 1, kafka_topics=[topic])
     made = await create_schedule(sc.store, client, now_utc() + timedelta(seconds=8), KafkaCallback(topic))
-    node = sc.node("sasl-node", **KAFKA_SASL_SSL)
+    # The ack consumer joins its group over SASL_SSL too (the same settings as the producer).
+    node = sc.node("sasl-node", **KAFKA_SASL_SSL, TICKD_KAFKA_ACK_TOPIC=f"{topic}-acks")
     checked = await node.wait_for("kafka_security_checked", timeout_s=60)
     assert (checked["protocol"], checked["mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
+    await node.wait_for("throttle_acks_consuming", timeout_s=60)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", **config)
     await consumer.start()
     try:
@@ -205,7 +207,7 @@ async def test_sec2_kafka_fire_over_sasl_ssl(scenario: Scenario) -> None:
         await consumer.stop()
     assert json.loads(record.value)["fire_id"] == made.fire_id
     assert record.key == str(made.schedule.schedule_id).encode()
-    assert not node.errors(), node.tail()
+    assert not node.errors() and not node.find("throttle_acks_unavailable"), node.tail()
     report("SEC2 kafka over SASL_SSL", delivered=1)
 
 
