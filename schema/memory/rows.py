@@ -45,7 +45,15 @@ def is_fence(row: Values) -> bool:
 
 def schedule(row: Values) -> Schedule:
     """Fails, as the Cassandra adapter does, on a row whose callback cell is gone (no status: an event row
-    not fired yet, scheduled)."""
+    not fired yet, scheduled). Memoized on the row: rows read are never mutated (the engine keeps a
+    partition's rows between writes), and pollers re-read the same minutes often."""
+    parsed: Schedule | None = row.__dict__.get("_schedule")
+    if parsed is None:
+        parsed = row.__dict__["_schedule"] = _schedule(row)
+    return parsed
+
+
+def _schedule(row: Values) -> Schedule:
     options = row.options
     return Schedule(
         client_id=row.client_id,
