@@ -424,6 +424,9 @@ class DeadLetter:
     last_error: str
     callback: Callback
     payload: bytes
+    # Set once the dead letter is redriven (``schema.redrives``): when, and the due time of the new fire.
+    redriven_at: datetime | None = None
+    redriven_due_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

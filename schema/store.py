@@ -139,6 +139,22 @@ class ScheduleStore(Protocol):
 
     async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]: ...
 
+    async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
+        """The client's dead letters of one UTC day (``failed_at``'s), newest first, with their redrive
+        marks (``redriven_at``, ``redriven_due_at``)."""
+
+    async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
+        """One dead letter by its key, with its redrive marks; None if unknown (or expired)."""
+
+    async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
+        """Mark ``letter`` redriven at ``at`` to a fire due at ``due_at`` unless it is already marked
+        (compare-and-set): the dead letter as stored after the call (the earlier mark if there was one);
+        None if it is gone."""
+
+    async def add_redrive(self, row: Schedule, now: datetime) -> None:
+        """Write a redriven fire's own row (a recurring occurrence's: no pointer, like a retry row's),
+        with the signals pollers need. Written again, it keeps the status of a row already there."""
+
 
 class CoordinationStore(Protocol):
     async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None: ...

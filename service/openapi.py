@@ -201,6 +201,61 @@ OPERATIONS: tuple[Op, ...] = (
     ),
     Op(
         "get",
+        "/v1/dead-letters",
+        "List dead letters (fires that failed for good), newest first, paged",
+        "dead-letters",
+        200,
+        views.DeadLetterList,
+        None,
+        "client",
+        (400, 401, 503),
+        query=params.DeadLetterQuery,
+        description="from/to: when they failed (default the last 7 days, at most 31 days); schedule_id: of one "
+        "schedule. A page may be short and still have a next_cursor.",
+    ),
+    Op(
+        "get",
+        "/v1/dead-letters/{dead_letter_id}",
+        "Get a dead letter",
+        "dead-letters",
+        200,
+        views.DeadLetterView,
+        None,
+        "client",
+        (400, 401, 404, 503),
+    ),
+    Op(
+        "post",
+        "/v1/dead-letters/{dead_letter_id}/redrive",
+        "Redrive a dead letter: its fire again, due now or at `at`, with the same fire id (once)",
+        "dead-letters",
+        200,
+        views.DeadLetterView,
+        validation.RedriveRequest,
+        "client",
+        (*_V, 403, 404, 409, 429, 503),
+        description="The body is optional. Redriving it again answers 200 with the same redriven_at and "
+        "redriven_due_at and writes no second fire. 409 not_redrivable (an event's dead letter), "
+        "schedule_changed (the schedule changed since), schedule_gone (expired).",
+        extra={"optional_body": True},
+    ),
+    Op(
+        "post",
+        "/v1/dead-letters/redrive",
+        "Redrive the dead letters not yet redriven that match a filter, up to limit per call",
+        "dead-letters",
+        200,
+        views.RedriveResult,
+        validation.RedriveRequest,
+        "client",
+        (*_V, 403, 429, 503),
+        query=params.RedriveQuery,
+        description="Same filters as the listing; call again with next_cursor until it is null. Those that "
+        "cannot be redriven are listed in errors with their code.",
+        extra={"optional_body": True},
+    ),
+    Op(
+        "get",
         "/v1/throttle-policies",
         "List the client's throttle policies",
         "throttle",
@@ -307,6 +362,7 @@ _PATHS: dict[str, type[Any]] = {
     "client_id": params.ClientPath,
     "name": params.PolicyPath,
     "event_id": params.EventPath,
+    "dead_letter_id": params.DeadLetterPath,
 }
 
 
@@ -334,7 +390,8 @@ def _operation(op: Op) -> dict[str, Any]:
     if found:
         out["parameters"] = found
     if op.request is not None:
-        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
+        required = not op.extra.get("optional_body", False)
+        out["requestBody"] = {"required": required, "content": {"application/json": {"schema": _ref(op.request)}}}
     ok: dict[str, Any] = {"description": "OK"}
     if op.response is not None or op.media != "application/json":
         ok["content"] = {op.media: {"schema": _ref(op.response) if op.response else {"type": "string"}}}

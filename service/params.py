@@ -63,6 +63,36 @@ class EventPath(Struct, forbid_unknown_fields=True):
     event_id: Annotated[str, Meta(pattern=EVENT_ID_PATTERN, description="<schedule_id>:<epoch ms>:<index>")]
 
 
+DEAD_LETTER_ID_PATTERN = rf"^[0-9]{{1,15}}-{_UUID}(?!\n)$"
+RedriveLimit = Annotated[int, Meta(ge=1, le=100, description="1-100, default 100")]
+
+
+class DeadLetterPath(Struct, forbid_unknown_fields=True):
+    dead_letter_id: Annotated[
+        str, Meta(pattern=DEAD_LETTER_ID_PATTERN, description="<failed_at epoch ms>-<schedule_id>")
+    ]
+
+
+class DeadLetterQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    """Dead letters that failed in [from, to) (default: the last 7 days), of one schedule if given."""
+
+    start: Moment | UnsetType = UNSET
+    end: Moment | UnsetType = UNSET
+    schedule_id: uuid.UUID | UnsetType = UNSET
+    limit: Limit = 100
+    cursor: Cursor | UnsetType = UNSET
+
+
+class RedriveQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    """The dead letters not yet redriven among those ``DeadLetterQuery`` selects, ``limit`` per call."""
+
+    start: Moment | UnsetType = UNSET
+    end: Moment | UnsetType = UNSET
+    schedule_id: uuid.UUID | UnsetType = UNSET
+    limit: RedriveLimit = 100
+    cursor: Cursor | UnsetType = UNSET
+
+
 class CreateHeaders(Struct, rename={"idempotency_key": "Idempotency-Key"}):
     idempotency_key: Annotated[str, Meta(pattern=IDEMPOTENCY_KEY_PATTERN)] | UnsetType = UNSET
 

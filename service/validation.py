@@ -177,6 +177,12 @@ class PreviewRequest(RepeatFields, forbid_unknown_fields=True):
     after: Moment | UnsetType = UNSET
 
 
+class RedriveRequest(Struct, forbid_unknown_fields=True):
+    """When a redriven fire is due: ``at`` (a time already past is due now); absent: now."""
+
+    at: Moment | UnsetType = UNSET
+
+
 class BatchCreate(Struct, forbid_unknown_fields=True):
     schedules: Annotated[list[Raw], Meta(min_length=1)]
 

@@ -9,7 +9,7 @@ from uuid import UUID
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from schema import timing
-from schema.model import Callback, Client, Repeat, Run, Schedule, Status, ThrottlePolicy
+from schema.model import Callback, Client, DeadLetter, Repeat, Run, Schedule, Status, ThrottlePolicy
 from schema.recurrence import format_duration
 
 T = TypeVar("T")
@@ -168,6 +168,39 @@ class ReleaseView(Struct):
     released: bool
 
 
+class DeadLetterView(Struct):
+    dead_letter_id: str
+    schedule_id: UUID
+    fire_id: str
+    failed_at: datetime
+    attempts: int
+    last_error: str
+    callback: Callback
+    payload: Raw
+    # Set once redriven: when, and when the redriven fire (same fire id) is due.
+    redriven_at: datetime | None
+    redriven_due_at: datetime | None
+
+
+class DeadLetterList(Struct):
+    dead_letters: list[DeadLetterView]
+    next_cursor: str | None
+
+
+class RedriveError(Struct):
+    dead_letter_id: str
+    code: str
+    message: str
+
+
+class RedriveResult(Struct):
+    """The dead letters this call redrove, those it could not, and where the next call continues."""
+
+    redriven: list[DeadLetterView]
+    errors: list[RedriveError]
+    next_cursor: str | None
+
+
 class Health(Struct):
     status: str
 
@@ -263,4 +296,24 @@ def schedule_view(s: Schedule) -> ScheduleView:
         events=options.events if options and options.batch else UNSET,
         window_s=options.window_ms / 1000 if options and options.window_ms else UNSET,
         throttle=options.throttle if options and options.throttle else UNSET,
+    )
+
+
+def dead_letter_id(letter: DeadLetter) -> str:
+    """A dead letter's id: its key, ``<failed_at epoch ms>-<schedule_id>``."""
+    return f"{timing.to_epoch_ms(letter.failed_at)}-{letter.schedule_id}"
+
+
+def dead_letter_view(letter: DeadLetter) -> DeadLetterView:
+    return DeadLetterView(
+        dead_letter_id=dead_letter_id(letter),
+        schedule_id=letter.schedule_id,
+        fire_id=letter.fire_id,
+        failed_at=letter.failed_at,
+        attempts=letter.attempts,
+        last_error=letter.last_error,
+        callback=letter.callback,
+        payload=Raw(letter.payload or b"null"),
+        redriven_at=letter.redriven_at,
+        redriven_due_at=letter.redriven_due_at,
     )

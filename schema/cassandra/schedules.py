@@ -393,6 +393,14 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         }
         await self._db.write("insert_dead_letter", values)
 
+    async def add_redrive(self, row: Schedule, now: datetime) -> None:
+        """A redriven recurring fire's row: as a retry row (``insert_retry``: a second write keeps the
+        status of one that fired), and its run waiting again."""
+        await self._write_replacement(row, row, now, keep_status=True)
+        if row.options is not None and row.options.in_runs:
+            retention_s = self.settings.retention_s
+            await self._db.write(*runs.waiting_run(row, Status.SCHEDULED, None, row.last_error, retention_s))
+
     async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
         return [
             DeadLetter(

@@ -536,6 +536,28 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         select = _rows(self.tables, t.DEAD_LETTERS, key)
         return [to.dead_letter(r) async for page in self._db.pages("read_dead_letters", select) for r in page]
 
+    async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
+        select = _rows(self.tables, t.DEAD_LETTERS, {"client_id": client_id, "day": day})
+        return [_letter(r) async for page in self._db.pages("list_dead_letters", select) for r in page]
+
+    async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
+        key = _letter_key(client_id, failed_at, schedule_id)
+        rows = await self._db.rows("get_dead_letter", _one(self.tables, t.DEAD_LETTERS, key))
+        return _letter(rows[0]) if rows else None
+
+    async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
+        key = _letter_key(letter.client_id, letter.failed_at, letter.schedule_id)
+        ttl = _letter_ttl_s(letter, at, self.settings.retention_s)
+        values = {"redriven_at": at, "redriven_due_at": due_at}
+        write = Write("mark_dead_letter_redriven", t.DEAD_LETTERS, key, values, ttl_s=ttl)
+        await self._db.lwt(write, {"fire_id": letter.fire_id, "redriven_at": None})
+        return await self.get_dead_letter(letter.client_id, letter.failed_at, letter.schedule_id)
+
+    async def add_redrive(self, row: Schedule, now: datetime) -> None:
+        await self._write_replacement(row, row, now, keep_status=True)
+        if row.options is not None and row.options.in_runs:
+            await self._db.write(self._run_write(row, Status.SCHEDULED, None, row.last_error))
+
     # -- throttle policies and tokens ---------------------------------------------------------------
 
     async def put_policy(self, policy: ThrottlePolicy) -> None:
@@ -660,6 +682,25 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, Any]
         "poller_id": loc.poller_id,
         "minute": loc.minute,
         "due_at": loc.due_at,
+        "schedule_id": schedule_id,
+    }
+
+
+def _letter(row: Values) -> DeadLetter:
+    """A dead letter with its redrive marks (``rows.dead_letter`` reads the columns it always had)."""
+    return dataclasses.replace(to.dead_letter(row), redriven_at=row.redriven_at, redriven_due_at=row.redriven_due_at)
+
+
+def _letter_ttl_s(letter: DeadLetter, at: datetime, retention_s: int) -> int:
+    """What is left of the dead letter's own TTL: a mark expires with the row it marks."""
+    return max(1, retention_s - int((at - letter.failed_at).total_seconds()))
+
+
+def _letter_key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, Any]:
+    return {
+        "client_id": client_id,
+        "day": failed_at.astimezone(UTC).date(),
+        "failed_at": failed_at,
         "schedule_id": schedule_id,
     }
 

@@ -1,0 +1,62 @@
+"""Dead letters as the API reads them (with their redrive marks), and the once-only redrive mark."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from uuid import UUID
+
+from schema.cassandra.bridge import Bridge, Row, utc
+from schema.model import DeadLetter, decode_callback
+from schema.settings import StoreSettings
+
+
+def _key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, object]:
+    return {
+        "client_id": client_id,
+        "day": failed_at.astimezone(UTC).date(),
+        "failed_at": failed_at,
+        "schedule_id": schedule_id,
+    }
+
+
+def _letter(client_id: str, row: Row) -> DeadLetter:
+    return DeadLetter(
+        client_id,
+        row.schedule_id,
+        row.fire_id,
+        utc(row.failed_at),
+        row.attempts,
+        row.last_error,
+        decode_callback(row.callback),
+        row.payload,
+        utc(row.redriven_at) if row.redriven_at else None,
+        utc(row.redriven_due_at) if row.redriven_due_at else None,
+    )
+
+
+class DeadLetters:
+    """The reads and the redrive mark of ``schema.store.ScheduleStore``'s dead letters."""
+
+    settings: StoreSettings
+    _db: Bridge
+
+    async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
+        values = {"client_id": client_id, "day": day}
+        return [_letter(client_id, row) async for page in self._db.pages("list_dead_letters", values) for row in page]
+
+    async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
+        rows = await self._db.rows("get_dead_letter", _key(client_id, failed_at, schedule_id))
+        return _letter(client_id, rows[0]) if rows else None
+
+    async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
+        # The mark expires with the row it marks (what is left of the dead letter's TTL).
+        ttl = max(1, self.settings.retention_s - int((at - letter.failed_at).total_seconds()))
+        values = {
+            **_key(letter.client_id, letter.failed_at, letter.schedule_id),
+            "fire_id": letter.fire_id,
+            "redriven_at": at,
+            "redriven_due_at": due_at,
+            "ttl": ttl,
+        }
+        await self._db.applied("mark_dead_letter_redriven", values)
+        return await self.get_dead_letter(letter.client_id, letter.failed_at, letter.schedule_id)

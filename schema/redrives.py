@@ -1,0 +1,99 @@
+"""Redriving a dead letter: its fire written again, due at a chosen time, with its fire id unchanged
+(same schedule id, same nominal time), on the store port only; pollers fire it as any scheduled row.
+
+A dead letter is redriven once: the compare-and-set that marks it records the due time of the new
+fire, and every call (the first, a repeat, a retry after a lost answer) then makes sure that one fire
+is written, never a second one.
+- A one-time schedule's fire moves as a durable retry does (``requeue_schedule``): a new row due then,
+  the pointer moved to it (GET shows it scheduled), the failed row marked moved.
+- A recurring schedule's pointer has moved on to a later occurrence, so the fire gets a row of its own,
+  as a retry of an occurrence does (``moves.retry_row``: its id derived from the fire id, ``retry_of``
+  the schedule), and its run shows it waiting again. The row counts one attempt: a recurring row with
+  none is an occurrence the poller would chain on from, so it gets ``max_attempts - 1`` tries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from schema import moves, timing
+from schema.errors import Conflict, NotFound
+from schema.model import DeadLetter, InstanceKey, Schedule, Status
+from schema.store import Store
+
+
+def _conflict(message: str, code: str) -> Conflict:
+    exc = Conflict(message)
+    exc.code = code
+    return exc
+
+
+def nominal_at(letter: DeadLetter) -> datetime | None:
+    """The nominal time in a dead letter's fire id (``<schedule_id>:<epoch ms>``); None for another
+    shape (an event's dead letter: ``<fire id>:<index>``)."""
+    parts = letter.fire_id.split(":")
+    if len(parts) != 2 or parts[0] != str(letter.schedule_id) or not parts[1].isdigit() or len(parts[1]) > 15:
+        return None
+    return timing.from_epoch_ms(int(parts[1]))
+
+
+async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datetime) -> DeadLetter:
+    """Redrive ``letter`` to a fire due at ``due_at`` (or finish its earlier redrive): the dead letter as
+    marked. ``NotFound`` if it is gone; ``Conflict`` if it cannot be redriven (see the codes)."""
+    nominal = nominal_at(letter)
+    if nominal is None:
+        raise _conflict("an event's dead letter cannot be redriven (only a fire's)", "not_redrivable")
+    marked = await store.mark_redriven(letter, now, timing.truncate_ms(due_at))
+    if marked is None or marked.redriven_due_at is None:
+        raise NotFound("no such dead letter", field="dead_letter_id")
+    current = await store.get_schedule(letter.client_id, letter.schedule_id)
+    if current is None:
+        raise _conflict("the schedule of this dead letter has expired", "schedule_gone")
+    if current.repeat is None:
+        await _one_time(store, current, marked, now)
+    else:
+        await _recurring(store, current, marked, nominal, now)
+    return marked
+
+
+async def _one_time(store: Store, current: Schedule, letter: DeadLetter, now: datetime) -> None:
+    if current.fire_id != letter.fire_id:
+        raise _conflict("the schedule was changed after this fire failed", "schedule_changed")
+    if current.status is not Status.FAILED:
+        return  # redriven already (a repeated call): the pointer is at the redriven fire
+    assert letter.redriven_due_at is not None
+    due_at = max(letter.redriven_due_at, timing.truncate_ms(now))  # a past row could land in a closed minute
+    await store.requeue_schedule(current, due_at, 0, letter.last_error, now)
+
+
+async def _recurring(store: Store, current: Schedule, letter: DeadLetter, nominal: datetime, now: datetime) -> None:
+    assert letter.redriven_due_at is not None
+    occurrence = dataclasses.replace(
+        current,
+        fire_at=nominal,
+        seq=0,
+        payload=letter.payload,
+        callback=letter.callback,
+        attempts=0,
+        last_error=None,
+        status=Status.SCHEDULED,
+    )
+    row = moves.retry_row(occurrence, letter.redriven_due_at, 1, letter.last_error)
+    if await _written(store, row):
+        return
+    if row.location.due_at < timing.truncate_ms(now):  # an earlier call's write was lost: due now instead
+        row = moves.retry_row(occurrence, now, 1, letter.last_error)
+    await store.add_redrive(row, now)
+
+
+async def _written(store: Store, row: Schedule) -> bool:
+    """Whether ``row`` is stored already (an earlier call's redrive landed)."""
+    instance = InstanceKey(row.client_id, row.location.poller_id)
+    loc = row.location
+    async for page in store.read_minute(instance, loc.minute, from_due=loc.due_at):
+        if any(r.schedule_id == row.schedule_id and r.location == loc for r in page):
+            return True
+        if page and page[-1].location.due_at > loc.due_at:
+            return False
+    return False

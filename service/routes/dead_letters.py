@@ -1,0 +1,110 @@
+"""Dead letters: list and read them, redrive one or a page of them (``schema.redrives``).
+
+A redrive writes the fire again, due now or at ``at``, keeping its fire id; each dead letter is
+redriven once: redriving it again answers 200 with the same dead letter (``redriven_at`` and
+``redriven_due_at`` as the first redrive set them) and writes no second fire.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+from aiohttp import web
+from msgspec import UnsetType
+
+from schema import redrives
+from schema.errors import TickdError
+from schema.model import Client, DeadLetter
+from service import dead_letters, keys, params
+from service.errors import Forbidden, json_response
+from service.routes.common import now, read_json
+from service.validation import RedriveRequest, decode, parse_time, to_ms
+from service.views import (
+    DeadLetterList,
+    RedriveError,
+    RedriveResult,
+    dead_letter_id,
+    dead_letter_view,
+)
+
+log = structlog.get_logger("tickd.api")
+_BODY_MAX = 4096
+
+
+Query = params.DeadLetterQuery | params.RedriveQuery
+
+
+def _filter(query: Query, at: datetime, *, unredriven: bool) -> dead_letters.Filter:
+    start = None if isinstance(query.start, UnsetType) else parse_time(query.start, "from")
+    end = None if isinstance(query.end, UnsetType) else parse_time(query.end, "to")
+    start, end = dead_letters.time_range(start, end, at)
+    schedule_id = None if isinstance(query.schedule_id, UnsetType) else query.schedule_id
+    return dead_letters.Filter(start, end, schedule_id, params.cursor(query.cursor), unredriven)
+
+
+async def list_dead_letters(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    query = params.query(params.DeadLetterQuery, request)
+    wanted = _filter(query, now(), unredriven=False)
+    found, cursor = await dead_letters.page(request.app[keys.STORE], client.client_id, wanted, query.limit)
+    return json_response(DeadLetterList([dead_letter_view(letter) for letter in found], cursor))
+
+
+async def get_dead_letter(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    letter_id = params.path(params.DeadLetterPath, request).dead_letter_id
+    letter = await dead_letters.get(request.app[keys.STORE], client.client_id, letter_id)
+    return json_response(dead_letter_view(letter))
+
+
+async def _redriver(request: web.Request) -> tuple[Client, datetime]:
+    """The client (active: a redrive writes a fire, as a create does) and when the fires are due."""
+    client = await request.app[keys.AUTH].client(request)
+    if not client.active:
+        raise Forbidden("this client is deactivated and cannot redrive", code="client_inactive")
+    at = now()
+    if not request.body_exists:
+        return client, at
+    body = decode(RedriveRequest, await read_json(request, _BODY_MAX))
+    due = at if isinstance(body.at, UnsetType) else to_ms(parse_time(body.at, "at"))
+    return client, max(due, at)
+
+
+async def _redrive(request: web.Request, letter: DeadLetter, due_at: datetime) -> DeadLetter:
+    marked = await redrives.redrive(request.app[keys.STORE], letter, due_at, now())
+    log.info("dead_letter_redriven", client_id=letter.client_id, fire_id=letter.fire_id)
+    return marked
+
+
+async def redrive_dead_letter(request: web.Request) -> web.Response:
+    letter_id = params.path(params.DeadLetterPath, request).dead_letter_id
+    client, due_at = await _redriver(request)
+    letter = await dead_letters.get(request.app[keys.STORE], client.client_id, letter_id)
+    request.app[keys.LIMITER].take(client.client_id)
+    return json_response(dead_letter_view(await _redrive(request, letter, due_at)))
+
+
+async def redrive_dead_letters(request: web.Request) -> web.Response:
+    query = params.query(params.RedriveQuery, request)
+    client, due_at = await _redriver(request)
+    wanted = _filter(query, due_at, unredriven=True)
+    found, cursor = await dead_letters.page(request.app[keys.STORE], client.client_id, wanted, query.limit)
+    request.app[keys.LIMITER].take(client.client_id, max(1, len(found)))
+    done, errors = [], []
+    for letter in found:
+        try:
+            done.append(dead_letter_view(await _redrive(request, letter, due_at)))
+        except TickdError as exc:
+            if exc.retriable:
+                raise  # the store is unavailable: the caller retries; redrives are idempotent
+            errors.append(RedriveError(dead_letter_id(letter), exc.code, exc.message))
+    return json_response(RedriveResult(done, errors, cursor))
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/v1/dead-letters", list_dead_letters, allow_head=False)
+    app.router.add_post("/v1/dead-letters/redrive", redrive_dead_letters)
+    one = "/v1/dead-letters/{dead_letter_id:(?!redrive$)[^/]+}"
+    app.router.add_get(one, get_dead_letter, allow_head=False)
+    app.router.add_post(one + "/redrive", redrive_dead_letter)
