@@ -20,8 +20,16 @@ def assign(instances: Iterable[InstanceKey], node_ids: Iterable[str]) -> dict[In
     nodes = sorted(set(node_ids))
     if not nodes:
         return {}
-    ring = _ring(tuple(nodes))
-    return {instance: ring.get_node(str(instance)) for instance in instances}
+    members = tuple(nodes)
+    return {instance: _owner(members, str(instance)) for instance in instances}
+
+
+@lru_cache(maxsize=65536)
+def _owner(nodes: tuple[str, ...], instance: str) -> str:
+    """One instance's node for one membership: each reconcile tick asks again for every instance, and an
+    md5 per instance per tick adds up when a node runs thousands of them."""
+    owner: str = _ring(nodes).get_node(instance)
+    return owner
 
 
 @lru_cache(maxsize=32)
