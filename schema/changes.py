@@ -1,4 +1,4 @@
-"""A client's changes of a schedule (reschedule, cancel), written once for both store adapters.
+"""A client's changes of a schedule (reschedule, cancel, pause, resume), written once for both store adapters.
 
 A change is two requests: the pointer's compare-and-set, then one logged batch with its rows. When the
 batch is lost (the API process dies, or the request times out and the API answers 503), the pointer is
@@ -37,18 +37,23 @@ class Base:
     stale: tuple[Location, ...] = ()
 
 
+# The statuses of a row a client change can move on from (a paused row is resumed by one).
+_LIVE = (Status.SCHEDULED, Status.MOVED, Status.PAUSED)
+
+
 def abandoned(current: Schedule, ref: ScheduleRef, live: Schedule | None, target: Schedule | None) -> bool:
     """Whether ``ref`` is ahead of ``current`` because a client change moved the pointer and its rows
     never landed. ``live``: the row stored at ``current``'s location; ``target``: the one at the
     pointer's (the same row when the change kept the location; None: not there)."""
     if ref.version <= current.version or ref.changed_version != ref.version:
         return False  # not ahead, or ahead by a poller's move (finished by its instance)
-    if live is None or live.version != current.version or live.status not in (Status.SCHEDULED, Status.MOVED):
+    if live is None or live.version != current.version or live.status not in _LIVE:
         return False  # the caller's row is not the stored one, or it fired, failed or was cancelled
     if ref.location == current.location:
         # A cancel (or a change keeping the due time) whose writes did not land: landed, the row would
-        # carry its status or its version.
-        return live.status is Status.SCHEDULED
+        # carry its status or its version. A paused row carries its pause's version, so one still at
+        # ``current``'s is a change after the pause (a resume in place, a cancel) that did not land.
+        return live.status in (Status.SCHEDULED, Status.PAUSED)
     return ref.previous == current.location and target is None
 
 
@@ -69,7 +74,8 @@ def change_base(
 
 
 class ClientChanges:
-    """``cancel_schedule`` and ``replace_schedule`` over an adapter's primitives (mixed in)."""
+    """``cancel_schedule``, ``replace_schedule``, ``pause_schedule`` and ``resume_schedule`` over an
+    adapter's primitives (mixed in)."""
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
         raise NotImplementedError
@@ -103,6 +109,11 @@ class ClientChanges:
     async def _write_cancel(self, current: Schedule, now: datetime, base: Base) -> None:
         raise NotImplementedError
 
+    async def _write_pause(self, current: Schedule, version: int, now: datetime, base: Base) -> None:
+        """``current``'s row paused at ``version`` (status and version, at ``base.write_ts``), its hot
+        mark and the fences of ``base``: as ``_write_cancel``."""
+        raise NotImplementedError
+
     def _write_clock(self) -> int:
         """A write timestamp (µs) as this process's requests get them."""
         raise NotImplementedError
@@ -123,6 +134,22 @@ class ClientChanges:
         await self._bump_ref(current, current.location, version, now, base=base)
         await self._write_cancel(current, now, base)
         return dataclasses.replace(current, status=Status.CANCELLED, version=version)
+
+    async def pause_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        """Pause ``current`` where it is: its row stays, status paused, at a new version (so a poller's
+        chain from it, or a move, loses its compare-and-set). ``Conflict`` if it changed meanwhile."""
+        base = await self._change_base(current)
+        version = base.version + 1
+        await self._bump_ref(current, current.location, version, now, base=base)
+        await self._write_pause(current, version, now, base)
+        return dataclasses.replace(current, status=Status.PAUSED, version=version)
+
+    async def resume_schedule(self, current: Schedule, resumed: Schedule, now: datetime) -> Schedule:
+        """Resume paused ``current`` as ``resumed`` (its next fire: a new row, or the same one scheduled
+        again), as a client change. ``Conflict`` if it is not paused or changed meanwhile."""
+        if current.status is not Status.PAUSED:
+            raise Conflict("the schedule is not paused")
+        return await self.replace_schedule(current, resumed, now)
 
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
         base = await self._change_base(current)

@@ -23,6 +23,10 @@ class Status(enum.StrEnum):
     CANCELLED = "cancelled"
     # The row was superseded by a reschedule; the schedule lives on at its new location.
     MOVED = "moved"
+    # The client paused the schedule: pollers fire only scheduled rows, so this one waits for a resume.
+    PAUSED = "paused"
+    # Runs only: an occurrence of a recurring schedule that fell while it was paused (never fired).
+    SKIPPED = "skipped"
 
 
 class HttpCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="http"):

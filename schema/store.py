@@ -79,6 +79,15 @@ class ScheduleStore(Protocol):
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
         """Move/modify ``current`` into ``updated`` (a new version). Raises ``Conflict`` if it changed."""
 
+    async def pause_schedule(self, current: Schedule, now: datetime) -> Schedule:
+        """Mark ``current`` paused (a client change: a new version). ``Conflict`` if it changed."""
+
+    async def resume_schedule(self, current: Schedule, resumed: Schedule, now: datetime) -> Schedule:
+        """Replace paused ``current`` by ``resumed`` (scheduled). ``Conflict`` if not paused or changed."""
+
+    async def add_runs(self, client_id: str, schedule_id: UUID, runs: Sequence[Run]) -> None:
+        """Write runs of a schedule as given (e.g. the occurrences a pause skipped), with the retention TTL."""
+
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
     ) -> Schedule:

@@ -200,6 +200,32 @@ OPERATIONS: tuple[Op, ...] = (
         (400, 401, 404, 409, 503),
     ),
     Op(
+        "post",
+        "/v1/schedules/{schedule_id}/pause",
+        "Pause a schedule: it fires nothing until resumed (pausing a paused one is 200)",
+        "schedules",
+        200,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 404, 409, 503),
+        description="409 already_cancelled, already_fired, or fire_imminent (a one-time schedule within "
+        "TICKD_MUTATION_GUARD_S of its due time).",
+    ),
+    Op(
+        "post",
+        "/v1/schedules/{schedule_id}/resume",
+        "Resume a paused schedule from now on; the occurrences missed are recorded in its runs as skipped",
+        "schedules",
+        200,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 404, 409, 503),
+        description="A recurring schedule goes on with its first occurrence at or after now; a one-time one "
+        "fires at its time, or now if that passed. 409 not_paused.",
+    ),
+    Op(
         "get",
         "/v1/dead-letters",
         "List dead letters (fires that failed for good), newest first, paged",

@@ -33,7 +33,7 @@ Limit = Annotated[int, Meta(ge=1, le=1000, description="1-1000, default 100")]
 class ListQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
     start: Moment
     end: Moment
-    status: Literal["scheduled", "succeeded", "failed", "cancelled"] | UnsetType = UNSET
+    status: Literal["scheduled", "succeeded", "failed", "cancelled", "paused"] | UnsetType = UNSET
     limit: Limit = 100
     cursor: Cursor | UnsetType = UNSET
 

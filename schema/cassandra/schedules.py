@@ -28,6 +28,7 @@ from schema.model import (
     IdempotencyKey,
     InstanceKey,
     Location,
+    Run,
     Schedule,
     ScheduleRef,
     Status,
@@ -237,6 +238,16 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
         await self._db.batch(writes, logged=len(writes) > 1)
 
+    async def _write_pause(self, current: Schedule, version: int, now: datetime, base: changes.Base) -> None:
+        loc, retention_s = current.location, self.settings.retention_s
+        _, values = status_write(
+            current.client_id, current.schedule_id, loc, Status.PAUSED, now, retention_s, base.write_ts
+        )
+        writes: list[Write] = [("set_status_version", {**values, "version": version})]
+        writes += hot_mark(current.instance, loc, now, self.settings.hot_window_s)
+        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
+        await self._db.batch(writes, logged=len(writes) > 1)
+
     def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
         """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
         writes = []
@@ -400,6 +411,30 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         if row.options is not None and row.options.in_runs:
             retention_s = self.settings.retention_s
             await self._db.write(*runs.waiting_run(row, Status.SCHEDULED, None, row.last_error, retention_s))
+
+    async def add_runs(self, client_id: str, schedule_id: UUID, runs: Sequence[Run]) -> None:
+        """Runs as given, in one single-partition batch (the runs of one schedule share a partition)."""
+        writes: list[Write] = [
+            (
+                "record_run",
+                {
+                    "client_id": client_id,
+                    "schedule_id": schedule_id,
+                    "nominal_at": r.nominal_at,
+                    "seq": r.seq or UNSET_VALUE,
+                    "status": r.status.value,
+                    "attempts": r.attempts,
+                    "fired_at": unset_if_none(r.fired_at),
+                    "last_error": unset_if_none(r.last_error),
+                    "events": UNSET_VALUE,
+                    "window_ms": UNSET_VALUE,
+                    "ttl": self.settings.retention_s,
+                },
+            )
+            for r in runs
+        ]
+        if writes:
+            await self._db.batch(writes, logged=False)
 
     async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
         return [

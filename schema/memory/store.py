@@ -338,6 +338,16 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
         await self._db.batch(writes, logged=len(writes) > 1)
 
+    async def _write_pause(self, current: Schedule, version: int, now: datetime, base: changes.Base) -> None:
+        loc = current.location
+        key = _row_key(current.client_id, current.schedule_id, loc)
+        values = {"status": Status.PAUSED.value, "version": version}
+        ttl = self._ttl(loc.due_at, now)
+        writes = [Write("set_status_version", t.SCHEDULES, key, values, ttl_s=ttl, timestamp=base.write_ts)]
+        writes += self._hot_mark(current.instance, loc, now)
+        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
+        await self._db.batch(writes, logged=len(writes) > 1)
+
     def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
         """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
         writes = []
@@ -476,6 +486,19 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             window_ms=window_ms or None,
         )
         return self._run(s.client_id, s.public_id, s.fire_at, values)
+
+    async def add_runs(self, client_id: str, schedule_id: UUID, runs: Sequence[Run]) -> None:
+        writes = [
+            self._run(
+                client_id,
+                schedule_id,
+                r.nominal_at,
+                _set(seq=r.seq or None, status=r.status.value, attempts=r.attempts, fired_at=r.fired_at),
+            )
+            for r in runs
+        ]
+        if writes:
+            await self._db.batch(writes, logged=False)
 
     async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
         upper = norm(before if before is not None else _FAR_FUTURE)

@@ -24,7 +24,7 @@ from schema import recurrence as rec
 from schema import timing
 from schema.errors import Conflict, NotFound, TickdError
 from schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
-from service import budgets, idempotency, keys, params, recurring
+from service import budgets, idempotency, keys, params, pauses, recurring
 from service.confirm import confirmed
 from service.creates import groups
 from service.errors import Forbidden, Invalid, json_response, status_of
@@ -51,6 +51,7 @@ from service.views import (
     PreviewView,
     RunList,
     ScheduleList,
+    public_status,
     run_view,
     schedule_view,
 )
@@ -276,7 +277,8 @@ def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> fl
         raise conflict("the schedule is cancelled", "already_cancelled")
     if schedule.status in (Status.SUCCEEDED, Status.FAILED):
         raise conflict("the schedule has already fired", "already_fired")
-    if schedule.repeat is not None:
+    if schedule.repeat is not None or schedule.status is Status.PAUSED:
+        # A paused row does not fire (pollers fire only scheduled rows): no fire to race with.
         return None  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
     guard_s = request.app[keys.SETTINGS].mutation_guard_s
     left_s = (schedule.location.due_at - at).total_seconds() - guard_s
@@ -413,6 +415,8 @@ async def patch_schedule(request: web.Request) -> web.Response:
     changes = await _changes(request, client, patch)
 
     async def change(client: Client, current: Schedule) -> Schedule:
+        if current.status is Status.PAUSED:
+            raise conflict("the schedule is paused; resume it first", "schedule_paused")
         at = now()
         updated = _updated(settings, client, current, changes, _timing(request, current, patch, at), at)
         left_s = _check_mutable(request, current, at)
@@ -423,6 +427,42 @@ async def patch_schedule(request: web.Request) -> web.Response:
     updated = await _retrying_races(request, change)
     log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))
     return json_response(schedule_view(updated))
+
+
+async def pause_schedule(request: web.Request) -> web.Response:
+    """Pause: the schedule fires nothing until resumed. Pausing a paused schedule is 200 (idempotent)."""
+
+    async def pause(client: Client, current: Schedule) -> Schedule:
+        if current.status is Status.PAUSED:
+            return current
+        at = now()
+        left_s = _check_mutable(request, current, at)
+        paused = request.app[keys.STORE].pause_schedule(current, at)
+        return await _confirmed(request, at, [current.location.due_at], left_s, paused)
+
+    paused = await _retrying_races(request, pause)
+    log.info("schedule_paused", client_id=paused.client_id, schedule_id=str(paused.schedule_id))
+    return json_response(schedule_view(paused))
+
+
+async def resume_schedule(request: web.Request) -> web.Response:
+    """Resume a paused schedule (``service.pauses``); 409 ``not_paused`` for one that is not."""
+
+    async def resume(client: Client, current: Schedule) -> Schedule:
+        if current.status is not Status.PAUSED:
+            raise conflict(f"the schedule is not paused (it is {public_status(current.status)})", "not_paused")
+        at = now()
+        store, plan = request.app[keys.STORE], pauses.resume(current, client, at)
+        if plan.skipped:
+            await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
+        if plan.resumed is None:
+            return await store.cancel_schedule(current, at)  # the rule has nothing left: it ends
+        written = store.resume_schedule(current, plan.resumed, at)
+        return await _confirmed(request, at, [plan.resumed.location.due_at], None, written)
+
+    resumed = await _retrying_races(request, resume)
+    log.info("schedule_resumed", client_id=resumed.client_id, schedule_id=str(resumed.schedule_id))
+    return json_response(schedule_view(resumed))
 
 
 def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, datetime]:
@@ -486,3 +526,5 @@ def setup(app: web.Application) -> None:
     app.router.add_get(one + "/runs", schedule_runs, allow_head=False)
     app.router.add_patch(one, patch_schedule)
     app.router.add_delete(one, cancel_schedule)
+    app.router.add_post(one + "/pause", pause_schedule)
+    app.router.add_post(one + "/resume", resume_schedule)

@@ -1,0 +1,69 @@
+"""What a resume writes: a paused schedule's next fire from the resume time on, and the occurrences of
+a recurring schedule that fell while it was paused (recorded in its runs as skipped, never fired).
+
+- Recurring: the timeline goes on from the resume time: the first occurrence at or after it (not the
+  ones missed). Each skipped occurrence counts towards ``max_fires`` (the timeline's occurrence number
+  goes on), and the last ``MAX_SKIPPED_RUNS`` of them are written as skipped runs. A rule with no
+  occurrence left (``end_at`` passed, ``max_fires`` spent) ends the schedule: it is cancelled.
+- One-time: its fire keeps its time (and fire id): due then if still ahead, due now if it passed while
+  the schedule was paused.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from datetime import datetime
+
+from schema import recurrence as rec
+from schema import timing
+from schema.model import Client, Location, Run, Schedule, Status
+from service import recurring
+
+MAX_SKIPPED_RUNS = 100
+# Occurrences walked one by one (a long pause of a frequent rule): past these, straight to the next one.
+_MAX_STEPS = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+    resumed: Schedule | None  # None: the rule has no occurrence left
+    skipped: list[Run]
+
+
+def resume(current: Schedule, client: Client, at: datetime) -> Resumption:
+    """The resume at ``at`` of paused ``current`` (the fire that was next when it was paused)."""
+    if current.repeat is None:
+        return Resumption(placed_again(current, client, current.fire_at, current.seq, at), [])
+    recurrence = current.repeat.recurrence()
+    nominal: datetime | None = current.fire_at
+    seq = current.seq
+    skipped: collections.deque[Run] = collections.deque(maxlen=MAX_SKIPPED_RUNS)
+    for _ in range(_MAX_STEPS):
+        if nominal is None or nominal >= at:
+            break
+        skipped.append(Run(nominal, Status.SKIPPED, 0, None, seq=seq))
+        nominal = rec.next_fire(recurrence, nominal, fired=seq)
+        seq += 1
+    if nominal is not None and nominal < at:
+        nominal = rec.next_fire(recurrence, at, fired=seq)
+    resumed = None if nominal is None else placed_again(current, client, nominal, seq, at)
+    return Resumption(resumed, list(skipped))
+
+
+def placed_again(current: Schedule, client: Client, nominal: datetime, seq: int, at: datetime) -> Schedule:
+    """``current``'s fire at ``nominal``, scheduled again (off a draining poller if it was on one)."""
+    poller_id = current.location.poller_id
+    if poller_id >= client.poller_count:
+        poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
+    location = Location(poller_id, recurring.due_at(current.schedule_id, nominal, current.options, at))
+    return dataclasses.replace(
+        current,
+        location=location,
+        fire_at=nominal,
+        seq=seq,
+        status=Status.SCHEDULED,
+        attempts=0,
+        fired_at=None,
+        last_error=None,
+    )
