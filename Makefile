@@ -7,17 +7,33 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lint test test-unit run dev migrate bench-api bench-fire clean simulate test-cluster chromium
+.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire clean simulate test-cluster chromium
 
 install: $(STAMP)
 
-# Reinstall only when the dependencies change.
-$(STAMP): pyproject.toml sdk/python/pyproject.toml
+# Reinstall only when the dependencies change. Every package comes from the lock file, pinned and hash-checked;
+# tickd and the SDK are then installed editable with --no-deps, so nothing unpinned comes along, and
+# `pip check` fails the install if the lock no longer satisfies pyproject.toml (run `make lock`).
+$(STAMP): pyproject.toml sdk/python/pyproject.toml requirements/lock.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pip install -q -e '.[test]'
-	$(BIN)/pip install -q -e sdk/python
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pip install -q --require-hashes -r requirements/lock.txt
+	$(BIN)/pip install -q --no-deps -e . -e sdk/python
+	$(BIN)/pip check
 	touch $(STAMP)
+
+# Refresh the lock files from pyproject.toml and sdk/python/pyproject.toml, for Python 3.11 on Linux x86_64:
+# requirements/lock.txt (runtime + test extras + the SDK: what make install installs) and requirements/runtime.txt
+# (runtime only, the same versions: what the image installs). Pins that still fit are kept; UPGRADE=1 moves
+# every package to the newest version pyproject allows. Installs nothing but uv (pinned) in $(VENV).
+UV_VERSION := 0.13.9
+LOCK_FLAGS = --quiet --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes \
+	--custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade)
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q 'uv==$(UV_VERSION)'
+	$(BIN)/uv pip compile $(LOCK_FLAGS) --extra test -o requirements/lock.txt pyproject.toml sdk/python/pyproject.toml
+	$(BIN)/uv pip compile $(LOCK_FLAGS) -c requirements/lock.txt -o requirements/runtime.txt pyproject.toml
 
 lint: install
 	$(BIN)/ruff check schema service poller tests bench sdk
