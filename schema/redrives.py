@@ -4,7 +4,7 @@
 A dead letter is redriven once: the compare-and-set that marks it records the due time of the new
 fire, and every call (the first, a repeat, a retry after a lost answer) then makes sure that one fire
 is written, never a second one.
-- A one-time schedule's fire moves as a durable retry does (``requeue_schedule``): a new row due then,
+- A one-time schedule's fire (a trigger's too) moves as a durable retry does (``requeue_schedule``): a new row due then,
   the pointer moved to it (GET shows it scheduled), the failed row marked moved.
 - A recurring schedule's pointer has moved on to a later occurrence, so the fire gets a row of its own,
   as a retry of an occurrence does (``moves.retry_row``: its id derived from the fire id, ``retry_of``
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from schema import moves, timing
+from schema import moves, timing, triggers
 from schema.errors import Conflict, NotFound
 from schema.model import DeadLetter, InstanceKey, Schedule, Status
 from schema.store import Store
@@ -47,7 +47,7 @@ async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datet
     marked = await store.mark_redriven(letter, now, timing.truncate_ms(due_at))
     if marked is None or marked.redriven_due_at is None:
         raise NotFound("no such dead letter", field="dead_letter_id")
-    current = await store.get_schedule(letter.client_id, letter.schedule_id)
+    current = await _fire_owner(store, marked, nominal)
     if current is None:
         raise _conflict("the schedule of this dead letter has expired", "schedule_gone")
     if current.repeat is None:
@@ -55,6 +55,15 @@ async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datet
     else:
         await _recurring(store, current, marked, nominal, now)
     return marked
+
+
+async def _fire_owner(store: Store, letter: DeadLetter, nominal: datetime) -> Schedule | None:
+    """The schedule whose fire failed: a trigger of the letter's schedule (``schema.triggers``), whose
+    dead letter carries its schedule's id, else that schedule."""
+    trigger = await store.get_schedule(letter.client_id, triggers.trigger_id(letter.schedule_id, nominal))
+    if trigger is not None and trigger.fire_id == letter.fire_id:
+        return trigger
+    return await store.get_schedule(letter.client_id, letter.schedule_id)
 
 
 async def _one_time(store: Store, current: Schedule, letter: DeadLetter, now: datetime) -> None:

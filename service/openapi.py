@@ -226,6 +226,21 @@ OPERATIONS: tuple[Op, ...] = (
         "fires at its time, or now if that passed. 409 not_paused.",
     ),
     Op(
+        "post",
+        "/v1/schedules/{schedule_id}/trigger",
+        "Fire the schedule once more now, without moving its timeline: a one-time trigger of its own",
+        "schedules",
+        201,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 403, 404, 409, 422, 429, 503),
+        headers=params.CreateHeaders,
+        description="The trigger has its own schedule id (trigger_of: the schedule) and fire id "
+        "(<schedule_id>:<trigger time ms>), the schedule's payload and callback. Idempotency-Key as on a "
+        "create (a replay answers 200). 409 already_cancelled.",
+    ),
+    Op(
         "get",
         "/v1/dead-letters",
         "List dead letters (fires that failed for good), newest first, paged",
@@ -424,7 +439,7 @@ def _operation(op: Op) -> dict[str, Any]:
     out["responses"] = {str(op.ok): ok, **{str(s): _error_response(s) for s in sorted(_errors(op))}}
     if op.response is views.PolicyView and op.method == "put":
         out["responses"]["200"] = {"description": "Replaced", "content": ok["content"]}
-    if op.path == "/v1/schedules" and op.method == "post":
+    if op.path in ("/v1/schedules", "/v1/schedules/{schedule_id}/trigger") and op.method == "post":
         out["responses"]["200"] = {"description": "Replayed (Idempotency-Key)", "content": ok["content"]}
     out["security"] = [{op.auth: []}] if op.auth else []
     return out

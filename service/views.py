@@ -90,6 +90,8 @@ class ScheduleView(Struct, omit_defaults=True):
     events: int | UnsetType = UNSET
     window_s: float | UnsetType = UNSET
     throttle: str | UnsetType = UNSET
+    # A trigger (POST /v1/schedules/{id}/trigger): the schedule it is an extra fire of.
+    trigger_of: UUID | UnsetType = UNSET
 
 
 class ScheduleList(Struct):
@@ -296,6 +298,7 @@ def schedule_view(s: Schedule) -> ScheduleView:
         events=options.events if options and options.batch else UNSET,
         window_s=options.window_ms / 1000 if options and options.window_ms else UNSET,
         throttle=options.throttle if options and options.throttle else UNSET,
+        trigger_of=options.retry_of if options and options.retry_of and not options.repeat else UNSET,
     )
 
 

@@ -21,7 +21,7 @@ from aiohttp import web
 from msgspec import UNSET, UnsetType
 
 from schema import recurrence as rec
-from schema import timing
+from schema import timing, triggers
 from schema.errors import Conflict, NotFound, TickdError
 from schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
 from service import budgets, idempotency, keys, params, pauses, recurring
@@ -465,6 +465,53 @@ async def resume_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(resumed))
 
 
+async def trigger_schedule(request: web.Request) -> web.Response:
+    """One extra fire of the schedule now (``service.triggers``): 201 with the trigger, a one-time schedule
+    of its own. An Idempotency-Key makes a retried request answer 200 with the same trigger."""
+    client = await _creator(request)
+    key = _idempotency_key(request)
+    store, at = request.app[keys.STORE], now()
+    parent = await store.get_schedule(client.client_id, _schedule_id(request))
+    if parent is None:
+        raise NotFound("no such schedule", field="schedule_id")
+    if parent.status is Status.CANCELLED:
+        raise conflict("the schedule is cancelled", "already_cancelled")
+    request.app[keys.LIMITER].take(client.client_id)
+    if key is not None:
+        digest = idempotency.request_digest(request.method, request.path, b"null")  # no body
+        own = triggers.trigger_id(parent.schedule_id, at)
+        bound = await store.reserve_idempotency_key(IdempotencyKey(client.client_id, key, own, digest, at))
+        if bound.schedule_id != own:
+            replayed = await _trigger_reserved(request, bound, digest)
+            if replayed is not None:
+                return replayed
+            at = bound.created_at or at  # the first request's trigger, rebuilt: the same id
+    trigger = triggers.trigger_row(client, parent, at)
+    await _confirmed(request, at, [at], None, request.app[keys.CREATES].create(trigger, now()))
+    log.info(
+        "schedule_triggered",
+        client_id=client.client_id,
+        schedule_id=str(parent.schedule_id),
+        trigger_id=str(trigger.schedule_id),
+    )
+    return json_response(schedule_view(trigger), 201)
+
+
+async def _trigger_reserved(request: web.Request, bound: IdempotencyKey, digest: str) -> web.Response | None:
+    """A key another request reserved: its trigger replayed (200), or None to write it (taken over)."""
+    idempotency.check_same_request(bound, digest)
+    settings, at = request.app[keys.SETTINGS], now()
+    takeover = idempotency.abandoned(bound, at, settings.idempotency_takeover_s)
+    existing = await idempotency.written(
+        request.app[keys.STORE], bound, 0.0 if takeover else settings.idempotency_wait_s
+    )
+    if existing is not None:
+        return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
+    if not takeover:
+        raise idempotency.in_progress(bound, now(), settings.idempotency_takeover_s)
+    return None
+
+
 def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, datetime]:
     start, end = parse_time(query.start, "from"), parse_time(query.end, "to")
     if not 0 < (end - start).total_seconds() <= max_range_s:
@@ -528,3 +575,4 @@ def setup(app: web.Application) -> None:
     app.router.add_delete(one, cancel_schedule)
     app.router.add_post(one + "/pause", pause_schedule)
     app.router.add_post(one + "/resume", resume_schedule)
+    app.router.add_post(one + "/trigger", trigger_schedule)
