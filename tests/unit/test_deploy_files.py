@@ -142,3 +142,79 @@ def test_procfile_pollers_do_not_collide() -> None:
     for key in ("TICKD_NODE_ID", "TICKD_METRICS_PORT"):
         values = [re.search(rf"{key}=(\S+)", ln) for ln in pollers]
         assert all(values) and len({v.group(1) for v in values if v}) == len(pollers), key
+
+
+LOCK = ROOT / "requirements" / "lock.txt"
+RUNTIME_LOCK = ROOT / "requirements" / "runtime.txt"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """name -> version of every package in a lock file, each checked to carry at least one hash."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    hashed: set[str] = set()
+    name = ""
+    for line in path.read_text().splitlines():
+        if match := _PIN.match(line):
+            name = canonicalize_name(match.group(1))
+            assert name not in pins, f"{path.name}: {name} pinned twice"
+            pins[name] = match.group(2)
+        elif line.strip().startswith("--hash=sha256:"):
+            hashed.add(name)
+        elif line and not line.startswith(("#", " ")):
+            raise AssertionError(f"{path.name}: not a pin: {line!r}")
+    assert set(pins) <= hashed, f"{path.name}: pinned without a hash: {sorted(set(pins) - hashed)}"
+    return pins
+
+
+def _requirements(pyproject: Path, extra: str | None = None) -> list[Any]:
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads(pyproject.read_text())["project"]
+    found = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    return [Requirement(r) for r in found]
+
+
+def test_dockerfile_installs_the_committed_runtime_lock_with_hashes_then_tickd_without_deps() -> None:
+    text = DOCKERFILE.read_text()
+    copied = re.search(r"^COPY (\S+) \./requirements\.txt$", text, re.M)
+    assert copied, "the Dockerfile must copy a committed lock file to requirements.txt"
+    assert (ROOT / copied.group(1)).resolve() == RUNTIME_LOCK
+    install = next(ln for ln in text.splitlines() if "-r requirements.txt" in ln)
+    assert "--require-hashes" in install, install
+    assert text.index(copied.group(0)) < text.index("COPY schema")
+    assert re.search(r"^RUN pip wheel .*--no-deps .* \.$", text, re.M), "tickd itself must be built with --no-deps"
+    assert "--no-index" in next(ln for ln in text.splitlines() if ln.startswith("RUN pip install"))
+
+
+def test_lock_files_pin_every_dependency_within_pyproject_and_the_image_gets_no_test_tools() -> None:
+    from packaging.utils import canonicalize_name
+
+    lock, runtime = _pins(LOCK), _pins(RUNTIME_LOCK)
+    tickd, sdk = ROOT / "pyproject.toml", ROOT / "sdk" / "python" / "pyproject.toml"
+    wanted = {
+        LOCK: [*_requirements(tickd), *_requirements(tickd, "test"), *_requirements(sdk)],
+        RUNTIME_LOCK: _requirements(tickd),
+    }
+    for path, requirements in wanted.items():
+        pins = lock if path == LOCK else runtime
+        for requirement in requirements:
+            name = canonicalize_name(requirement.name)
+            assert name in pins, f"{path.name} lacks {name}: run make lock"
+            assert requirement.specifier.contains(pins[name], prereleases=True), (
+                f"{path.name}: {name}=={pins[name]} is outside {requirement}: run make lock"
+            )
+    assert {n: lock.get(n) for n in runtime} == runtime, "the image must get the versions make install tests with"
+    tools = {canonicalize_name(r.name) for r in _requirements(tickd, "test")}
+    assert not tools & set(runtime), f"test tools in the image's lock: {sorted(tools & set(runtime))}"
+
+
+def test_make_install_installs_from_the_lock_and_reinstalls_when_it_changes() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    stamp = re.search(r"^\$\(STAMP\): (.*)$", makefile, re.M)
+    assert stamp and "requirements/lock.txt" in stamp.group(1).split()
+    assert re.search(r"pip install .*--require-hashes -r requirements/lock\.txt", makefile)
+    editable = re.search(r"pip install .*-e \. .*$", makefile, re.M)
+    assert editable and "--no-deps" in editable.group(0)
