@@ -434,6 +434,17 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class BusinessKey:
+    """A client's business key and the one schedule it names (``PUT /v1/schedules/by-key/{key}``),
+    pointed at it at ``claimed_at``."""
+
+    client_id: str
+    key: str
+    schedule_id: UUID
+    claimed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Page:
     """One page of a listing and the opaque cursor for the next (None at the end)."""
 

@@ -12,6 +12,7 @@ from typing import Protocol
 from uuid import UUID
 
 from schema.model import (
+    BusinessKey,
     Chained,
     Checkpoint,
     Claim,
@@ -143,6 +144,17 @@ class ScheduleStore(Protocol):
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         """Write fire results, one single-partition batch per partition, with the retention TTL."""
+
+    async def get_business_key(self, client_id: str, key: str) -> BusinessKey | None:
+        """The schedule a client's business key names, or None if the key is new."""
+
+    async def claim_business_key(self, claim: BusinessKey) -> BusinessKey | None:
+        """Point a new key at ``claim.schedule_id`` unless it exists (compare-and-set): the key as it
+        stands after the call (``claim`` itself if it was free)."""
+
+    async def move_business_key(self, seen: BusinessKey, claim: BusinessKey) -> BusinessKey | None:
+        """Point the key at ``claim.schedule_id`` if it still names ``seen.schedule_id`` (compare-and-set):
+        the key as it stands after the call."""
 
     async def add_dead_letter(self, letter: DeadLetter) -> None: ...
 

@@ -21,7 +21,7 @@ from service.creates import CreateCombiner
 from service.errors import Handler, error_middleware
 from service.limits import RateLimiter
 from service.metrics import ApiMetrics
-from service.routes import admin, clients, dead_letters, ops, schedules, throttle, ui
+from service.routes import admin, clients, dead_letters, keyed, ops, schedules, throttle, ui
 from service.settings import ApiSettings
 from service.targets import TargetGuard
 from service.validation import request_types
@@ -70,7 +70,7 @@ def create_app(
         _use_store(app, store)
     else:
         app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
-    for routes in (clients, schedules, dead_letters, throttle, ops, admin, ui):
+    for routes in (clients, schedules, keyed, dead_letters, throttle, ops, admin, ui):
         routes.setup(app)
     return app
 

@@ -241,6 +241,42 @@ OPERATIONS: tuple[Op, ...] = (
         "create (a replay answers 200). 409 already_cancelled.",
     ),
     Op(
+        "put",
+        "/v1/schedules/by-key/{key}",
+        "Create or replace the one live schedule of a business key",
+        "schedules",
+        200,
+        views.ScheduleView,
+        validation.ScheduleCreate,
+        "client",
+        (*_V, 403, 409, 413, 422, 429, 503),
+        description="The body is a create's. 201 when it creates the key's schedule (a new key, or its "
+        "schedule fired or was cancelled), 200 when it replaces it (a client change: 409 fire_imminent within "
+        "the mutation guard, schedule_paused, conflict after concurrent PUTs won every retry, key_in_progress).",
+    ),
+    Op(
+        "get",
+        "/v1/schedules/by-key/{key}",
+        "Get the schedule of a business key",
+        "schedules",
+        200,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 404, 503),
+    ),
+    Op(
+        "delete",
+        "/v1/schedules/by-key/{key}",
+        "Cancel the schedule of a business key (idempotent); the next PUT creates a new one",
+        "schedules",
+        200,
+        views.ScheduleView,
+        None,
+        "client",
+        (400, 401, 404, 409, 503),
+    ),
+    Op(
         "get",
         "/v1/dead-letters",
         "List dead letters (fires that failed for good), newest first, paged",
@@ -404,6 +440,7 @@ _PATHS: dict[str, type[Any]] = {
     "name": params.PolicyPath,
     "event_id": params.EventPath,
     "dead_letter_id": params.DeadLetterPath,
+    "key": params.BusinessKeyPath,
 }
 
 
@@ -439,6 +476,8 @@ def _operation(op: Op) -> dict[str, Any]:
     out["responses"] = {str(op.ok): ok, **{str(s): _error_response(s) for s in sorted(_errors(op))}}
     if op.response is views.PolicyView and op.method == "put":
         out["responses"]["200"] = {"description": "Replaced", "content": ok["content"]}
+    if op.path == "/v1/schedules/by-key/{key}" and op.method == "put":
+        out["responses"]["201"] = {"description": "Created (a new schedule for the key)", "content": ok["content"]}
     if op.path in ("/v1/schedules", "/v1/schedules/{schedule_id}/trigger") and op.method == "post":
         out["responses"]["200"] = {"description": "Replayed (Idempotency-Key)", "content": ok["content"]}
     out["security"] = [{op.auth: []}] if op.auth else []

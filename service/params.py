@@ -93,6 +93,13 @@ class RedriveQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", 
     cursor: Cursor | UnsetType = UNSET
 
 
+BUSINESS_KEY_PATTERN = r"^[A-Za-z0-9._~:@-]{1,128}(?!\n)$"
+
+
+class BusinessKeyPath(Struct, forbid_unknown_fields=True):
+    key: Annotated[str, Meta(pattern=BUSINESS_KEY_PATTERN, description="1-128 of A-Z a-z 0-9 . _ ~ : @ -")]
+
+
 class CreateHeaders(Struct, rename={"idempotency_key": "Idempotency-Key"}):
     idempotency_key: Annotated[str, Meta(pattern=IDEMPOTENCY_KEY_PATTERN)] | UnsetType = UNSET
 

@@ -10,13 +10,14 @@ from schema.cassandra.bridge import Bridge, Statements, build_cluster, connect_r
 from schema.cassandra.clients import ClientRows
 from schema.cassandra.coordination import Coordination, Horizons
 from schema.cassandra.dead_letters import DeadLetters
+from schema.cassandra.keys import BusinessKeys
 from schema.cassandra.runs import Runs
 from schema.cassandra.schedules import Schedules
 from schema.cassandra.throttle import Throttle
 from schema.settings import StoreSettings
 
 
-class CassandraStore(ClientRows, Schedules, DeadLetters, Runs, Throttle, Coordination):
+class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Throttle, Coordination):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``."""
 
     def __init__(self, settings: StoreSettings, cluster: Cluster, session: Session, statements: Statements) -> None:

@@ -24,6 +24,7 @@ from schema.memory.engine import Table, Tables, Values, Write, norm
 from schema.memory.faults import StoreFaults
 from schema.memory.session import Select, Session
 from schema.model import (
+    BusinessKey,
     Checkpoint,
     Claim,
     Client,
@@ -581,6 +582,24 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         if row.options is not None and row.options.in_runs:
             await self._db.write(self._run_write(row, Status.SCHEDULED, None, row.last_error))
 
+    # -- business keys ------------------------------------------------------------------------------
+
+    async def get_business_key(self, client_id: str, key: str) -> BusinessKey | None:
+        rows = await self._db.rows("get_business_key", _one(self.tables, t.SCHEDULE_KEYS, _bkey(client_id, key)))
+        return BusinessKey(client_id, key, rows[0]["schedule_id"], rows[0]["claimed_at"]) if rows else None
+
+    async def claim_business_key(self, claim: BusinessKey) -> BusinessKey | None:
+        values = {"schedule_id": claim.schedule_id, "claimed_at": claim.claimed_at}
+        write = Write("claim_business_key", t.SCHEDULE_KEYS, _bkey(claim.client_id, claim.key), values, insert=True)
+        applied, _ = await self._db.lwt(write, None)
+        return claim if applied else await self.get_business_key(claim.client_id, claim.key)
+
+    async def move_business_key(self, seen: BusinessKey, claim: BusinessKey) -> BusinessKey | None:
+        values = {"schedule_id": claim.schedule_id, "claimed_at": claim.claimed_at}
+        write = Write("move_business_key", t.SCHEDULE_KEYS, _bkey(claim.client_id, claim.key), values)
+        applied, _ = await self._db.lwt(write, {"schedule_id": seen.schedule_id})
+        return claim if applied else await self.get_business_key(claim.client_id, claim.key)
+
     # -- throttle policies and tokens ---------------------------------------------------------------
 
     async def put_policy(self, policy: ThrottlePolicy) -> None:
@@ -707,6 +726,10 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, Any]
         "due_at": loc.due_at,
         "schedule_id": schedule_id,
     }
+
+
+def _bkey(client_id: str, key: str) -> dict[str, Any]:
+    return {"client_id": client_id, "key": key}
 
 
 def _letter(row: Values) -> DeadLetter:

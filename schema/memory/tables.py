@@ -19,3 +19,4 @@ RUNS = Table("runs", ("client_id", "schedule_id"), ("nominal_at",), frozenset({"
 RUN_EVENTS = Table("run_events", ("client_id", "schedule_id", "nominal_at"), ("idx",))
 POLICIES = Table("throttle_policies", ("client_id",), ("name",))
 TOKENS = Table("throttle_tokens", ("client_id", "policy"), ("slot",))
+SCHEDULE_KEYS = Table("schedule_keys", ("client_id", "key"))

@@ -567,8 +567,8 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/v1/schedules/batch", create_batch)
     app.router.add_post("/v1/schedules/preview", preview_schedule)
     app.router.add_get("/v1/schedules", list_schedules, allow_head=False)
-    # "batch" and "preview" are not schedule ids: another method on them is a 405, not a lookup.
-    one = "/v1/schedules/{schedule_id:(?!(?:batch|preview)$)[^/]+}"
+    # "batch", "preview" and "by-key" are not schedule ids: another method on them is a 405, not a lookup.
+    one = "/v1/schedules/{schedule_id:(?!(?:batch|preview|by-key)$)[^/]+}"
     app.router.add_get(one, get_schedule, allow_head=False)
     app.router.add_get(one + "/runs", schedule_runs, allow_head=False)
     app.router.add_patch(one, patch_schedule)

@@ -1,0 +1,153 @@
+"""Upsert by business key: ``PUT``, ``GET`` and ``DELETE /v1/schedules/by-key/{key}``.
+
+One live schedule per (client, key). The key's row (``schedule_keys``) names it; a PUT creates the
+schedule when the key is new, or when the one it names has fired or was cancelled (the key moves to the
+new one with a compare-and-set), and otherwise replaces that schedule's time, payload and callback
+through ``replace_schedule``, a client change like a PATCH (its compare-and-set of the version, the
+mutation guard: 409 ``fire_imminent`` within ``TICKD_MUTATION_GUARD_S`` of the current due time). PUTs
+racing on one key are retried a few times on a fresh read; so the last PUT answered 2xx is the live
+version, and a PUT that lost every try answers 409 ``conflict`` having changed nothing.
+
+A key whose schedule is still being created by another PUT is waited for (up to
+``TICKD_IDEMPOTENCY_WAIT_S``; then 409 ``key_in_progress``); one whose schedule never landed (the
+creating request died) is taken over after ``TICKD_IDEMPOTENCY_TAKEOVER_S``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import structlog
+from aiohttp import web
+
+from schema.errors import Conflict, NotFound
+from schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
+from service import idempotency, keys, params
+from service.errors import json_response
+from service.routes.common import conflict, now, read_json
+from service.routes.schedules import (
+    _BODY_OVERHEAD,
+    _build,
+    _check_mutable,
+    _confirmed,
+    _creator,
+)
+from service.validation import ScheduleCreate, decode
+from service.views import schedule_view
+
+log = structlog.get_logger("tickd.api")
+_RETRIES = 8
+_ENDED = (Status.CANCELLED, Status.SUCCEEDED, Status.FAILED)
+
+
+def _key(request: web.Request) -> str:
+    return params.path(params.BusinessKeyPath, request).key
+
+
+async def _holder(request: web.Request, client: Client, key: str) -> tuple[BusinessKey | None, Schedule | None]:
+    """The key's row and the schedule it names; waits for one another PUT is still creating. The
+    schedule is None for a new key, or one whose schedule never landed (past the takeover) or expired."""
+    store, settings = request.app[keys.STORE], request.app[keys.SETTINGS]
+    held = await store.get_business_key(client.client_id, key)
+    if held is None:
+        return None, None
+    pending = IdempotencyKey(client.client_id, key, held.schedule_id, None, held.claimed_at)
+    takeover = idempotency.abandoned(pending, now(), settings.idempotency_takeover_s)
+    found = await idempotency.written(store, pending, 0.0 if takeover else settings.idempotency_wait_s)
+    if found is None and not takeover:
+        raise conflict("another request is creating this key's schedule; retry in a moment", "key_in_progress")
+    return held, found
+
+
+async def _create(
+    request: web.Request, client: Client, key: str, body: ScheduleCreate, held: BusinessKey | None
+) -> Schedule | None:
+    """A new schedule for the key, if this request points the key at it (None: another one won)."""
+    store, at = request.app[keys.STORE], now()
+    schedule = await _build(request, client, body, at)
+    claim = BusinessKey(client.client_id, key, schedule.schedule_id, at)
+    stands = await (store.claim_business_key(claim) if held is None else store.move_business_key(held, claim))
+    if stands is None or stands.schedule_id != schedule.schedule_id:
+        return None
+    await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
+    return schedule
+
+
+async def _replace(request: web.Request, client: Client, body: ScheduleCreate, current: Schedule) -> Schedule:
+    """The key's schedule with the PUT's time, payload and callback (and rule), as a client change."""
+    if current.status is Status.PAUSED:
+        raise conflict("the schedule is paused; resume it first", "schedule_paused")
+    at = now()
+    built = await _build(request, client, body, at, current.schedule_id)
+    updated = dataclasses.replace(built, created_at=current.created_at)
+    left_s = _check_mutable(request, current, at)
+    replace = request.app[keys.STORE].replace_schedule(current, updated, at)
+    return await _confirmed(request, at, [current.location.due_at, updated.location.due_at], left_s, replace)
+
+
+async def put_by_key(request: web.Request) -> web.Response:
+    client = await _creator(request)
+    key = _key(request)
+    settings = request.app[keys.SETTINGS]
+    raw = await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
+    body = decode(request.app[keys.TYPES].schedule_create, raw)
+    request.app[keys.LIMITER].take(client.client_id)
+    for _ in range(_RETRIES):
+        held, current = await _holder(request, client, key)
+        try:
+            if current is None or current.status in _ENDED:
+                created = await _create(request, client, key, body, held)
+                if created is not None:
+                    log.info("schedule_created", client_id=client.client_id, schedule_id=str(created.schedule_id))
+                    return json_response(schedule_view(created), 201)
+            else:
+                updated = await _replace(request, client, body, current)
+                log.info("schedule_updated", client_id=client.client_id, schedule_id=str(updated.schedule_id))
+                return json_response(schedule_view(updated))
+        except Conflict as exc:
+            if exc.code != Conflict.code:
+                raise  # fire_imminent, schedule_paused, key_in_progress: not a race to retry
+    raise conflict("this key's schedule is being changed concurrently; read it again and retry", Conflict.code)
+
+
+async def _keyed(request: web.Request) -> tuple[Client, Schedule]:
+    client = await request.app[keys.AUTH].client(request)
+    key = _key(request)
+    store = request.app[keys.STORE]
+    held = await store.get_business_key(client.client_id, key)
+    found = None if held is None else await store.get_schedule(client.client_id, held.schedule_id)
+    if found is None:
+        raise NotFound("no schedule for this key", field="key")
+    return client, found
+
+
+async def get_by_key(request: web.Request) -> web.Response:
+    _, schedule = await _keyed(request)
+    return json_response(schedule_view(schedule))
+
+
+async def delete_by_key(request: web.Request) -> web.Response:
+    """Cancel the key's schedule (as ``DELETE /v1/schedules/{id}``); the next PUT creates a new one."""
+    for attempt in range(_RETRIES):
+        _, current = await _keyed(request)
+        if current.status is Status.CANCELLED:
+            return json_response(schedule_view(current))
+        at = now()
+        left_s = _check_mutable(request, current, at)
+        try:
+            cancel = request.app[keys.STORE].cancel_schedule(current, at)
+            cancelled = await _confirmed(request, at, [current.location.due_at], left_s, cancel)
+        except Conflict as exc:
+            if exc.code != Conflict.code or attempt == _RETRIES - 1:
+                raise
+            continue
+        log.info("schedule_cancelled", client_id=cancelled.client_id, schedule_id=str(cancelled.schedule_id))
+        return json_response(schedule_view(cancelled))
+    raise AssertionError("unreachable")
+
+
+def setup(app: web.Application) -> None:
+    path = "/v1/schedules/by-key/{key}"
+    app.router.add_put(path, put_by_key)
+    app.router.add_get(path, get_by_key, allow_head=False)
+    app.router.add_delete(path, delete_by_key)
