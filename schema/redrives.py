@@ -15,7 +15,7 @@ is written, never a second one.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from schema import moves, timing, triggers
 from schema.errors import Conflict, NotFound
@@ -38,22 +38,28 @@ def nominal_at(letter: DeadLetter) -> datetime | None:
     return timing.from_epoch_ms(int(parts[1]))
 
 
-async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datetime) -> DeadLetter:
-    """Redrive ``letter`` to a fire due at ``due_at`` (or finish its earlier redrive): the dead letter as
-    marked. ``NotFound`` if it is gone; ``Conflict`` if it cannot be redriven (see the codes)."""
+async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datetime, *, late_s: float) -> DeadLetter:
+    """Redrive ``letter`` to a fire due at ``due_at`` (or now, if that is past), or finish its earlier
+    redrive: the dead letter as marked. The fire is written at the marked due time, unless that is more
+    than ``late_s`` past (the hot-write deadline: a row written later could land in a minute its poller
+    has closed), when an earlier call's write was lost: then due now. ``NotFound`` if the dead letter is
+    gone; ``Conflict`` if it cannot be redriven (see the codes)."""
     nominal = nominal_at(letter)
     if nominal is None:
         raise _conflict("an event's dead letter cannot be redriven (only a fire's)", "not_redrivable")
-    marked = await store.mark_redriven(letter, now, timing.truncate_ms(due_at))
+    marked = await store.mark_redriven(letter, now, timing.truncate_ms(max(due_at, now)))
     if marked is None or marked.redriven_due_at is None:
         raise NotFound("no such dead letter", field="dead_letter_id")
     current = await _fire_owner(store, marked, nominal)
     if current is None:
         raise _conflict("the schedule of this dead letter has expired", "schedule_gone")
+    due = marked.redriven_due_at
+    if due < now - timedelta(seconds=late_s):
+        due = timing.truncate_ms(now)
     if current.repeat is None:
-        await _one_time(store, current, marked, now)
+        await _one_time(store, current, marked, due, now)
     else:
-        await _recurring(store, current, marked, nominal, now)
+        await _recurring(store, current, marked, nominal, due, now)
     return marked
 
 
@@ -66,17 +72,17 @@ async def _fire_owner(store: Store, letter: DeadLetter, nominal: datetime) -> Sc
     return await store.get_schedule(letter.client_id, letter.schedule_id)
 
 
-async def _one_time(store: Store, current: Schedule, letter: DeadLetter, now: datetime) -> None:
+async def _one_time(store: Store, current: Schedule, letter: DeadLetter, due: datetime, now: datetime) -> None:
     if current.fire_id != letter.fire_id:
         raise _conflict("the schedule was changed after this fire failed", "schedule_changed")
     if current.status is not Status.FAILED:
         return  # redriven already (a repeated call): the pointer is at the redriven fire
-    assert letter.redriven_due_at is not None
-    due_at = max(letter.redriven_due_at, timing.truncate_ms(now))  # a past row could land in a closed minute
-    await store.requeue_schedule(current, due_at, 0, letter.last_error, now)
+    await store.requeue_schedule(current, due, 0, letter.last_error, now)
 
 
-async def _recurring(store: Store, current: Schedule, letter: DeadLetter, nominal: datetime, now: datetime) -> None:
+async def _recurring(
+    store: Store, current: Schedule, letter: DeadLetter, nominal: datetime, due: datetime, now: datetime
+) -> None:
     assert letter.redriven_due_at is not None
     occurrence = dataclasses.replace(
         current,
@@ -88,12 +94,9 @@ async def _recurring(store: Store, current: Schedule, letter: DeadLetter, nomina
         last_error=None,
         status=Status.SCHEDULED,
     )
-    row = moves.retry_row(occurrence, letter.redriven_due_at, 1, letter.last_error)
-    if await _written(store, row):
-        return
-    if row.location.due_at < timing.truncate_ms(now):  # an earlier call's write was lost: due now instead
-        row = moves.retry_row(occurrence, now, 1, letter.last_error)
-    await store.add_redrive(row, now)
+    if await _written(store, moves.retry_row(occurrence, letter.redriven_due_at, 1, letter.last_error)):
+        return  # an earlier call's row landed (it may have fired since: it is not written again)
+    await store.add_redrive(moves.retry_row(occurrence, due, 1, letter.last_error), now)
 
 
 async def _written(store: Store, row: Schedule) -> bool:

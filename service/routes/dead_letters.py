@@ -72,7 +72,8 @@ async def _redriver(request: web.Request) -> tuple[Client, datetime]:
 
 
 async def _redrive(request: web.Request, letter: DeadLetter, due_at: datetime) -> DeadLetter:
-    marked = await redrives.redrive(request.app[keys.STORE], letter, due_at, now())
+    late_s = request.app[keys.SETTINGS].hot_write_deadline_s
+    marked = await redrives.redrive(request.app[keys.STORE], letter, due_at, now(), late_s=late_s)
     log.info("dead_letter_redriven", client_id=letter.client_id, fire_id=letter.fire_id)
     return marked
 

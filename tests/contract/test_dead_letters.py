@@ -8,10 +8,13 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 
+import pytest
+
 from schema import moves, redrives
+from schema.errors import StoreUnavailable
 from schema.model import DeadLetter, FireOutcome, Schedule, Status
 from schema.store import Store
-from tests.contract.conftest import Env, read_all
+from tests.contract.conftest import Env, FailOn, read_all
 from tests.contract.test_recurring import chained
 
 Factory = Callable[..., Schedule]
@@ -65,14 +68,14 @@ async def test_mark_redriven_once(env: Env, store: Store, new_schedule: Factory)
 async def test_redrive_one_time_moves_its_fire(env: Env, store: Store, new_schedule: Factory) -> None:
     s, letter = await failed_once(env, new_schedule)
     due = env.later(30)
-    marked = await redrives.redrive(store, letter, due, env.now())
+    marked = await redrives.redrive(store, letter, due, env.now(), late_s=3.0)
     assert marked.redriven_due_at == due
     current = await store.get_schedule(s.client_id, s.schedule_id)
     assert current is not None and current.status is Status.SCHEDULED
     assert current.fire_id == s.fire_id and current.location.due_at == due and current.attempts == 0
     rows = await read_all(store, s.instance, current.location.minute)
     assert [(r.fire_id, r.status) for r in rows if r.location == current.location] == [(s.fire_id, Status.SCHEDULED)]
-    again = await redrives.redrive(store, letter, env.later(40), env.now())
+    again = await redrives.redrive(store, letter, env.later(40), env.now(), late_s=3.0)
     assert again == marked
     assert await store.get_schedule(s.client_id, s.schedule_id) == current  # no second fire
 
@@ -82,7 +85,7 @@ async def test_redrive_recurring_writes_a_retry_row(env: Env, store: Store, new_
     letter = letter_of(env, first)
     await store.add_dead_letter(letter)
     due = env.later(30)
-    await redrives.redrive(store, letter, due, env.now())
+    await redrives.redrive(store, letter, due, env.now(), late_s=3.0)
     expected = moves.retry_row(first, due, 1, "HTTP 500")
     rows = [r for r in await read_all(store, first.instance, expected.location.minute) if r.location.due_at == due]
     assert [(r.schedule_id, r.fire_id, r.status, r.attempts) for r in rows] == [
@@ -102,7 +105,7 @@ async def test_redrive_recurring_writes_a_retry_row(env: Env, store: Store, new_
         run_of=first.schedule_id,
     )
     await store.record_outcomes([outcome])
-    await redrives.redrive(store, letter, env.later(50), env.now())
+    await redrives.redrive(store, letter, env.later(50), env.now(), late_s=3.0)
     after = [
         r
         for r in await read_all(store, first.instance, expected.location.minute)
@@ -128,9 +131,28 @@ async def test_redrive_event_letter_is_refused(env: Env, store: Store, new_sched
     letter = dataclasses.replace(letter_of(env, s), fire_id=f"{s.fire_id}:3")
     await store.add_dead_letter(letter)
     try:
-        await redrives.redrive(store, letter, env.later(0), env.now())
+        await redrives.redrive(store, letter, env.later(0), env.now(), late_s=3.0)
     except Exception as exc:
         assert getattr(exc, "code", None) == "not_redrivable"
     else:
         raise AssertionError("redrove an event's dead letter")
     assert (await store.get_dead_letter(s.client_id, letter.failed_at, s.schedule_id)) == letter  # not marked
+
+
+async def test_a_redrive_whose_write_was_lost_is_finished_once(env: Env, store: Store, new_schedule: Factory) -> None:
+    if not env.memory:
+        pytest.skip("faults are injected in the memory store only")
+    first, _ = await chained(env, new_schedule)
+    letter = letter_of(env, first)
+    await store.add_dead_letter(letter)
+    faulty = store.peer(faults=FailOn(before=("batch:insert_retry",)))  # type: ignore[attr-defined]
+    due = env.later(1)
+    with pytest.raises(StoreUnavailable):
+        await redrives.redrive(faulty, letter, due, env.now(), late_s=3.0)
+    await env.wait(60)  # the retry comes long after: the marked due time is past, so it is due now
+    await redrives.redrive(store, letter, env.later(0), env.now(), late_s=3.0)
+    await redrives.redrive(store, letter, env.later(0), env.now(), late_s=3.0)
+    retry_id = moves.retry_row(first, due, 1, "x").schedule_id
+    minutes = {due.replace(second=0, microsecond=0), env.now().replace(second=0, microsecond=0)}
+    rows = [r for m in minutes for r in await read_all(store, first.instance, m) if r.schedule_id == retry_id]
+    assert [(r.fire_id, r.status, r.location.due_at) for r in rows] == [(first.fire_id, Status.SCHEDULED, env.later(0))]
