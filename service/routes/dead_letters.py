@@ -17,7 +17,7 @@ from schema import redrives
 from schema.errors import TickdError
 from schema.model import Client, DeadLetter
 from service import dead_letters, keys, params
-from service.errors import Forbidden, json_response
+from service.errors import Forbidden, Invalid, json_response
 from service.routes.common import now, read_json
 from service.validation import RedriveRequest, decode, parse_time, to_ms
 from service.views import (
@@ -68,6 +68,9 @@ async def _redriver(request: web.Request) -> tuple[Client, datetime]:
         return client, at
     body = decode(RedriveRequest, await read_json(request, _BODY_MAX))
     due = at if isinstance(body.at, UnsetType) else to_ms(parse_time(body.at, "at"))
+    horizon_s = request.app[keys.SETTINGS].max_horizon_s
+    if (due - at).total_seconds() > horizon_s:
+        raise Invalid(f"at may be at most {horizon_s} s ahead", field="at", code="out_of_range")
     return client, max(due, at)
 
 

@@ -79,7 +79,7 @@ async def test_redrive_keeps_the_fire_id_once(api: Api, store: Store, register: 
     schedule = await body(await api.get(f"/v1/schedules/{letter.schedule_id}", headers=key))
     assert schedule["status"] == "scheduled" and schedule["fire_id"] == letter.fire_id
     assert schedule["due_at"] == first["redriven_due_at"] and schedule["attempts"] == 0
-    again = await body(await api.post(path, json={"at": "2099-01-01T00:00:00Z"}, headers=key))
+    again = await body(await api.post(path, json={"at": "2030-01-01T00:00:00Z"}, headers=key))
     assert again == first  # the same redrive; no second fire
     assert await body(await api.get(f"/v1/schedules/{letter.schedule_id}", headers=key)) == schedule
 
@@ -137,6 +137,9 @@ async def test_tenants_and_hostile_inputs(api: Api, store: Store, register: Regi
     assert resp.status == 400 and (await resp.json())["error"]["field"] == "at"
     resp = await api.post(f"/v1/dead-letters/{lid}/redrive", json={"when": 1}, headers=key)
     assert resp.status == 400
+    resp = await api.post(f"/v1/dead-letters/{lid}/redrive", json={"at": "9999-12-31T23:59:59Z"}, headers=key)
+    assert resp.status == 422 and (await resp.json())["error"]["code"] == "out_of_range"
+    assert (await body(await api.get(f"/v1/dead-letters/{lid}", headers=key)))["redriven_at"] is None
     oldest = await body(
         await api.get(
             "/v1/dead-letters", params={"from": "0001-01-01T00:00:00Z", "to": "0001-01-02T00:00:00Z"}, headers=key
