@@ -107,7 +107,9 @@ class Oracle:
         problems = [f"{p.schedule_id}: superseded fire {old} was delivered" for old in p.old_fire_ids if old in seen]
         problems += self._late_maybes(p, seen)
         if p.cancelled_at is not None:
-            if p.fire_id in seen or any(k.startswith(p.fire_id + ":") for k in seen):
+            # A version in doubt (a change of it was not acknowledged) may have fired before the cancel:
+            # _late_maybes checks it did not fire after.
+            if p.fire_id not in p.maybe and (p.fire_id in seen or any(k.startswith(p.fire_id + ":") for k in seen)):
                 problems.append(f"{p.schedule_id}: delivered after a cancel acknowledged at {p.cancelled_at}")
             return problems
         if p.uncertain:
