@@ -77,7 +77,7 @@ function filterForm(onApply) {
   const status = h(
     "select",
     { name: "status", id: "f-status" },
-    ["", "scheduled", "succeeded", "failed", "cancelled"].map((v) =>
+    ["", "scheduled", "paused", "succeeded", "failed", "cancelled"].map((v) =>
       h("option", { value: v, selected: filters.status === v }, v || "any status"),
     ),
   );

@@ -276,7 +276,7 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     listing = _leaf(group, "list", _schedules_list, "schedules due in [--from, --to)", common)
     listing.add_argument("--from", dest="start", help="default: now")
     listing.add_argument("--to", dest="end", help="default: --from + 1 day")
-    listing.add_argument("--status", choices=("scheduled", "succeeded", "failed", "cancelled"))
+    listing.add_argument("--status", choices=("scheduled", "paused", "succeeded", "failed", "cancelled"))
     listing.add_argument("--page-size", type=int, default=100)
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
     cancel = _leaf(group, "cancel", lambda c, a: c.cancel_schedule(a.schedule_id), "cancel a schedule", common)
