@@ -36,7 +36,7 @@ from poller.outcomes import OutcomeWriter
 from poller.plan import FiringPlan, OpenMinute
 from poller.settings import PollerSettings
 from poller.throttle import ThrottleGate
-from schema import timing
+from schema import guard, timing
 from schema.errors import Conflict
 from schema.model import (
     Chain,
@@ -137,6 +137,7 @@ class DeliveryPipeline:
         """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
         changed under it), or an exception that poisons its minute and stops the instance."""
         settled = False
+        guard.REQUEST_GUARD.set(self._check_lease)  # this task's own context: its store requests only
         try:
             await self._fire(row)
             settled = True
@@ -146,6 +147,11 @@ class DeliveryPipeline:
             self._slots.release()
             self._node_slots.release()
             self._plan.end_fire(state, settled)
+
+    def _check_lease(self) -> None:
+        """Before each store request of a fire (``schema.guard``): none once the node's lease is gone."""
+        if not self._lease():
+            raise LeaseLost("the node's lease ran out in the middle of a fire's writes; left to the next owner")
 
     async def _fire(self, row: Schedule) -> None:
         if row.repeat is not None and row.attempts == 0 and not await self._chain(row):

@@ -26,7 +26,7 @@ from cassandra.policies import (
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
-from schema import queries
+from schema import guard, queries
 from schema.errors import ConfigError, StoreUnavailable
 from schema.settings import StoreSettings
 from schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
@@ -248,6 +248,7 @@ class Bridge:
         await self._request("batch of " + "+".join(sorted({name for name, _ in writes})), batch, None, None)
 
     async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
+        guard.check()
         try:
             return await self._submit(statement, values, paging_state)
         except Exception as exc:

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from schema import guard
 from schema.memory.engine import Tables, Values, Write, norm, page
 from schema.memory.faults import NoFaults, StoreFaults
 
@@ -26,6 +27,7 @@ class Session:
 
         The write timestamp is taken when the request is sent, as the driver does, so a request held up
         in ``before`` carries an older timestamp than one sent after it."""
+        guard.check()
         ts = self.tables.timestamp()
         await asyncio.sleep(0)
         await self.faults.before(op)
