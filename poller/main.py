@@ -20,10 +20,11 @@ from poller.metrics import Metrics, status_app
 from poller.node import Node
 from poller.settings import PollerSettings
 from poller.signer import SigningKeys, SigningStamp, Stamps
-from schema import logs
+from schema import logs, tracing
 from schema.cassandra import CassandraStore
 from schema.errors import ConfigError, StoreUnavailable
 from schema.store import Store
+from schema.traced import traced
 
 log = structlog.get_logger("tickd.poller")
 
@@ -40,8 +41,9 @@ def stamped_router(
 
 async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
     async with AsyncExitStack() as stack:
-        store = await CassandraStore.connect(settings.store)
-        stack.push_async_callback(store.close)
+        connected = await CassandraStore.connect(settings.store)
+        stack.push_async_callback(connected.close)
+        store = traced(connected)
         # Wrong Kafka credentials or certificates stop the node now, saying which; a broker that is down does not.
         await check_connection(settings.kafka.bootstrap, settings.kafka.security, settings.kafka.attempt_timeout_s)
         http = HttpDispatcher(settings.http, settings.retry)
@@ -82,6 +84,7 @@ def main() -> int:
     logs.configure()
     try:
         settings = PollerSettings.from_env()
+        tracing.setup("tickd-poller")
     except ConfigError as exc:
         print(f"tickd-poller: {exc}", file=sys.stderr)
         return 2

@@ -130,6 +130,9 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     # id of its own (two occurrences' retries may come due in the same millisecond, and rows are keyed by
     # due time and id); subscribers, runs and fire ids see the schedule's id.
     retry_of: UUID | None = None
+    # The W3C traceparent of the create request (set only when tracing is on): each fire's delivery span
+    # links to it (``schema.tracing``).
+    traceparent: str | None = None
 
     @property
     def batch(self) -> bool:

@@ -11,10 +11,13 @@ from collections.abc import AsyncIterator, Callable
 
 import structlog
 from aiohttp import web
+from opentelemetry.trace import SpanKind
 
+from schema import tracing
 from schema.cassandra import CassandraStore
 from schema.settings import StoreSettings
 from schema.store import Store
+from schema.traced import traced
 from service import keys, refusals
 from service.auth import Authenticator, ClientCache
 from service.creates import CreateCombiner
@@ -44,6 +47,23 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     return response
 
 
+@web.middleware
+async def trace_request(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One server span per request, named by route, a child of the caller's ``traceparent`` if it sent one."""
+    if not tracing.on():
+        return await handler(request)
+    resource = request.match_info.route.resource
+    name = f"{request.method} {resource.canonical if resource is not None else 'unmatched'}"
+    with (
+        tracing.attached(tracing.extract(request.headers)),
+        tracing.tracer().start_as_current_span(name, kind=SpanKind.SERVER) as span,
+    ):
+        span.set_attribute("http.request.method", request.method)
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        return response
+
+
 def create_app(
     settings: ApiSettings, store: Store | None = None, store_settings: StoreSettings | None = None
 ) -> web.Application:
@@ -51,7 +71,7 @@ def create_app(
     metrics = ApiMetrics()
     refusals.install()
     app = web.Application(
-        middlewares=[metrics.middleware(), request_context, error_middleware],
+        middlewares=[metrics.middleware(), request_context, trace_request, error_middleware],
         client_max_size=settings.max_body_bytes,
         handler_args={
             "max_line_size": settings.max_line_bytes,
@@ -85,7 +105,7 @@ def _use_store(app: web.Application, store: Store) -> None:
 def _connected_store(store_settings: StoreSettings) -> Callable[[web.Application], AsyncIterator[None]]:
     async def connect(app: web.Application) -> AsyncIterator[None]:
         store = await CassandraStore.connect(store_settings)
-        _use_store(app, store)
+        _use_store(app, traced(store))
         yield
         await store.close()
 

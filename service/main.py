@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from schema import logs
+from schema import logs, tracing
 from schema.errors import ConfigError, StoreUnavailable
 from schema.settings import StoreSettings
 from service.app import create_app
@@ -21,6 +21,7 @@ def main() -> None:
     try:
         settings = ApiSettings.from_env()
         store_settings = StoreSettings.from_env()
+        tracing.setup("tickd-api")
     except ConfigError as exc:
         log.error("config_invalid", error=exc.message, variable=exc.field)
         raise SystemExit(2) from None

@@ -28,12 +28,14 @@ from types import TracebackType
 
 import aiohttp
 import yarl
+from opentelemetry.trace import SpanKind
 
 from poller import signing
 from poller.callbacks.backoff import RetryPolicy, retry_after_s
 from poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked
 from poller.callbacks.retry import Retrier, fire_logger
 from poller.delivery import DeliveryResult, encode_body, http_headers
+from schema import tracing
 from schema.errors import ConfigError
 from schema.model import HttpCallback, Schedule
 from schema.settings import env_bool, env_float, env_int
@@ -156,7 +158,8 @@ class HttpDispatcher:
         async def attempt_once(n: int) -> DeliveryResult:
             return await self._attempt(schedule, callback, n, fired_at)
 
-        return await self._retrier.run(attempt_once, attempt, fire_logger(schedule, "http"))
+        with tracing.span("deliver", SpanKind.INTERNAL, tracing.stored_traceparent(schedule)):
+            return await self._retrier.run(attempt_once, attempt, fire_logger(schedule, "http"))
 
     async def _attempt(
         self, schedule: Schedule, callback: HttpCallback, attempt: int, fired_at: datetime
@@ -166,10 +169,11 @@ class HttpDispatcher:
         body = encode_body(schedule, attempt, fired_at)
         headers = _with_signature(http_headers(schedule, callback, attempt), schedule, body)
         async with self._slot(schedule.client_id):
-            try:
-                return await self._request(callback, body, headers, attempt)
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-                return classify_error(exc, attempt, callback.timeout_s)
+            with tracing.span("callback.http", SpanKind.CLIENT):
+                try:
+                    return await self._request(callback, body, tracing.with_traceparent(headers), attempt)
+                except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                    return classify_error(exc, attempt, callback.timeout_s)
 
     async def _request(
         self, callback: HttpCallback, body: bytes, headers: dict[str, str], attempt: int

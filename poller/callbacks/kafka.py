@@ -44,6 +44,7 @@ from aiokafka.errors import (
     RequestTimedOutError,
     TopicAuthorizationFailedError,
 )
+from opentelemetry.trace import SpanKind
 
 from poller import signing
 from poller.callbacks.backoff import RetryPolicy
@@ -51,6 +52,7 @@ from poller.callbacks.kafka_security import KafkaSecurity, client_config
 from poller.callbacks.outbox import Outbox, Placed
 from poller.callbacks.retry import Retrier, fire_logger
 from poller.delivery import DeliveryResult, KafkaRecord, kafka_record
+from schema import tracing
 from schema.errors import ConfigError
 from schema.model import KafkaCallback, Schedule
 from schema.settings import env_float, env_int, env_str
@@ -183,6 +185,14 @@ def signed_record(schedule: Schedule, attempt: int, fired_at: datetime) -> Kafka
     return KafkaRecord(record.key, record.value, [*record.headers, *((k, v.encode()) for k, v in signed.items())])
 
 
+def _traced(record: KafkaRecord) -> KafkaRecord:
+    """The record with the current span's ``traceparent`` header when tracing is on."""
+    traceparent = tracing.current_traceparent() if tracing.on() else None
+    if traceparent is None:
+        return record
+    return KafkaRecord(record.key, record.value, [*record.headers, (tracing.TRACEPARENT, traceparent.encode())])
+
+
 def _topic(schedule: Schedule) -> str:
     callback = schedule.callback
     if not isinstance(callback, KafkaCallback):
@@ -253,15 +263,20 @@ class KafkaDispatcher:
             return await self._attempt(schedule, topic, n, fired_at)
 
         log = fire_logger(schedule, "kafka")
-        return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
+        with tracing.span("deliver", SpanKind.INTERNAL, tracing.stored_traceparent(schedule)):
+            return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
 
     async def _attempt(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:
+        with tracing.span("callback.kafka", SpanKind.PRODUCER):
+            return await self._produce(schedule, topic, attempt, fired_at)
+
+    async def _produce(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:
         producer: Any = None
         try:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
                 producer = await self._ready_producer()
                 await producer.partitions_for(topic)  # wait for metadata here, not in the shared outbox
-                ack = await self._outbox.submit(producer, topic, signed_record(schedule, attempt, fired_at))
+                ack = await self._outbox.submit(producer, topic, _traced(signed_record(schedule, attempt, fired_at)))
                 await ack
         except PRODUCER_STATE_ERRORS as exc:
             await self._replace_producer(producer, exc)

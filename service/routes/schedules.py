@@ -21,7 +21,7 @@ from aiohttp import web
 from msgspec import UNSET, UnsetType
 
 from schema import recurrence as rec
-from schema import timing, triggers
+from schema import timing, tracing, triggers
 from schema.errors import Conflict, NotFound, TickdError
 from schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
 from service import budgets, idempotency, keys, params, pauses, recurring
@@ -99,7 +99,15 @@ async def _build(
     payload = payload_bytes(body.payload, settings)
     budgets.check(options, len(payload), settings)
     callback = await _callback(request, client, body.callback)
-    return _placed(client, schedule_id or uuid.uuid4(), fire_at, payload, callback, at, options)
+    return _placed(client, schedule_id or uuid.uuid4(), fire_at, payload, callback, at, _traced(options))
+
+
+def _traced(options: Options | None) -> Options | None:
+    """With tracing on: the create request's trace context (its server span), stored so fires link to it."""
+    traceparent = tracing.current_traceparent() if tracing.on() else None
+    if traceparent is None:
+        return options
+    return msgspec.structs.replace(options or Options(), traceparent=traceparent)
 
 
 def _placed(
