@@ -106,9 +106,20 @@ def attached(ctx: context.Context) -> Iterator[None]:
         context.detach(token)
 
 
-def stored_traceparent(schedule: Schedule) -> str | None:
-    """The ``traceparent`` of the request that created ``schedule``, if one was stored."""
-    return schedule.options.traceparent if schedule.options is not None else None
+def deliver_span(schedule: Schedule) -> AbstractContextManager[Span | None]:
+    """The span of one fire's delivery (its attempts are children): a root span linked to the stored
+    ``traceparent`` of the request that created the schedule, with the fire's ids to search by."""
+    if not on():
+        return nullcontext()
+    linked = schedule.options.traceparent if schedule.options is not None else None
+    attributes = {
+        "tickd.client_id": schedule.client_id,
+        "tickd.schedule_id": str(schedule.public_id),
+        "tickd.fire_id": schedule.fire_id,
+    }
+    return _tracer.start_as_current_span(
+        "deliver", kind=SpanKind.INTERNAL, links=link_to(linked), attributes=attributes
+    )
 
 
 def link_to(traceparent: str | None) -> list[Link]:

@@ -158,7 +158,7 @@ class HttpDispatcher:
         async def attempt_once(n: int) -> DeliveryResult:
             return await self._attempt(schedule, callback, n, fired_at)
 
-        with tracing.span("deliver", SpanKind.INTERNAL, tracing.stored_traceparent(schedule)):
+        with tracing.deliver_span(schedule):
             return await self._retrier.run(attempt_once, attempt, fire_logger(schedule, "http"))
 
     async def _attempt(

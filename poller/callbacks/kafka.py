@@ -263,7 +263,7 @@ class KafkaDispatcher:
             return await self._attempt(schedule, topic, n, fired_at)
 
         log = fire_logger(schedule, "kafka")
-        with tracing.span("deliver", SpanKind.INTERNAL, tracing.stored_traceparent(schedule)):
+        with tracing.deliver_span(schedule):
             return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
 
     async def _attempt(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:

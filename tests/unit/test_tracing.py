@@ -18,8 +18,10 @@ from opentelemetry.trace import SpanKind
 
 from poller.callbacks.backoff import RetryPolicy
 from poller.callbacks.http import HttpDispatcher, HttpSettings
+from poller.callbacks.kafka import _traced, signed_record
 from schema import tracing
 from schema.memory import MemoryStore
+from schema.model import KafkaCallback, Location, Schedule
 from schema.store import Store
 from schema.traced import traced
 from service.settings import ApiSettings
@@ -59,7 +61,7 @@ def _settings() -> ApiSettings:
     return ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, client_cache_s=0.0)
 
 
-async def _create_and_fire(store: Store, url: str, headers: dict[str, str]) -> None:
+async def _create_and_fire(store: Store, url: str, headers: dict[str, str]) -> uuid.UUID:
     """Register a client, create a schedule through the API (with ``headers``), deliver it once."""
     async for api in serve(_settings(), store):
         key = await _register(api)
@@ -72,6 +74,7 @@ async def _create_and_fire(store: Store, url: str, headers: dict[str, str]) -> N
     async with HttpDispatcher(HttpSettings(allow_private=True), RetryPolicy(max_attempts=1)) as http:
         result = await http.deliver(row, 1, datetime.now(UTC))
     assert result.ok, result
+    return schedule_id
 
 
 async def _register(api: Api) -> dict[str, str]:
@@ -107,7 +110,7 @@ async def test_fire_links_to_the_create_and_the_callback_carries_its_trace(
 ) -> None:
     url, got = subscriber
     store = traced(MemoryStore(lambda: datetime.now(UTC)))
-    await _create_and_fire(store, url, {"traceparent": INCOMING})
+    schedule_id = await _create_and_fire(store, url, {"traceparent": INCOMING})
     recorded = spans.get_finished_spans()
     print("\n" + span_tree(recorded))
 
@@ -119,6 +122,7 @@ async def test_fire_links_to_the_create_and_the_callback_carries_its_trace(
 
     (deliver,) = [s for s in recorded if s.name == "deliver"]
     assert deliver.parent is None and f"{deliver.links[0].context.trace_id:032x}" == TRACE_ID
+    assert deliver.attributes is not None and deliver.attributes["tickd.schedule_id"] == str(schedule_id)
     assert deliver.links[0].context.span_id == create.context.span_id
     (attempt,) = [s for s in recorded if s.name == "callback.http"]
     assert attempt.parent is not None and attempt.parent.span_id == deliver.context.span_id
@@ -140,3 +144,23 @@ async def test_off_records_nothing_and_sends_no_traceparent(subscriber: tuple[st
     await _create_and_fire(store, url, {"traceparent": INCOMING})
     assert exporter.get_finished_spans() == ()
     assert "traceparent" not in {name.lower() for name in got.get_nowait()}
+
+
+def _kafka_schedule() -> Schedule:
+    at = datetime.now(UTC)
+    callback = KafkaCallback(topic="orders.fired")
+    return Schedule("c1", uuid.uuid4(), Location(0, at), at, b"{}", callback, at)
+
+
+def test_a_kafka_record_carries_the_attempt_traceparent_only_when_on(spans: InMemorySpanExporter) -> None:
+    schedule = _kafka_schedule()
+    with tracing.deliver_span(schedule), tracing.span("callback.kafka", SpanKind.PRODUCER) as attempt:
+        assert attempt is not None
+        record = _traced(signed_record(schedule, 1, datetime.now(UTC)))
+    (traceparent,) = [v.decode() for k, v in record.headers if k == "traceparent"]
+    assert traceparent.split("-")[2] == f"{attempt.get_span_context().span_id:016x}"
+    tracing.install(None)
+    with tracing.span("callback.kafka", SpanKind.PRODUCER) as off:
+        assert off is None
+        record = _traced(signed_record(schedule, 1, datetime.now(UTC)))
+    assert "traceparent" not in {k for k, _ in record.headers}
