@@ -47,18 +47,23 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     return response
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 @web.middleware
 async def trace_request(request: web.Request, handler: Handler) -> web.StreamResponse:
     """One server span per request, named by route, a child of the caller's ``traceparent`` if it sent one."""
     if not tracing.on():
         return await handler(request)
     resource = request.match_info.route.resource
-    name = f"{request.method} {resource.canonical if resource is not None else 'unmatched'}"
+    # Bounded names: a client can send any method, and an unmatched path is any string.
+    method = request.method if request.method in _METHODS else "OTHER"
+    name = f"{method} {resource.canonical if resource is not None else 'unmatched'}"
     with (
         tracing.attached(tracing.extract(request.headers)),
         tracing.tracer().start_as_current_span(name, kind=SpanKind.SERVER) as span,
     ):
-        span.set_attribute("http.request.method", request.method)
+        span.set_attribute("http.request.method", method)
         response = await handler(request)
         span.set_attribute("http.response.status_code", response.status)
         return response
