@@ -137,7 +137,7 @@ class DeliveryPipeline:
         """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
         changed under it), or an exception that poisons its minute and stops the instance."""
         settled = False
-        guard.REQUEST_GUARD.set(self._check_lease)  # this task's own context: its store requests only
+        guard.set_guard(self._check_lease)  # this task's store requests only
         try:
             await self._fire(row)
             settled = True

@@ -18,7 +18,6 @@ automatic release), or, if that node died, by the row's TTL (the timeout plus a 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
 import heapq
 from collections.abc import Callable
@@ -93,8 +92,7 @@ class ThrottleGate:
         heapq.heappush(queue.waiters, waiter)
         queue.wake.set()
         if queue.pump is None or queue.pump.done():
-            # Node-wide work: not under the guard of the delivery that happened to start it (schema.guard).
-            queue.pump = asyncio.create_task(self._pump(key, queue), context=contextvars.Context())
+            queue.pump = asyncio.create_task(self._pump(key, queue))
         try:
             token = await waiter.future
         except asyncio.CancelledError:
@@ -112,7 +110,7 @@ class ThrottleGate:
             cached = self._policies.get((token.client_id, token.policy))
             timeout = cached[1].release_timeout_s if cached and cached[1] else 0.0
         elapsed = (self._now() - token.taken_at).total_seconds()
-        task = asyncio.create_task(self._time_out(token, max(0.0, timeout - elapsed)), context=contextvars.Context())
+        task = asyncio.create_task(self._time_out(token, max(0.0, timeout - elapsed)))
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
 

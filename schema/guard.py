@@ -3,7 +3,7 @@
 A poller node frozen (a GC pause, SIGSTOP) in the middle of a multi-request write, a durable retry's
 move for one, wakes up with the rest of its requests still to send. By then another node may own the
 instance, have fired the row and closed its minute, and the rest of the stale move would land behind
-it (found by the simulation, seed 7812). A delivery sets ``REQUEST_GUARD`` to a check that raises once
+it (found by the simulation, seed 7812). A delivery sets a guard: a check that raises once
 the node's lease is gone, and both adapters call ``check()`` before each request they send, so such a
 write stops at its next request. A request already sent is not recalled: that is what epochs and the
 compare-and-sets are for.
@@ -11,14 +11,24 @@ compare-and-sets are for.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Any
 
-REQUEST_GUARD: ContextVar[Callable[[], None] | None] = ContextVar("tickd_request_guard", default=None)
+_GUARD: ContextVar[tuple[asyncio.Task[Any], Callable[[], None]] | None] = ContextVar("tickd_guard", default=None)
+
+
+def set_guard(check: Callable[[], None]) -> None:
+    """Guard the current task's store requests with ``check`` (which raises to refuse one). Only this
+    task's: tasks it starts inherit the context but not the guard (they are not its writes)."""
+    task = asyncio.current_task()
+    assert task is not None
+    _GUARD.set((task, check))
 
 
 def check() -> None:
     """Raise whatever the current task's guard raises (nothing when none is set)."""
-    guard = REQUEST_GUARD.get()
-    if guard is not None:
-        guard()
+    guard = _GUARD.get()
+    if guard is not None and guard[0] is asyncio.current_task():
+        guard[1]()

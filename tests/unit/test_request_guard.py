@@ -26,7 +26,7 @@ async def test_a_guard_stops_the_requests_of_its_own_task_only() -> None:
             raise Fenced
 
     async def delivery() -> None:
-        guard.REQUEST_GUARD.set(lease)
+        guard.set_guard(lease)
         await store.live_nodes()  # lease held: sent
         await asyncio.sleep(0.01)
         await store.live_nodes()  # lease gone meanwhile: not sent
@@ -37,3 +37,21 @@ async def test_a_guard_stops_the_requests_of_its_own_task_only() -> None:
     with pytest.raises(Fenced):
         await task
     assert await store.live_nodes() == []  # another task (no guard) is not stopped
+
+
+async def test_tasks_started_by_a_guarded_task_are_not_guarded() -> None:
+    store = MemoryStore(lambda: NOW)
+
+    def refuse() -> None:
+        raise Fenced
+
+    async def delivery() -> list[object]:
+        guard.set_guard(refuse)
+        child = asyncio.create_task(store.live_nodes())  # e.g. a consumer's release started from it
+        return await child
+
+    assert await delivery_task(delivery) == []
+
+
+async def delivery_task(coro_fn: object) -> object:
+    return await asyncio.create_task(coro_fn())  # type: ignore[operator]
