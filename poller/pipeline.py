@@ -159,6 +159,13 @@ class DeliveryPipeline:
         if row.options is not None and row.options.batch:
             await self._expand(row)
             return
+        key = row.event_id or row.fire_id
+        if self._plan.delivered_before(key):
+            # Delivered by this owner already; this row of it is a stale owner's retry that landed late
+            # (simulation seed 8702). Recorded as the success it was, not delivered twice.
+            self._log.info("fire_already_delivered", schedule_id=str(row.schedule_id), fire_id=key)
+            await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts), self._now())
+            return
         token = await self._throttle(row)
         fired_at = self._now()
         if row.attempts == 0:
@@ -175,6 +182,8 @@ class DeliveryPipeline:
                 self._gate.delivered(token)
             else:
                 await self._gate.not_delivered(token)
+        if result.ok:
+            self._plan.note_delivered(key)
         self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
         await self._settle(row, result, fired_at)
 

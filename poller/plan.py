@@ -22,6 +22,8 @@ from schema.model import Schedule, Status
 
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]
+# Fire ids remembered as delivered by an owner (a few minutes of fires at the rates a node sustains).
+_DELIVERED_KEPT = 100_000
 
 
 @dataclass
@@ -63,6 +65,8 @@ class FiringPlan:
         self._unread_poll: datetime | None = None  # a poll that brought new marks, not re-read yet
         self._marks_new = False
         self._see_ahead = timedelta(seconds=see_ahead_s)
+        # Fires (fire ids, events: event ids) this owner delivered, newest last, at most _DELIVERED_KEPT.
+        self._delivered: dict[str, None] = {}
 
     # -- minutes --------------------------------------------------------------------------------------
 
@@ -146,6 +150,18 @@ class FiringPlan:
     async def wait_changed(self, timeout_s: float) -> None:
         """Until a minute may have moved (opened, closed, a fire ended), or ``timeout_s`` passes."""
         await _wait(self._changed, timeout_s)
+
+    # -- fires delivered --------------------------------------------------------------------------------
+
+    def note_delivered(self, key: str) -> None:
+        self._delivered[key] = None
+        if len(self._delivered) > _DELIVERED_KEPT:
+            del self._delivered[next(iter(self._delivered))]
+
+    def delivered_before(self, key: str) -> bool:
+        """Whether this owner already delivered the fire ``key``: a retry row of it that lands later (a
+        stale owner's write, sent before it froze and applied after) must not deliver it again."""
+        return key in self._delivered
 
     # -- the hot-mark gate ----------------------------------------------------------------------------
 
