@@ -47,7 +47,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (6693, True, "the same: a create acknowledged while its owner was paused landed behind that owner's checkpoint"),
     (6152, True, "the same, for a minute re-read before the pause and never after"),
     (5188, True, "the same, with the row's minute closed by two owners in turn"),
-    (8702, True, "a stale owner's retry row of a fire landed after the next owner delivered it; that owner delivered it again"),
+    (8702, True, "a stale owner's retry row landed after the next owner delivered the fire, which sent it again"),
     (8406, True, "a lease guard leaked into tasks a delivery started (and a fix that dropped their context)"),
     (7812, True, "a node frozen mid-way through a durable retry's move finished it after the next owner fired the row"),
     (7584, True, "the oracle: a version in doubt that fired before an acknowledged cancel is not a violation"),
