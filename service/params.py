@@ -6,6 +6,7 @@ refuses (or a parameter given twice), 422 for a cursor this API did not hand out
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Annotated, Literal, TypeVar
 
@@ -104,6 +105,10 @@ class CreateHeaders(Struct, rename={"idempotency_key": "Idempotency-Key"}):
     idempotency_key: Annotated[str, Meta(pattern=IDEMPOTENCY_KEY_PATTERN)] | UnsetType = UNSET
 
 
+_TIME_PARAMS = frozenset({"from", "to", "at"})
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def query(kind: type[T], request: web.Request) -> T:
     """The query string as ``kind``; a parameter given twice is refused (which one would count?)."""
     values: dict[str, str] = {}
@@ -111,6 +116,9 @@ def query(kind: type[T], request: web.Request) -> T:
         if name in values:
             raise Malformed(f"query parameter {name!r} is given more than once", field=name)
         values[name] = value
+        if name in _TIME_PARAMS and _NUMBER.fullmatch(value) and not value.lstrip("-").isdigit():
+            # A time is RFC 3339 or whole epoch seconds; msgspec would take "0.5" as a time too.
+            raise Malformed("a time is RFC 3339 or whole epoch seconds", field=name)
     return convert(kind, values)
 
 

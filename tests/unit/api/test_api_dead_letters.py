@@ -7,6 +7,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from schema import timing
 from schema.model import DeadLetter, FireOutcome, Status
 from schema.store import Store
@@ -146,3 +148,14 @@ async def test_tenants_and_hostile_inputs(api: Api, store: Store, register: Regi
         )
     )
     assert oldest["dead_letters"] == []
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/dead-letters?to=0.5", "/v1/dead-letters?from=1e3", "/v1/schedules?from=0&to=0.5"]
+)
+async def test_a_time_in_a_query_is_rfc3339_or_whole_epoch_seconds(api: Api, register: Register, path: str) -> None:
+    _, key = await register()
+    resp = await api.get(path, headers=key)
+    body = await resp.json()
+    assert resp.status == 400, body
+    assert body["error"]["field"] in ("from", "to")
