@@ -207,7 +207,10 @@ async def test_sec2_kafka_fire_over_sasl_ssl(scenario: Scenario) -> None:
         await consumer.stop()
     assert json.loads(record.value)["fire_id"] == made.fire_id
     assert record.key == str(made.schedule.schedule_id).encode()
-    assert not node.errors() and not node.find("throttle_acks_unavailable"), node.tail()
+    # On a fresh broker the group coordinator is not there until __consumer_offsets exists; aiokafka logs
+    # that at error level and retries (the fresh-clone CI run saw it). Anything else is a failure.
+    errors = [e for e in node.errors() if "GroupCoordinatorNotAvailable" not in str(e.get("event", ""))]
+    assert not errors and not node.find("throttle_acks_unavailable"), node.tail()
     report("SEC2 kafka over SASL_SSL", delivered=1)
 
 
