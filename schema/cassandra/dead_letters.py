@@ -19,7 +19,8 @@ def _key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, ob
     }
 
 
-def _letter(client_id: str, row: Row) -> DeadLetter:
+def dead_letter_of(client_id: str, row: Row) -> DeadLetter:
+    """A row of ``dead_letters`` (with its redrive marks) as the model's dead letter."""
     return DeadLetter(
         client_id,
         row.schedule_id,
@@ -42,11 +43,13 @@ class DeadLetters:
 
     async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
         values = {"client_id": client_id, "day": day}
-        return [_letter(client_id, row) async for page in self._db.pages("list_dead_letters", values) for row in page]
+        return [
+            dead_letter_of(client_id, row) async for page in self._db.pages("list_dead_letters", values) for row in page
+        ]
 
     async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
         rows = await self._db.rows("get_dead_letter", _key(client_id, failed_at, schedule_id))
-        return _letter(client_id, rows[0]) if rows else None
+        return dead_letter_of(client_id, rows[0]) if rows else None
 
     async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
         # The mark expires with the row it marks (what is left of the dead letter's TTL).

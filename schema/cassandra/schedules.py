@@ -21,6 +21,7 @@ from schema import changes, listing, moves, timing
 from schema.cassandra import runs
 from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
 from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
+from schema.cassandra.dead_letters import dead_letter_of
 from schema.errors import Conflict
 from schema.model import (
     DeadLetter,
@@ -438,16 +439,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
 
     async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
         return [
-            DeadLetter(
-                client_id,
-                row.schedule_id,
-                row.fire_id,
-                utc(row.failed_at),
-                row.attempts,
-                row.last_error,
-                decode_callback(row.callback),
-                row.payload,
-            )
+            dead_letter_of(client_id, row)
             async for page in self._db.pages("read_dead_letters", {"client_id": client_id, "day": day})
             for row in page
         ]
