@@ -51,14 +51,14 @@ import aiohttp
 from cassandra.cluster import Cluster, Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from schema import timing
-from schema.cassandra import build_cluster
-from schema.cassandra.bridge import Statements, Values
-from schema.cassandra.coordination import Horizons
-from schema.cassandra.schedules import create_statements
-from schema.migrate import drop, migrate
-from schema.model import HttpCallback, Location, Schedule, encode_callback
-from schema.settings import StoreSettings
+from tickd.schema import timing
+from tickd.schema.cassandra import build_cluster
+from tickd.schema.cassandra.bridge import Statements, Values
+from tickd.schema.cassandra.coordination import Horizons
+from tickd.schema.cassandra.schedules import create_statements
+from tickd.schema.migrate import drop, migrate
+from tickd.schema.model import HttpCallback, Location, Schedule, encode_callback
+from tickd.schema.settings import StoreSettings
 
 REPO = Path(__file__).resolve().parents[1]
 API_BIN = Path(sys.executable).parent / "tickd-api"

@@ -28,11 +28,6 @@ from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaProducer
 
-from schema import timing
-from schema.cassandra import CassandraStore
-from schema.migrate import drop, migrate
-from schema.model import Callback, Client, HttpCallback, KafkaCallback
-from schema.settings import StoreSettings
 from tests.acceptance.harness import (
     KAFKA_BOOTSTRAP,
     REPO,
@@ -44,6 +39,11 @@ from tests.acceptance.harness import (
     create_client,
     create_many,
 )
+from tickd.schema import timing
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.migrate import drop, migrate
+from tickd.schema.model import Callback, Client, HttpCallback, KafkaCallback
+from tickd.schema.settings import StoreSettings
 
 # A guess used only to pick a minute far enough ahead for the creates to finish first.
 CREATE_RATE_GUESS = 700.0

@@ -33,10 +33,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings, producer_config
-from schema import logs
-from schema.model import KafkaCallback, Location, Schedule
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.kafka import KafkaDispatcher, KafkaSettings, producer_config
+from tickd.schema import logs
+from tickd.schema.model import KafkaCallback, Location, Schedule
 
 VALUE = b"x" * 1024
 SEQUENTIAL_BUDGET_S = 2.0

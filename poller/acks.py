@@ -25,12 +25,12 @@ import structlog
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from poller.callbacks.kafka_security import KafkaSecurity, client_config
-from poller.metrics import Metrics
-from schema import events
-from schema.errors import InvalidInput, NotFound, StoreUnavailable, TickdError
-from schema.model import Schedule
-from schema.store import Store
+from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
+from tickd.poller.metrics import Metrics
+from tickd.schema import events
+from tickd.schema.errors import InvalidInput, NotFound, StoreUnavailable, TickdError
+from tickd.schema.model import Schedule
+from tickd.schema.store import Store
 
 log = structlog.get_logger("tickd.acks")
 GROUP_ID = "tickd-throttle-acks"

@@ -20,14 +20,14 @@ from datetime import datetime
 
 from structlog.typing import FilteringBoundLogger
 
-from poller import minutes, recurring
-from poller.errors import InstanceCrashed, InstanceDrained
-from poller.metrics import Metrics
-from poller.plan import FiringPlan
-from poller.settings import PollerSettings
-from schema.model import Claim, Client, FireOutcome, Status
-from schema.store import Store
-from schema.timing import minute_bucket
+from tickd.poller import minutes, recurring
+from tickd.poller.errors import InstanceCrashed, InstanceDrained
+from tickd.poller.metrics import Metrics
+from tickd.poller.plan import FiringPlan
+from tickd.poller.settings import PollerSettings
+from tickd.schema.model import Claim, Client, FireOutcome, Status
+from tickd.schema.store import Store
+from tickd.schema.timing import minute_bucket
 
 Clock = Callable[[], datetime]
 # Most minutes recorded as skipped on resume (one day): older ones are left as they are.

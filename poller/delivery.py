@@ -24,8 +24,8 @@ from typing import Protocol
 
 import msgspec
 
-from schema.errors import StoreUnavailable
-from schema.model import HttpCallback, KafkaCallback, Schedule
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import HttpCallback, KafkaCallback, Schedule
 
 SCHEDULE_ID_HEADER = "X-Tickd-Schedule-Id"
 FIRE_ID_HEADER = "X-Tickd-Fire-Id"

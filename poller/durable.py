@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 
 from structlog.typing import FilteringBoundLogger
 
-from poller.metrics import Metrics
-from schema.errors import StoreUnavailable
+from tickd.poller.metrics import Metrics
+from tickd.schema.errors import StoreUnavailable
 
 # Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
 _MAX_STORE_RETRY_S = 5.0

@@ -23,18 +23,18 @@ from datetime import datetime
 
 import structlog
 
-from poller.checkpoint import Checkpointer
-from poller.delivery import CallbackRouter
-from poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
-from poller.loader import MinuteLoader
-from poller.metrics import Metrics
-from poller.outcomes import OutcomeWriter
-from poller.pipeline import DeliveryPipeline
-from poller.plan import FiringPlan, OpenMinute
-from poller.settings import PollerSettings
-from poller.throttle import ThrottleGate
-from schema.model import Claim, Client
-from schema.store import Store
+from tickd.poller.checkpoint import Checkpointer
+from tickd.poller.delivery import CallbackRouter
+from tickd.poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
+from tickd.poller.loader import MinuteLoader
+from tickd.poller.metrics import Metrics
+from tickd.poller.outcomes import OutcomeWriter
+from tickd.poller.pipeline import DeliveryPipeline
+from tickd.poller.plan import FiringPlan, OpenMinute
+from tickd.poller.settings import PollerSettings
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema.model import Claim, Client
+from tickd.schema.store import Store
 
 __all__ = ["InstanceCrashed", "InstanceDrained", "LeaseLost", "OpenMinute", "PollerInstance"]
 

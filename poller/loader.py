@@ -17,13 +17,13 @@ from datetime import datetime, timedelta
 
 from structlog.typing import FilteringBoundLogger
 
-from poller import minutes
-from poller.durable import durably
-from poller.metrics import Metrics
-from poller.plan import FiringPlan
-from poller.settings import PollerSettings
-from schema.model import InstanceKey
-from schema.store import Store
+from tickd.poller import minutes
+from tickd.poller.durable import durably
+from tickd.poller.metrics import Metrics
+from tickd.poller.plan import FiringPlan
+from tickd.poller.settings import PollerSettings
+from tickd.schema.model import InstanceKey
+from tickd.schema.store import Store
 
 Clock = Callable[[], datetime]
 # Minutes open at once, at most: bounds memory while catching up.

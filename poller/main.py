@@ -11,20 +11,20 @@ from contextlib import AsyncExitStack
 import structlog
 from aiohttp import web
 
-from poller.acks import AckConsumer, AckSecrets, AckSigner
-from poller.callbacks.http import HttpDispatcher
-from poller.callbacks.kafka import KafkaDispatcher
-from poller.callbacks.kafka_security import check_connection
-from poller.delivery import CallbackRouter, Dispatcher
-from poller.metrics import Metrics, status_app
-from poller.node import Node
-from poller.settings import PollerSettings
-from poller.signer import SigningKeys, SigningStamp, Stamps
-from schema import logs, tracing
-from schema.cassandra import CassandraStore
-from schema.errors import ConfigError, StoreUnavailable
-from schema.store import Store
-from schema.traced import traced
+from tickd.poller.acks import AckConsumer, AckSecrets, AckSigner
+from tickd.poller.callbacks.http import HttpDispatcher
+from tickd.poller.callbacks.kafka import KafkaDispatcher
+from tickd.poller.callbacks.kafka_security import check_connection
+from tickd.poller.delivery import CallbackRouter, Dispatcher
+from tickd.poller.metrics import Metrics, status_app
+from tickd.poller.node import Node
+from tickd.poller.settings import PollerSettings
+from tickd.poller.signer import SigningKeys, SigningStamp, Stamps
+from tickd.schema import logs, tracing
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.errors import ConfigError, StoreUnavailable
+from tickd.schema.store import Store
+from tickd.schema.traced import traced
 
 log = structlog.get_logger("tickd.poller")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from schema.timing import minute_bucket
+from tickd.schema.timing import minute_bucket
 
 MINUTE = timedelta(minutes=1)
 

@@ -21,16 +21,16 @@ from typing import Any
 
 import structlog
 
-from poller import ring
-from poller.delivery import CallbackRouter
-from poller.instance import InstanceDrained, PollerInstance
-from poller.metrics import Metrics
-from poller.settings import PollerSettings
-from poller.throttle import ThrottleGate
-from schema.errors import StoreUnavailable
-from schema.model import Claim, Client, InstanceKey, NodeInfo
-from schema.store import Store
-from schema.timing import minute_bucket
+from tickd.poller import ring
+from tickd.poller.delivery import CallbackRouter
+from tickd.poller.instance import InstanceDrained, PollerInstance
+from tickd.poller.metrics import Metrics
+from tickd.poller.settings import PollerSettings
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import Claim, Client, InstanceKey, NodeInfo
+from tickd.schema.store import Store
+from tickd.schema.timing import minute_bucket
 
 log = structlog.get_logger("tickd.poller")
 Clock = Callable[[], datetime]

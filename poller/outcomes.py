@@ -14,10 +14,10 @@ from datetime import datetime
 
 from structlog.typing import FilteringBoundLogger
 
-from poller.delivery import DeliveryResult
-from schema.errors import StoreUnavailable
-from schema.model import FireOutcome, Schedule, Status
-from schema.store import Store
+from tickd.poller.delivery import DeliveryResult
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import FireOutcome, Schedule, Status
+from tickd.schema.store import Store
 
 
 def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> FireOutcome:

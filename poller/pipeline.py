@@ -26,19 +26,19 @@ from datetime import datetime, timedelta
 
 from structlog.typing import FilteringBoundLogger
 
-from poller import recurring
-from poller.delivery import CallbackRouter, DeliveryResult
-from poller.durable import durably
-from poller.errors import LeaseLost
-from poller.loader import MinuteLoader
-from poller.metrics import Metrics
-from poller.outcomes import OutcomeWriter
-from poller.plan import FiringPlan, OpenMinute
-from poller.settings import PollerSettings
-from poller.throttle import ThrottleGate
-from schema import guard, timing
-from schema.errors import Conflict
-from schema.model import (
+from tickd.poller import recurring
+from tickd.poller.delivery import CallbackRouter, DeliveryResult
+from tickd.poller.durable import durably
+from tickd.poller.errors import LeaseLost
+from tickd.poller.loader import MinuteLoader
+from tickd.poller.metrics import Metrics
+from tickd.poller.outcomes import OutcomeWriter
+from tickd.poller.plan import FiringPlan, OpenMinute
+from tickd.poller.settings import PollerSettings
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema import guard, timing
+from tickd.schema.errors import Conflict
+from tickd.schema.model import (
     Chain,
     Chained,
     Client,
@@ -51,7 +51,7 @@ from schema.model import (
     Token,
     callback_type,
 )
-from schema.store import Store
+from tickd.schema.store import Store
 
 # Events built between two yields to the event loop while a batch trigger's fire is expanded.
 _EXPAND_SLICE = 256

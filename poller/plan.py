@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from schema.model import Schedule, Status
+from tickd.schema.model import Schedule, Status
 
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]

@@ -6,9 +6,9 @@ import dataclasses
 import functools
 from datetime import datetime, timedelta
 
-from schema import recurrence as rec
-from schema import timing
-from schema.model import Location, Repeat, Schedule, Status
+from tickd.schema import recurrence as rec
+from tickd.schema import timing
+from tickd.schema.model import Location, Repeat, Schedule, Status
 
 _ONE_MS = timedelta(milliseconds=1)
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from uhashring import HashRing
 
-from schema.model import Client, InstanceKey
+from tickd.schema.model import Client, InstanceKey
 
 
 def instances_of(clients: Iterable[Client]) -> list[InstanceKey]:

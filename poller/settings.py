@@ -8,11 +8,11 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.http import HttpSettings
-from poller.callbacks.kafka import KafkaSettings
-from schema.errors import ConfigError
-from schema.settings import StoreSettings, env_float, env_int, env_str
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.http import HttpSettings
+from tickd.poller.callbacks.kafka import KafkaSettings
+from tickd.schema.errors import ConfigError
+from tickd.schema.settings import StoreSettings, env_float, env_int, env_str
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 

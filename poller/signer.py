@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 
 import structlog
 
-from poller.delivery import Stamp
-from schema.errors import StoreUnavailable
-from schema.model import Client, Schedule
-from schema.signing import new_signing_secret
-from schema.store import Store
+from tickd.poller.delivery import Stamp
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import Client, Schedule
+from tickd.schema.signing import new_signing_secret
+from tickd.schema.store import Store
 
 log = structlog.get_logger("tickd.signing")
 Clock = Callable[[], datetime]

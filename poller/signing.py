@@ -22,8 +22,8 @@ import hmac
 from collections.abc import Sequence
 from functools import lru_cache
 
-from schema.model import Schedule
-from schema.signing import SECRET_PREFIX
+from tickd.schema.model import Schedule
+from tickd.schema.signing import SECRET_PREFIX
 
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"

@@ -26,10 +26,10 @@ from datetime import datetime
 
 import structlog
 
-from poller.metrics import Metrics
-from schema.errors import StoreUnavailable
-from schema.model import ThrottlePolicy, Token
-from schema.store import Store
+from tickd.poller.metrics import Metrics
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import ThrottlePolicy, Token
+from tickd.schema.store import Store
 
 log = structlog.get_logger("tickd.throttle")
 Clock = Callable[[], datetime]

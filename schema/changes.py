@@ -23,8 +23,8 @@ import dataclasses
 from datetime import datetime
 from uuid import UUID
 
-from schema.errors import Conflict
-from schema.model import Location, Schedule, ScheduleRef, Status
+from tickd.schema.errors import Conflict
+from tickd.schema.model import Location, Schedule, ScheduleRef, Status
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,8 @@ import re
 import secrets
 import uuid
 
-from schema.errors import InvalidInput, NotFound
-from schema.store import Store
+from tickd.schema.errors import InvalidInput, NotFound
+from tickd.schema.store import Store
 
 _EVENT_ID = re.compile(r"^([0-9a-fA-F-]{36}):([0-9]{1,15}):([0-9]{1,7})$")
 

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from typing import cast
 from uuid import UUID
 
-from schema import timing
-from schema.model import Client, InstanceKey, ListCursor, Page, Schedule, Status
+from tickd.schema import timing
+from tickd.schema.model import Client, InstanceKey, ListCursor, Page, Schedule, Status
 
 # Partition reads in flight at once, and per page (a page may end early on the budget). 1024 reads take
 # about 1 s on 2 shared cores (2048 took 1.6-2.3 s, over schemathesis's 2 s response limit).

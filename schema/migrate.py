@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 import structlog
 from cassandra.cluster import Session
 
-from schema import logs, queries
-from schema.cassandra import build_cluster, connect_refusal
-from schema.errors import ConfigError
-from schema.settings import StoreSettings, parse_replication
+from tickd.schema import logs, queries
+from tickd.schema.cassandra import build_cluster, connect_refusal
+from tickd.schema.errors import ConfigError
+from tickd.schema.settings import StoreSettings, parse_replication
 
 log = structlog.get_logger("tickd.migrate")
 

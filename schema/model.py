@@ -11,9 +11,9 @@ from uuid import UUID
 
 import msgspec
 
-from schema import recurrence as rec
-from schema import timing
-from schema.errors import InvalidInput
+from tickd.schema import recurrence as rec
+from tickd.schema import timing
+from tickd.schema.errors import InvalidInput
 
 
 class Status(enum.StrEnum):

@@ -19,9 +19,9 @@ from uuid import UUID
 
 import msgspec
 
-from schema import timing
-from schema.errors import Conflict
-from schema.model import Chain, Chained, Location, Schedule, ScheduleRef, Status
+from tickd.schema import timing
+from tickd.schema.errors import Conflict
+from tickd.schema.model import Chain, Chained, Location, Schedule, ScheduleRef, Status
 
 
 def moved_on_by_poller(current: Schedule, ref: ScheduleRef) -> bool:

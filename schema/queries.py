@@ -45,13 +45,13 @@ def parse(text: str) -> dict[str, Query]:
 
 
 def load() -> dict[str, Query]:
-    return parse(resources.files("schema").joinpath("cql/queries.cql").read_text())
+    return parse(resources.files("tickd.schema").joinpath("cql/queries.cql").read_text())
 
 
 def migrations() -> list[tuple[int, str, str]]:
     """``(version, file name, text)`` of every numbered ``cql/NNN_*.cql`` file, in order."""
     found = []
-    for entry in resources.files("schema").joinpath("cql").iterdir():
+    for entry in resources.files("tickd.schema").joinpath("cql").iterdir():
         head = entry.name.split("_", 1)[0]
         if entry.name.endswith(".cql") and head.isdigit():
             found.append((int(head), entry.name, entry.read_text()))

@@ -55,7 +55,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from schema.errors import InvalidInput
+from tickd.schema.errors import InvalidInput
 
 GapPolicy: TypeAlias = Literal["shift", "skip"]
 OverlapPolicy: TypeAlias = Literal["first", "last", "both"]

@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from schema import moves, timing, triggers
-from schema.errors import Conflict, NotFound
-from schema.model import DeadLetter, InstanceKey, Schedule, Status
-from schema.store import Store
+from tickd.schema import moves, timing, triggers
+from tickd.schema.errors import Conflict, NotFound
+from tickd.schema.model import DeadLetter, InstanceKey, Schedule, Status
+from tickd.schema.store import Store
 
 
 def _conflict(message: str, code: str) -> Conflict:

@@ -10,8 +10,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from schema.errors import ConfigError
-from schema.tls import TlsFiles, read_tls
+from tickd.schema.errors import ConfigError
+from tickd.schema.tls import TlsFiles, read_tls
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

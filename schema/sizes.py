@@ -6,7 +6,7 @@ Cassandra refuses a batch spanning several partitions whose data is over ``batch
 
 from __future__ import annotations
 
-from schema.model import Schedule, encode_callback, encode_options
+from tickd.schema.model import Schedule, encode_callback, encode_options
 
 # What a create writes besides the payload, callback and options (keys, timestamps, the by-id pointer,
 # the pollers' signals, and Cassandra's per-cell overhead), rounded up.

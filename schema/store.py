@@ -11,7 +11,7 @@ from datetime import date, datetime
 from typing import Protocol
 from uuid import UUID
 
-from schema.model import (
+from tickd.schema.model import (
     BusinessKey,
     Chained,
     Checkpoint,

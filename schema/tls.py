@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from schema.errors import ConfigError
+from tickd.schema.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from opentelemetry.trace import SpanKind
 
-from schema import tracing
-from schema.store import Store
+from tickd.schema import tracing
+from tickd.schema.store import Store
 
 _UNTRACED = frozenset({"read_minute", "close"})
 

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Link, Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from schema.errors import ConfigError
-from schema.model import Schedule
+from tickd.schema.errors import ConfigError
+from tickd.schema.model import Schedule
 
 TRACEPARENT = "traceparent"
 _PROPAGATOR = TraceContextTextMapPropagator()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from schema import timing
-from schema.model import Client, Location, Options, Schedule
+from tickd.schema import timing
+from tickd.schema.model import Client, Location, Options, Schedule
 
 
 def trigger_id(parent: uuid.UUID, at: datetime) -> uuid.UUID:

@@ -13,21 +13,21 @@ import structlog
 from aiohttp import web
 from opentelemetry.trace import SpanKind
 
-from schema import tracing
-from schema.cassandra import CassandraStore
-from schema.settings import StoreSettings
-from schema.store import Store
-from schema.traced import traced
-from service import keys, refusals
-from service.auth import Authenticator, ClientCache
-from service.creates import CreateCombiner
-from service.errors import Handler, error_middleware
-from service.limits import RateLimiter
-from service.metrics import ApiMetrics
-from service.routes import admin, clients, dead_letters, keyed, ops, schedules, throttle, ui
-from service.settings import ApiSettings
-from service.targets import TargetGuard
-from service.validation import request_types
+from tickd.schema import tracing
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.settings import StoreSettings
+from tickd.schema.store import Store
+from tickd.schema.traced import traced
+from tickd.service import keys, refusals
+from tickd.service.auth import Authenticator, ClientCache
+from tickd.service.creates import CreateCombiner
+from tickd.service.errors import Handler, error_middleware
+from tickd.service.limits import RateLimiter
+from tickd.service.metrics import ApiMetrics
+from tickd.service.routes import admin, clients, dead_letters, keyed, ops, schedules, throttle, ui
+from tickd.service.settings import ApiSettings
+from tickd.service.targets import TargetGuard
+from tickd.service.validation import request_types
 
 # Generated request ids must be unique, not unguessable: a random per-process prefix and a counter
 # (a uuid4 per request was ~5% of the API's CPU per create in make bench-api).

@@ -15,9 +15,9 @@ import time
 
 from aiohttp import web
 
-from schema.model import Client
-from schema.store import ClientStore
-from service.errors import Forbidden, Unauthorized, Unavailable
+from tickd.schema.model import Client
+from tickd.schema.store import ClientStore
+from tickd.service.errors import Forbidden, Unauthorized, Unavailable
 
 _SCHEME = "bearer "
 # What a key can look like: anything else is refused before any lookup, with the answer an unknown key

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from schema.model import Options
-from service.errors import Invalid
-from service.settings import ApiSettings
+from tickd.schema.model import Options
+from tickd.service.errors import Invalid
+from tickd.service.settings import ApiSettings
 
 
 def fires_per_minute(options: Options | None) -> int:

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import structlog
 
-from schema import timing
-from schema.errors import StoreUnavailable
+from tickd.schema import timing
+from tickd.schema.errors import StoreUnavailable
 
 T = TypeVar("T")
 log = structlog.get_logger("tickd.api")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from schema.model import Schedule
-from schema.sizes import create_bytes
-from schema.store import ScheduleStore
+from tickd.schema.model import Schedule
+from tickd.schema.sizes import create_bytes
+from tickd.schema.store import ScheduleStore
 
 T = TypeVar("T")
 

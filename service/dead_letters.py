@@ -10,11 +10,11 @@ import dataclasses
 import uuid
 from datetime import datetime, timedelta
 
-from schema import timing
-from schema.errors import NotFound
-from schema.model import DeadLetter, ListCursor
-from schema.store import Store
-from service.errors import Invalid
+from tickd.schema import timing
+from tickd.schema.errors import NotFound
+from tickd.schema.model import DeadLetter, ListCursor
+from tickd.schema.store import Store
+from tickd.service.errors import Invalid
 
 MAX_RANGE = timedelta(days=31)
 DEFAULT_RANGE = timedelta(days=7)

@@ -25,22 +25,22 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
-from poller.callbacks.http import HttpDispatcher
-from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
-from poller.delivery import DeliveryResult
-from poller.main import stamped_router
-from poller.metrics import Metrics
-from poller.node import Node
-from poller.settings import PollerSettings
-from schema import logs
-from schema.memory import MemoryStore
-from schema.model import Client, Schedule
-from schema.settings import StoreSettings
-from schema.signing import new_signing_secret
-from service.app import create_app
-from service.auth import new_api_key
-from service.settings import ApiSettings
-from service.validation import CLIENT_ID_PATTERN
+from tickd.poller.callbacks.http import HttpDispatcher
+from tickd.poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
+from tickd.poller.delivery import DeliveryResult
+from tickd.poller.main import stamped_router
+from tickd.poller.metrics import Metrics
+from tickd.poller.node import Node
+from tickd.poller.settings import PollerSettings
+from tickd.schema import logs
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Client, Schedule
+from tickd.schema.settings import StoreSettings
+from tickd.schema.signing import new_signing_secret
+from tickd.service.app import create_app
+from tickd.service.auth import new_api_key
+from tickd.service.settings import ApiSettings
+from tickd.service.validation import CLIENT_ID_PATTERN
 
 log = structlog.get_logger("tickd.dev")
 _NO_KAFKA = "this tickd dev runs without Kafka: start it with --kafka HOST:PORT to send Kafka callbacks"

@@ -19,7 +19,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from schema.errors import AlreadyExists, Conflict, InvalidInput, NotFound, StoreUnavailable, TickdError
+from tickd.schema.errors import AlreadyExists, Conflict, InvalidInput, NotFound, StoreUnavailable, TickdError
 
 log = structlog.get_logger("tickd.api")
 _encoder = msgspec.json.Encoder()

@@ -22,9 +22,9 @@ from datetime import datetime
 
 import msgspec
 
-from schema.model import IdempotencyKey, Schedule
-from schema.store import Store
-from service.errors import HttpError
+from tickd.schema.model import IdempotencyKey, Schedule
+from tickd.schema.store import Store
+from tickd.service.errors import HttpError
 
 FIELD = "Idempotency-Key"
 _POLL_S = 0.05

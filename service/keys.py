@@ -7,14 +7,14 @@ from collections import defaultdict
 
 from aiohttp import web
 
-from schema.store import Store
-from service.auth import Authenticator
-from service.creates import CreateCombiner
-from service.limits import RateLimiter
-from service.metrics import ApiMetrics
-from service.settings import ApiSettings
-from service.targets import TargetGuard
-from service.validation import RequestTypes
+from tickd.schema.store import Store
+from tickd.service.auth import Authenticator
+from tickd.service.creates import CreateCombiner
+from tickd.service.limits import RateLimiter
+from tickd.service.metrics import ApiMetrics
+from tickd.service.settings import ApiSettings
+from tickd.service.targets import TargetGuard
+from tickd.service.validation import RequestTypes
 
 SETTINGS = web.AppKey("settings", ApiSettings)
 STORE = web.AppKey("store", Store)

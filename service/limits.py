@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from service.errors import TooManyRequests
+from tickd.service.errors import TooManyRequests
 
 
 class _Bucket:

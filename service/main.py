@@ -5,11 +5,11 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from schema import logs, tracing
-from schema.errors import ConfigError, StoreUnavailable
-from schema.settings import StoreSettings
-from service.app import create_app
-from service.settings import ApiSettings
+from tickd.schema import logs, tracing
+from tickd.schema.errors import ConfigError, StoreUnavailable
+from tickd.schema.settings import StoreSettings
+from tickd.service.app import create_app
+from tickd.service.settings import ApiSettings
 
 # In-flight requests get this long to finish after SIGTERM before connections are closed.
 _SHUTDOWN_TIMEOUT_S = 10.0

@@ -15,7 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from service.errors import Handler
+from tickd.service.errors import Handler
 
 _BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

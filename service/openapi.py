@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from service import params, validation, views
-from service.routes import admin, ui
-from service.settings import ApiSettings
+from tickd.service import params, validation, views
+from tickd.service.routes import admin, ui
+from tickd.service.settings import ApiSettings
 
 _REF = "#/components/schemas/{name}"
 

@@ -14,10 +14,10 @@ import msgspec
 from aiohttp import web
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from schema.errors import InvalidInput
-from schema.model import ListCursor
-from service.errors import Invalid, Malformed
-from service.validation import NAME_PATTERN, Moment, convert
+from tickd.schema.errors import InvalidInput
+from tickd.schema.model import ListCursor
+from tickd.service.errors import Invalid, Malformed
+from tickd.service.validation import NAME_PATTERN, Moment, convert
 
 T = TypeVar("T")
 

@@ -15,10 +15,10 @@ import collections
 import dataclasses
 from datetime import datetime
 
-from schema import recurrence as rec
-from schema import timing
-from schema.model import Client, Location, Run, Schedule, Status
-from service import recurring
+from tickd.schema import recurrence as rec
+from tickd.schema import timing
+from tickd.schema.model import Client, Location, Run, Schedule, Status
+from tickd.service import recurring
 
 MAX_SKIPPED_RUNS = 100
 # Occurrences walked one by one (a long pause of a frequent rule): past these, straight to the next one.

@@ -12,12 +12,12 @@ from uuid import UUID
 
 from msgspec import UNSET, UnsetType
 
-from schema import recurrence as rec
-from schema import timing
-from schema.model import Options, Repeat, Run, Schedule, Status
-from service.errors import Invalid, Malformed
-from service.settings import ApiSettings
-from service.validation import REPEAT_FIELDS, RepeatFields, parse_time
+from tickd.schema import recurrence as rec
+from tickd.schema import timing
+from tickd.schema.model import Options, Repeat, Run, Schedule, Status
+from tickd.service.errors import Invalid, Malformed
+from tickd.service.settings import ApiSettings
+from tickd.service.validation import REPEAT_FIELDS, RepeatFields, parse_time
 
 T = TypeVar("T")
 

@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from schema.errors import ConfigError
-from schema.settings import (
+from tickd.schema.errors import ConfigError
+from tickd.schema.settings import (
     StoreSettings,
     batch_max_bytes,
     env_bool,

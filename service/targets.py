@@ -15,8 +15,8 @@ import asyncio
 import socket
 import time
 
-from schema import addresses
-from service.errors import Invalid
+from tickd.schema import addresses
+from tickd.service.errors import Invalid
 
 _RESOLVE_TIMEOUT_S = 2.0
 _MAX_LOOKUPS = 8

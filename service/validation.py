@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from schema.model import Callback, HttpCallback, KafkaCallback
-from service.errors import Invalid, Malformed, PayloadTooLarge
-from service.settings import ApiSettings
+from tickd.schema.model import Callback, HttpCallback, KafkaCallback
+from tickd.service.errors import Invalid, Malformed, PayloadTooLarge
+from tickd.service.settings import ApiSettings
 
 T = TypeVar("T")
 

@@ -8,9 +8,9 @@ from uuid import UUID
 
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from schema import timing
-from schema.model import Callback, Client, DeadLetter, Repeat, Run, Schedule, Status, ThrottlePolicy
-from schema.recurrence import format_duration
+from tickd.schema import timing
+from tickd.schema.model import Callback, Client, DeadLetter, Repeat, Run, Schedule, Status, ThrottlePolicy
+from tickd.schema.recurrence import format_duration
 
 T = TypeVar("T")
 # An event counts as inside its window if delivered up to this long after the window's end (delivery

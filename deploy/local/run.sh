@@ -18,8 +18,8 @@ start() {  # start <module> <entry point>: only parts that exist in this checkou
     echo "make run: $2 is not built yet; skipping"
   fi
 }
-start service.main tickd-api
-start poller.main tickd-poller
+start tickd.service.main tickd-api
+start tickd.poller.main tickd-poller
 
 echo "make run: Cassandra on 127.0.0.1:9042, Kafka on 127.0.0.1:9092, keyspace ${TICKD_KEYSPACE:-tickd}"
 if [ ${#pids[@]} -eq 0 ]; then

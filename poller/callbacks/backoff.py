@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from schema.errors import ConfigError
-from schema.settings import env_float, env_int
+from tickd.schema.errors import ConfigError
+from tickd.schema.settings import env_float, env_int
 
 # 2**63 * any sane base is far beyond any cap; stop doubling there instead of overflowing.
 _MAX_EXPONENT = 63

@@ -20,7 +20,7 @@ import socket
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from schema import addresses
+from tickd.schema import addresses
 
 
 class BlockedAddressError(OSError):

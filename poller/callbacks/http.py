@@ -30,15 +30,15 @@ import aiohttp
 import yarl
 from opentelemetry.trace import SpanKind
 
-from poller import signing
-from poller.callbacks.backoff import RetryPolicy, retry_after_s
-from poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked
-from poller.callbacks.retry import Retrier, fire_logger
-from poller.delivery import DeliveryResult, encode_body, http_headers
-from schema import tracing
-from schema.errors import ConfigError
-from schema.model import HttpCallback, Schedule
-from schema.settings import env_bool, env_float, env_int
+from tickd.poller import signing
+from tickd.poller.callbacks.backoff import RetryPolicy, retry_after_s
+from tickd.poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked
+from tickd.poller.callbacks.retry import Retrier, fire_logger
+from tickd.poller.delivery import DeliveryResult, encode_body, http_headers
+from tickd.schema import tracing
+from tickd.schema.errors import ConfigError
+from tickd.schema.model import HttpCallback, Schedule
+from tickd.schema.settings import env_bool, env_float, env_int
 
 RETRIABLE_4XX = frozenset({408, 425, 429})
 _USER_AGENT = "tickd-callbacks/0.1"

@@ -46,16 +46,16 @@ from aiokafka.errors import (
 )
 from opentelemetry.trace import SpanKind
 
-from poller import signing
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.kafka_security import KafkaSecurity, client_config
-from poller.callbacks.outbox import Outbox, Placed
-from poller.callbacks.retry import Retrier, fire_logger
-from poller.delivery import DeliveryResult, KafkaRecord, kafka_record
-from schema import tracing
-from schema.errors import ConfigError
-from schema.model import KafkaCallback, Schedule
-from schema.settings import env_float, env_int, env_str
+from tickd.poller import signing
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
+from tickd.poller.callbacks.outbox import Outbox, Placed
+from tickd.poller.callbacks.retry import Retrier, fire_logger
+from tickd.poller.delivery import DeliveryResult, KafkaRecord, kafka_record
+from tickd.schema import tracing
+from tickd.schema.errors import ConfigError
+from tickd.schema.model import KafkaCallback, Schedule
+from tickd.schema.settings import env_float, env_int, env_str
 
 logger: structlog.typing.FilteringBoundLogger = structlog.get_logger("tickd.callbacks")
 

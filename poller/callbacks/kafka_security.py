@@ -19,9 +19,9 @@ import structlog
 from aiokafka.conn import create_conn
 from aiokafka.errors import KafkaError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
-from schema.errors import ConfigError
-from schema.settings import env_bool, env_choice
-from schema.tls import TlsFiles, client_context, describe_verify_failure, is_tls_failure, read_tls, verify_reason
+from tickd.schema.errors import ConfigError
+from tickd.schema.settings import env_bool, env_choice
+from tickd.schema.tls import TlsFiles, client_context, describe_verify_failure, is_tls_failure, read_tls, verify_reason
 
 log = structlog.get_logger("tickd.callbacks")
 

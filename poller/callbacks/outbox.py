@@ -17,7 +17,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaConnectionError
 
-from poller.delivery import KafkaRecord
+from tickd.poller.delivery import KafkaRecord
 
 Placed = asyncio.Future[asyncio.Future[Any]]
 _Entry = tuple[Any, str, KafkaRecord, Placed]

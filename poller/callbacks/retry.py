@@ -17,9 +17,9 @@ from typing import Any
 
 import structlog
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.delivery import DeliveryResult
-from schema.model import Schedule
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.delivery import DeliveryResult
+from tickd.schema.model import Schedule
 
 Attempt = Callable[[int], Awaitable[DeliveryResult]]
 Clock = Callable[[], float]

@@ -6,15 +6,22 @@ import asyncio
 
 from cassandra.cluster import Cluster, Session
 
-from schema.cassandra.bridge import Bridge, Statements, build_cluster, connect_refusal, is_unavailable, unavailable
-from schema.cassandra.clients import ClientRows
-from schema.cassandra.coordination import Coordination, Horizons
-from schema.cassandra.dead_letters import DeadLetters
-from schema.cassandra.keys import BusinessKeys
-from schema.cassandra.runs import Runs
-from schema.cassandra.schedules import Schedules
-from schema.cassandra.throttle import Throttle
-from schema.settings import StoreSettings
+from tickd.schema.cassandra.bridge import (
+    Bridge,
+    Statements,
+    build_cluster,
+    connect_refusal,
+    is_unavailable,
+    unavailable,
+)
+from tickd.schema.cassandra.clients import ClientRows
+from tickd.schema.cassandra.coordination import Coordination, Horizons
+from tickd.schema.cassandra.dead_letters import DeadLetters
+from tickd.schema.cassandra.keys import BusinessKeys
+from tickd.schema.cassandra.runs import Runs
+from tickd.schema.cassandra.schedules import Schedules
+from tickd.schema.cassandra.throttle import Throttle
+from tickd.schema.settings import StoreSettings
 
 
 class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Throttle, Coordination):

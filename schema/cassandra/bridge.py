@@ -26,10 +26,10 @@ from cassandra.policies import (
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
-from schema import guard, queries
-from schema.errors import ConfigError, StoreUnavailable
-from schema.settings import StoreSettings
-from schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
+from tickd.schema import guard, queries
+from tickd.schema.errors import ConfigError, StoreUnavailable
+from tickd.schema.settings import StoreSettings
+from tickd.schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
 
 Row = Any  # the driver's named tuples
 Values = Mapping[str, Any]

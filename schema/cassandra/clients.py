@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
-from schema.model import Client
+from tickd.schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
+from tickd.schema.model import Client
 
 
 class ClientRows:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from schema import timing
-from schema.cassandra.bridge import Bridge, Write, utc
-from schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo
-from schema.settings import StoreSettings
+from tickd.schema import timing
+from tickd.schema.cassandra.bridge import Bridge, Write, utc
+from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo
+from tickd.schema.settings import StoreSettings
 
 
 def hot_mark(instance: InstanceKey, loc: Location, now: datetime, hot_window_s: float) -> list[Write]:

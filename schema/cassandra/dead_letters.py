@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from uuid import UUID
 
-from schema.cassandra.bridge import Bridge, Row, utc
-from schema.model import DeadLetter, decode_callback
-from schema.settings import StoreSettings
+from tickd.schema.cassandra.bridge import Bridge, Row, utc
+from tickd.schema.model import DeadLetter, decode_callback
+from tickd.schema.settings import StoreSettings
 
 
 def _key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, object]:

@@ -3,8 +3,8 @@ with lightweight transactions."""
 
 from __future__ import annotations
 
-from schema.cassandra.bridge import Bridge, utc
-from schema.model import BusinessKey
+from tickd.schema.cassandra.bridge import Bridge, utc
+from tickd.schema.model import BusinessKey
 
 
 class BusinessKeys:

@@ -10,8 +10,8 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE
 
-from schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
-from schema.model import FireOutcome, Run, Schedule, Status
+from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
+from tickd.schema.model import FireOutcome, Run, Schedule, Status
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 

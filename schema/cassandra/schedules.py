@@ -17,13 +17,13 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from schema import changes, listing, moves, timing
-from schema.cassandra import runs
-from schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
-from schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
-from schema.cassandra.dead_letters import dead_letter_of
-from schema.errors import Conflict
-from schema.model import (
+from tickd.schema import changes, listing, moves, timing
+from tickd.schema.cassandra import runs
+from tickd.schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
+from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
+from tickd.schema.cassandra.dead_letters import dead_letter_of
+from tickd.schema.errors import Conflict
+from tickd.schema.model import (
     DeadLetter,
     FireOutcome,
     IdempotencyKey,
@@ -38,7 +38,7 @@ from schema.model import (
     encode_callback,
     encode_options,
 )
-from schema.settings import StoreSettings
+from tickd.schema.settings import StoreSettings
 
 # -- the writes, as plain functions -------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schema.cassandra.bridge import Bridge, Row, utc
-from schema.model import ThrottlePolicy, Token
+from tickd.schema.cassandra.bridge import Bridge, Row, utc
+from tickd.schema.model import ThrottlePolicy, Token
 
 
 class Throttle:

@@ -2,8 +2,8 @@
 the deterministic simulation and ``tickd dev``. ``tests/contract`` runs the same tests against it and
 the Cassandra adapter. Fault points: see ``schema.memory.faults``."""
 
-from schema.memory.engine import Tables
-from schema.memory.faults import NoFaults, StoreFaults
-from schema.memory.store import MemoryStore
+from tickd.schema.memory.engine import Tables
+from tickd.schema.memory.faults import NoFaults, StoreFaults
+from tickd.schema.memory.store import MemoryStore
 
 __all__ = ["MemoryStore", "NoFaults", "StoreFaults", "Tables"]

@@ -24,8 +24,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from schema import timing
-from schema.errors import StoreUnavailable
+from tickd.schema import timing
+from tickd.schema.errors import StoreUnavailable
 
 Key = tuple[Any, ...]
 

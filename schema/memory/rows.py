@@ -3,8 +3,8 @@ adapter reads them: a missing cell reads as the driver's None, with the same def
 
 from __future__ import annotations
 
-from schema.memory.engine import Values
-from schema.model import (
+from tickd.schema.memory.engine import Values
+from tickd.schema.model import (
     Client,
     DeadLetter,
     HotMark,

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from schema import guard
-from schema.memory.engine import Tables, Values, Write, norm, page
-from schema.memory.faults import NoFaults, StoreFaults
+from tickd.schema import guard
+from tickd.schema.memory.engine import Tables, Values, Write, norm, page
+from tickd.schema.memory.faults import NoFaults, StoreFaults
 
 T = TypeVar("T")
 Select = Callable[[], Sequence[tuple[Any, Values]]]

@@ -15,15 +15,15 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from schema import changes, moves, timing
-from schema.errors import Conflict, StoreUnavailable
-from schema.listing import Listing, chunks, in_turn
-from schema.memory import rows as to
-from schema.memory import tables as t
-from schema.memory.engine import Table, Tables, Values, Write, norm
-from schema.memory.faults import StoreFaults
-from schema.memory.session import Select, Session
-from schema.model import (
+from tickd.schema import changes, moves, timing
+from tickd.schema.errors import Conflict, StoreUnavailable
+from tickd.schema.listing import Listing, chunks, in_turn
+from tickd.schema.memory import rows as to
+from tickd.schema.memory import tables as t
+from tickd.schema.memory.engine import Table, Tables, Values, Write, norm
+from tickd.schema.memory.faults import StoreFaults
+from tickd.schema.memory.session import Select, Session
+from tickd.schema.model import (
     BusinessKey,
     Checkpoint,
     Claim,
@@ -44,7 +44,7 @@ from schema.model import (
     encode_callback,
     encode_options,
 )
-from schema.settings import StoreSettings
+from tickd.schema.settings import StoreSettings
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 _DEFAULTS = StoreSettings()

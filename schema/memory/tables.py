@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schema.memory.engine import Table
+from tickd.schema.memory.engine import Table
 
 CLIENTS = Table("clients", ("client_id",))
 SCHEDULES = Table("schedules", ("client_id", "poller_id", "minute"), ("due_at", "schedule_id"))

@@ -16,11 +16,11 @@ from datetime import datetime
 from aiohttp import web
 from msgspec import Struct
 
-from schema.model import Claim, Client, InstanceKey, NodeInfo
-from schema.store import CoordinationStore
-from service import keys
-from service.errors import json_response
-from service.routes.common import now
+from tickd.schema.model import Claim, Client, InstanceKey, NodeInfo
+from tickd.schema.store import CoordinationStore
+from tickd.service import keys
+from tickd.service.errors import json_response
+from tickd.service.routes.common import now
 
 # Claim reads in flight at once: enough to answer fast, few enough not to crowd out the store's real work.
 _READ_CONCURRENCY = 32

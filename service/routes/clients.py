@@ -15,16 +15,16 @@ from datetime import timedelta
 import structlog
 from aiohttp import web
 
-from schema.errors import AlreadyExists, Conflict, NotFound
-from schema.events import new_ack_secret
-from schema.model import Client
-from schema.signing import new_signing_secret
-from service import keys, params
-from service.auth import new_api_key
-from service.errors import Invalid, json_response
-from service.routes.common import now, read_json
-from service.validation import ClientPatch, decode, topic_grants
-from service.views import ApiKeyView, ClientList, SigningSecretView, client_view
+from tickd.schema.errors import AlreadyExists, Conflict, NotFound
+from tickd.schema.events import new_ack_secret
+from tickd.schema.model import Client
+from tickd.schema.signing import new_signing_secret
+from tickd.service import keys, params
+from tickd.service.auth import new_api_key
+from tickd.service.errors import Invalid, json_response
+from tickd.service.routes.common import now, read_json
+from tickd.service.validation import ClientPatch, decode, topic_grants
+from tickd.service.views import ApiKeyView, ClientList, SigningSecretView, client_view
 
 log = structlog.get_logger("tickd.api")
 _MAX_ADMIN_BODY = 64 * 1024

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from schema.errors import Conflict
-from service import keys
-from service.errors import Malformed, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
-from service.validation import to_ms
+from tickd.schema.errors import Conflict
+from tickd.service import keys
+from tickd.service.errors import Malformed, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from tickd.service.validation import to_ms
 
 
 def now() -> datetime:

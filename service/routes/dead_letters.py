@@ -13,14 +13,14 @@ import structlog
 from aiohttp import web
 from msgspec import UnsetType
 
-from schema import redrives
-from schema.errors import TickdError
-from schema.model import Client, DeadLetter
-from service import dead_letters, keys, params
-from service.errors import Forbidden, Invalid, json_response
-from service.routes.common import now, read_json
-from service.validation import RedriveRequest, decode, parse_time, to_ms
-from service.views import (
+from tickd.schema import redrives
+from tickd.schema.errors import TickdError
+from tickd.schema.model import Client, DeadLetter
+from tickd.service import dead_letters, keys, params
+from tickd.service.errors import Forbidden, Invalid, json_response
+from tickd.service.routes.common import now, read_json
+from tickd.service.validation import RedriveRequest, decode, parse_time, to_ms
+from tickd.service.views import (
     DeadLetterList,
     RedriveError,
     RedriveResult,

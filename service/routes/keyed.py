@@ -20,20 +20,20 @@ import dataclasses
 import structlog
 from aiohttp import web
 
-from schema.errors import Conflict, NotFound
-from schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
-from service import idempotency, keys, params
-from service.errors import json_response
-from service.routes.common import conflict, now, read_json
-from service.routes.schedules import (
+from tickd.schema.errors import Conflict, NotFound
+from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
+from tickd.service import idempotency, keys, params
+from tickd.service.errors import json_response
+from tickd.service.routes.common import conflict, now, read_json
+from tickd.service.routes.schedules import (
     _BODY_OVERHEAD,
     _build,
     _check_mutable,
     _confirmed,
     _creator,
 )
-from service.validation import ScheduleCreate, decode
-from service.views import schedule_view
+from tickd.service.validation import ScheduleCreate, decode
+from tickd.service.views import schedule_view
 
 log = structlog.get_logger("tickd.api")
 _RETRIES = 8

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from service import keys, openapi
-from service.errors import json_response
-from service.views import Health
+from tickd.service import keys, openapi
+from tickd.service.errors import json_response
+from tickd.service.views import Health
 
 SPEC = web.AppKey("openapi_spec", bytes)
 DOCS = web.AppKey("openapi_docs", str)

@@ -20,17 +20,17 @@ import structlog
 from aiohttp import web
 from msgspec import UNSET, UnsetType
 
-from schema import recurrence as rec
-from schema import timing, tracing, triggers
-from schema.errors import Conflict, NotFound, TickdError
-from schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
-from service import budgets, idempotency, keys, params, pauses, recurring
-from service.confirm import confirmed
-from service.creates import groups
-from service.errors import Forbidden, Invalid, json_response, status_of
-from service.routes.common import conflict, now, read_json
-from service.settings import ApiSettings
-from service.validation import (
+from tickd.schema import recurrence as rec
+from tickd.schema import timing, tracing, triggers
+from tickd.schema.errors import Conflict, NotFound, TickdError
+from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
+from tickd.service import budgets, idempotency, keys, params, pauses, recurring
+from tickd.service.confirm import confirmed
+from tickd.service.creates import groups
+from tickd.service.errors import Forbidden, Invalid, json_response, status_of
+from tickd.service.routes.common import conflict, now, read_json
+from tickd.service.settings import ApiSettings
+from tickd.service.validation import (
     REPEAT_FIELDS,
     HttpTarget,
     ScheduleCreate,
@@ -43,7 +43,7 @@ from service.validation import (
     parse_time,
     payload_bytes,
 )
-from service.views import (
+from tickd.service.views import (
     BatchItem,
     BatchItemError,
     BatchResult,

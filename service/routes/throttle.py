@@ -9,14 +9,14 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from schema import events
-from schema.errors import NotFound
-from schema.model import Client, ThrottlePolicy
-from service import keys, params
-from service.errors import json_response
-from service.routes.common import now, read_json
-from service.validation import decode
-from service.views import PolicyList, ReleaseView, policy_view
+from tickd.schema import events
+from tickd.schema.errors import NotFound
+from tickd.schema.model import Client, ThrottlePolicy
+from tickd.service import keys, params
+from tickd.service.errors import json_response
+from tickd.service.routes.common import now, read_json
+from tickd.service.validation import decode
+from tickd.service.views import PolicyList, ReleaseView, policy_view
 
 log = structlog.get_logger("tickd.api")
 _MAX_BODY = 4096

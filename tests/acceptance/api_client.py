@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from service.app import create_app
-from service.settings import ApiSettings
 from tests.acceptance.harness import Delivery, Scenario
+from tickd.service.app import create_app
+from tickd.service.settings import ApiSettings
 
 ADMIN_TOKEN = "acceptance-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

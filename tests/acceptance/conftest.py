@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from schema.cassandra import CassandraStore
-from schema.migrate import drop, migrate
-from schema.settings import StoreSettings
 from tests.acceptance.api_client import Api, serve_api
 from tests.acceptance.harness import POLLER_BIN, REPO, REPORT, Receiver, Scenario
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.migrate import drop, migrate
+from tickd.schema.settings import StoreSettings
 
 LOG_ROOT = REPO / ".cache" / "acceptance"
 

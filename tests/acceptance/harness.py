@@ -33,9 +33,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from schema import timing
-from schema.cassandra import CassandraStore
-from schema.model import Callback, Client, Location, Schedule
+from tickd.schema import timing
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import Callback, Client, Location, Schedule
 
 REPO = Path(__file__).resolve().parents[2]
 POLLER_BIN = Path(sys.executable).parent / "tickd-poller"

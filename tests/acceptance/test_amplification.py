@@ -13,10 +13,6 @@ from datetime import timedelta
 
 import pytest
 
-from schema import timing
-from schema.model import HttpCallback, Location, Options, Schedule
-from service import budgets
-from service.settings import ApiSettings
 from tests.acceptance.harness import (
     Scenario,
     create_client,
@@ -32,6 +28,10 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
+from tickd.schema import timing
+from tickd.schema.model import HttpCallback, Location, Options, Schedule
+from tickd.service import budgets
+from tickd.service.settings import ApiSettings
 
 pytestmark = pytest.mark.acceptance
 

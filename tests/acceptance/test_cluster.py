@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 
-from schema.model import Client, HttpCallback
 from tests.acceptance.harness import (
     Made,
     PollerProcess,
@@ -30,6 +29,7 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
+from tickd.schema.model import Client, HttpCallback
 
 pytestmark = pytest.mark.acceptance
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from schema.model import Client, HttpCallback, KafkaCallback, Status
 from tests.acceptance.harness import (
     REPO,
     Behaviour,
@@ -33,6 +32,7 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
+from tickd.schema.model import Client, HttpCallback, KafkaCallback, Status
 
 pytestmark = pytest.mark.acceptance
 

@@ -19,9 +19,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from schema import timing
 from tests.acceptance.api_client import Api, call, event_ids, register
 from tests.acceptance.harness import Delivery, Scenario, report, wait_placement, wait_until
+from tickd.schema import timing
 
 pytestmark = pytest.mark.acceptance
 

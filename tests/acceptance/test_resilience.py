@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from schema.errors import StoreUnavailable
-from schema.model import HttpCallback
 from tests.acceptance.api_client import Api, register
 from tests.acceptance.harness import (
     REPO,
@@ -34,6 +32,8 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import HttpCallback
 
 pytestmark = pytest.mark.acceptance
 

@@ -26,8 +26,6 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from cassandra.cluster import Cluster
 
-from poller.callbacks.kafka_security import KafkaSecurity, client_config
-from schema.model import KafkaCallback
 from tests.acceptance.harness import (
     FAST_KNOBS,
     POLLER_BIN,
@@ -41,6 +39,8 @@ from tests.acceptance.harness import (
     report,
     wait_until,
 )
+from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
+from tickd.schema.model import KafkaCallback
 
 pytestmark = pytest.mark.acceptance
 

@@ -12,8 +12,6 @@ from datetime import timedelta
 
 import pytest
 
-from schema.errors import Conflict
-from schema.model import Client, HttpCallback, InstanceKey
 from tests.acceptance.harness import (
     Made,
     Scenario,
@@ -30,6 +28,8 @@ from tests.acceptance.harness import (
     tally,
     wait_placement,
 )
+from tickd.schema.errors import Conflict
+from tickd.schema.model import Client, HttpCallback, InstanceKey
 
 pytestmark = pytest.mark.acceptance
 

@@ -93,7 +93,7 @@ async def _drain(stream: asyncio.StreamReader | None) -> None:
 async def dev(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dev]:
     log = (tmp_path_factory.mktemp("tickd-dev") / "stderr.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.dev", "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=log
+        sys.executable, "-m", "tickd.service.dev", "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=log
     )
     drain: asyncio.Task[None] | None = None
     try:

@@ -20,9 +20,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from schema.migrate import drop, migrate
-from schema.settings import StoreSettings
 from tests.cluster.harness import API_BIN, LOG_ROOT, REPORT, ApiProcess, Cluster
+from tickd.schema.migrate import drop, migrate
+from tickd.schema.settings import StoreSettings
 
 if os.environ.get("TICKD_CLUSTER_TESTS", "").strip().lower() not in {"1", "true", "yes"}:
     collect_ignore_glob = ["test_*.py"]

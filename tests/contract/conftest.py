@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore
-from schema.model import Client, HttpCallback, Location, Schedule
-from schema.settings import StoreSettings
-from schema.store import Store
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Client, HttpCallback, Location, Schedule
+from tickd.schema.settings import StoreSettings
+from tickd.schema.store import Store
 
 Factory = Callable[..., Schedule]
 START = datetime(2026, 11, 23, 12, 0, 7, 250_000, tzinfo=UTC)
@@ -85,7 +85,7 @@ class Env:
 
 @pytest.fixture(scope="session")
 def cassandra_settings() -> StoreSettings:
-    from schema.migrate import migrate
+    from tickd.schema.migrate import migrate
 
     settings = StoreSettings.from_env()
     try:
@@ -111,7 +111,7 @@ async def _close_cassandra_stores() -> AsyncIterator[None]:
 
 
 async def _cassandra(settings: StoreSettings) -> Any:
-    from schema.cassandra import CassandraStore
+    from tickd.schema.cassandra import CassandraStore
 
     if settings not in _CASSANDRA:
         try:

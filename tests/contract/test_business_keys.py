@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from schema.model import BusinessKey
-from schema.store import Store
 from tests.contract.conftest import Env
+from tickd.schema.model import BusinessKey
+from tickd.schema.store import Store
 
 
 async def test_claim_once(env: Env, store: Store, client_id: str) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from schema.model import InstanceKey, NodeInfo
-from schema.store import Store
 from tests.contract.conftest import Env
+from tickd.schema.model import InstanceKey, NodeInfo
+from tickd.schema.store import Store
 
 MINUTE = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 

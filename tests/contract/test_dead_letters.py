@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
-from schema import moves, redrives
-from schema.errors import StoreUnavailable
-from schema.model import DeadLetter, FireOutcome, Schedule, Status
-from schema.store import Store
 from tests.contract.conftest import Env, FailOn, read_all
 from tests.contract.test_recurring import chained
+from tickd.schema import moves, redrives
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import DeadLetter, FireOutcome, Schedule, Status
+from tickd.schema.store import Store
 
 Factory = Callable[..., Schedule]
 

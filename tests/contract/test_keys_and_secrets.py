@@ -7,9 +7,9 @@ import asyncio
 import dataclasses
 import uuid
 
-from schema.model import IdempotencyKey
-from schema.store import Store
 from tests.contract.conftest import Env, make_client
+from tickd.schema.model import IdempotencyKey
+from tickd.schema.store import Store
 
 
 def _reservation(env: Env, client_id: str, key: str = "k1", digest: str = "d1") -> IdempotencyKey:

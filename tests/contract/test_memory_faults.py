@@ -11,10 +11,10 @@ from datetime import timedelta
 
 import pytest
 
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore, StoreFaults
-from schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
 from tests.contract.conftest import START, Factory, FailOn, ManualClock, read_all
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore, StoreFaults
+from tickd.schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
 
 pytestmark = pytest.mark.parametrize("env", ["memory"], indirect=True)
 

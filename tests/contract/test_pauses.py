@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from schema.errors import Conflict, StoreUnavailable
-from schema.model import Chain, Location, Run, Schedule, Status
-from schema.store import Store
 from tests.contract.conftest import Env, FailOn, read_all
 from tests.contract.test_recurring import following, recurring
+from tickd.schema.errors import Conflict, StoreUnavailable
+from tickd.schema.model import Chain, Location, Run, Schedule, Status
+from tickd.schema.store import Store
 
 Factory = Callable[..., Schedule]
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from schema import recurrence as rec
-from schema.errors import StoreUnavailable
-from schema.model import Chain, EventOf, FireOutcome, Location, Options, Repeat, Schedule, Status
-from schema.store import Store
 from tests.contract.conftest import START, Env, FailOn, read_all
+from tickd.schema import recurrence as rec
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import Chain, EventOf, FireOutcome, Location, Options, Repeat, Schedule, Status
+from tickd.schema.store import Store
 
 Factory = Callable[..., Schedule]
 EVERY_MINUTE = Options(repeat=Repeat(every_s=60, start_at=START))

@@ -12,10 +12,11 @@ from typing import cast
 
 import pytest
 
-from schema import timing
-from schema.changes import ClientChanges
-from schema.errors import Conflict, StoreUnavailable
-from schema.model import (
+from tests.contract.conftest import Env, Factory, FailOn, make_client, read_all
+from tickd.schema import timing
+from tickd.schema.changes import ClientChanges
+from tickd.schema.errors import Conflict, StoreUnavailable
+from tickd.schema.model import (
     Client,
     DeadLetter,
     EventOf,
@@ -29,8 +30,7 @@ from schema.model import (
     Schedule,
     Status,
 )
-from schema.store import Store
-from tests.contract.conftest import Env, Factory, FailOn, make_client, read_all
+from tickd.schema.store import Store
 
 
 async def test_create_read_cancel(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:

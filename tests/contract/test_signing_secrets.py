@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from schema.model import Client
-from schema.store import Store
 from tests.contract.conftest import Env, make_client
+from tickd.schema.model import Client
+from tickd.schema.store import Store
 
 
 async def _stored(store: Store, client_id: str) -> Client:

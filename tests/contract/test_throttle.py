@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from schema.model import ThrottlePolicy, Token
-from schema.store import Store
 from tests.contract.conftest import Env
+from tickd.schema.model import ThrottlePolicy, Token
+from tickd.schema.store import Store
 
 
 def policy(env: Env, client_id: str, name: str, max_in_flight: int = 2) -> ThrottlePolicy:

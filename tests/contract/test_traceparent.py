@@ -3,9 +3,9 @@ both adapters: written with the schedule, read back by the API's get and by the 
 
 from __future__ import annotations
 
-from schema.model import Options
-from schema.store import Store
 from tests.contract.conftest import Env, Factory, read_all
+from tickd.schema.model import Options
+from tickd.schema.store import Store
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

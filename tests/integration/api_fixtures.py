@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from schema.memory import MemoryStore
-from schema.store import Store
-from service.settings import ApiSettings
 from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, Register, Rows, memory_rows, serve, stored_rows
+from tickd.schema.memory import MemoryStore
+from tickd.schema.store import Store
+from tickd.service.settings import ApiSettings
 
 
 @pytest.fixture

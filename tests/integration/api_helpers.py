@@ -14,11 +14,11 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from cassandra.cluster import Session
 
-from schema.memory import MemoryStore
-from schema.memory import tables as memory_tables
-from schema.store import Store
-from service.app import create_app
-from service.settings import ApiSettings
+from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import tables as memory_tables
+from tickd.schema.store import Store
+from tickd.service.app import create_app
+from tickd.service.settings import ApiSettings
 
 ADMIN_TOKEN = "test-admin-token-0123"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

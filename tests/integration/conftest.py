@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cassandra.cluster import Cluster, Session
 
-from schema.cassandra import CassandraStore, build_cluster
-from schema.errors import StoreUnavailable
-from schema.migrate import migrate
-from schema.model import Client, HttpCallback, Location, Schedule
-from schema.settings import StoreSettings
+from tickd.schema.cassandra import CassandraStore, build_cluster
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.migrate import migrate
+from tickd.schema.model import Client, HttpCallback, Location, Schedule
+from tickd.schema.settings import StoreSettings
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from cassandra.cluster import Session
 
-from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, Register, http_callback
+from tickd.service.settings import ApiSettings
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]

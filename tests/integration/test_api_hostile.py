@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from cassandra.cluster import Session
 
-from schema.cassandra import CassandraStore
-from service.settings import ApiSettings
 from tests.integration.api_helpers import ADMIN_TOKEN, Api, Register, serve, stored_rows, with_settings
 from tests.integration.api_raw import build, send
+from tickd.schema.cassandra import CassandraStore
+from tickd.service.settings import ApiSettings
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from schema.cassandra import CassandraStore
-from schema.model import IdempotencyKey
-from service.idempotency import request_digest
-from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, Register, Rows, schedule_body, with_settings
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import IdempotencyKey
+from tickd.service.idempotency import request_digest
+from tickd.service.settings import ApiSettings
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]

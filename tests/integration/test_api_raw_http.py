@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from schema.store import Store
-from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, serve, with_settings
+from tickd.schema.store import Store
+from tickd.service.settings import ApiSettings
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]

@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.http import HttpDispatcher, HttpSettings
-from schema.model import HttpCallback, Location, Schedule
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.http import HttpDispatcher, HttpSettings
+from tickd.schema.model import HttpCallback, Location, Schedule
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
-from schema.model import KafkaCallback, Location, Schedule
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
+from tickd.schema.model import KafkaCallback, Location, Schedule
 
 pytestmark = pytest.mark.integration
 

@@ -19,17 +19,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from tickd_client.webhooks import WebhookVerificationError, verify
 
-from poller.acks import AckSecrets, AckSigner
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.http import HttpDispatcher, HttpSettings
-from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
-from poller.delivery import CallbackRouter
-from poller.signer import SigningKeys, SigningStamp, Stamps
-from schema.cassandra import CassandraStore
-from schema.model import Callback, EventOf, HttpCallback, KafkaCallback, Location, Options, Schedule
-from schema.signing import new_signing_secret
 from tests.integration.conftest import make_client
 from tests.integration.test_callbacks_kafka import consume
+from tickd.poller.acks import AckSecrets, AckSigner
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.http import HttpDispatcher, HttpSettings
+from tickd.poller.callbacks.kafka import KafkaDispatcher, KafkaSettings
+from tickd.poller.delivery import CallbackRouter
+from tickd.poller.signer import SigningKeys, SigningStamp, Stamps
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import Callback, EventOf, HttpCallback, KafkaCallback, Location, Options, Schedule
+from tickd.schema.signing import new_signing_secret
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from schema.cassandra import CassandraStore
-from schema.model import (
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import (
     EventOf,
     FireOutcome,
     InstanceKey,
@@ -27,7 +27,7 @@ from schema.model import (
     ThrottlePolicy,
     Token,
 )
-from schema.settings import StoreSettings
+from tickd.schema.settings import StoreSettings
 
 from .conftest import later
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from poller.delivery import DeliveryResult
-from poller.metrics import Metrics
-from poller.node import Node
-from poller.settings import PollerSettings
-from schema import timing
-from schema.cassandra import CassandraStore
-from schema.migrate import drop, migrate
-from schema.model import HttpCallback, InstanceKey, Location, NodeInfo, Options, Repeat, Schedule, Status
-from schema.settings import StoreSettings
 from tests.integration.conftest import later, make_client
+from tickd.poller.delivery import DeliveryResult
+from tickd.poller.metrics import Metrics
+from tickd.poller.node import Node
+from tickd.poller.settings import PollerSettings
+from tickd.schema import timing
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.migrate import drop, migrate
+from tickd.schema.model import HttpCallback, InstanceKey, Location, NodeInfo, Options, Repeat, Schedule, Status
+from tickd.schema.settings import StoreSettings
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from schema import moves, timing
-from schema.model import DeadLetter, FireOutcome, Schedule, Status
-from schema.store import Store
 from tests.integration.api_helpers import Api, Register, schedule_body
+from tickd.schema import moves, timing
+from tickd.schema.model import DeadLetter, FireOutcome, Schedule, Status
+from tickd.schema.store import Store
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tests.integration.api_fixtures"]

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cassandra.cluster import Session
 
-from schema import timing
-from schema.cassandra import CassandraStore
-from schema.model import FireOutcome, InstanceKey, Schedule, Status
 from tests.integration.conftest import later
+from tickd.schema import timing
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import FireOutcome, InstanceKey, Schedule, Status
 
 pytestmark = pytest.mark.integration
 Factory = Callable[..., Schedule]

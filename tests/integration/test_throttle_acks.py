@@ -14,12 +14,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from poller.acks import GROUP_ID, AckConsumer
-from poller.metrics import Metrics
-from schema import events
-from schema.cassandra import CassandraStore
-from schema.model import Options, ThrottlePolicy, Token
 from tests.integration.conftest import later, make_client
+from tickd.poller.acks import GROUP_ID, AckConsumer
+from tickd.poller.metrics import Metrics
+from tickd.schema import events
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import Options, ThrottlePolicy, Token
 
 pytestmark = pytest.mark.integration
 BOOTSTRAP = os.environ.get("TICKD_KAFKA_BOOTSTRAP", "127.0.0.1:9092")

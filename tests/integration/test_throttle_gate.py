@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from poller.metrics import Metrics
-from poller.throttle import ThrottleGate
-from schema.cassandra import CassandraStore
-from schema.model import ThrottlePolicy
+from tickd.poller.metrics import Metrics
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import ThrottlePolicy
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -51,7 +51,7 @@ def running_dev(workdir: Path) -> Iterator[Dev]:
     log = workdir / "tickd-dev.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.dev", "--port", "0", "--admin-token", ADMIN_TOKEN],
+            [sys.executable, "-m", "tickd.service.dev", "--port", "0", "--admin-token", ADMIN_TOKEN],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

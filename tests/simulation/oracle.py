@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from schema import recurrence as rec
-from schema import timing
-from schema.model import InstanceKey, Repeat
+from tickd.schema import recurrence as rec
+from tickd.schema import timing
+from tickd.schema.model import InstanceKey, Repeat
 
 # How long after an acknowledged change a version of an earlier, unacknowledged change may still fire
 # (a row loaded just before the fence landed: the hot-write deadline plus the API's guard).

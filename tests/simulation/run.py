@@ -18,10 +18,10 @@ from typing import Any
 
 import structlog
 
-from schema.model import InstanceKey, Status
 from tests.simulation import vloop
 from tests.simulation.workload import Workload
 from tests.simulation.world import SimConfig, World, _rows
+from tickd.schema.model import InstanceKey, Status
 
 
 @dataclass(frozen=True)

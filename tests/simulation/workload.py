@@ -16,9 +16,12 @@ from typing import TypeVar
 
 import msgspec
 
-from schema import events, timing
-from schema.errors import Conflict, NotFound, StoreUnavailable
-from schema.model import (
+from tests.simulation.oracle import Promise
+from tests.simulation.vloop import ACTOR, VirtualClock
+from tests.simulation.world import API, Endpoint, World
+from tickd.schema import events, timing
+from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
+from tickd.schema.model import (
     Client,
     HttpCallback,
     Location,
@@ -28,11 +31,8 @@ from schema.model import (
     Status,
     ThrottlePolicy,
 )
-from service import recurring
-from service.confirm import confirmed
-from tests.simulation.oracle import Promise
-from tests.simulation.vloop import ACTOR, VirtualClock
-from tests.simulation.world import API, Endpoint, World
+from tickd.service import recurring
+from tickd.service.confirm import confirmed
 
 T = TypeVar("T")
 _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")

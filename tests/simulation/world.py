@@ -17,17 +17,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.delivery import DeliveryResult
-from poller.metrics import Metrics
-from poller.node import Node
-from poller.settings import PollerSettings
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore
-from schema.model import Checkpoint, Claim, InstanceKey, Schedule, Status
-from schema.settings import StoreSettings
 from tests.simulation.oracle import Delivery, Oracle
 from tests.simulation.vloop import ACTOR, VirtualClock, VirtualLoop
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.delivery import DeliveryResult
+from tickd.poller.metrics import Metrics
+from tickd.poller.node import Node
+from tickd.poller.settings import PollerSettings
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Checkpoint, Claim, InstanceKey, Schedule, Status
+from tickd.schema.settings import StoreSettings
 
 T = TypeVar("T")
 ORACLE = "oracle"  # the checker's own reads: never faulted

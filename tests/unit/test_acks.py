@@ -10,14 +10,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from poller import delivery
-from poller.acks import Ack, AckConsumer, AckSecrets, AckSigner, Rejected, parse_ack
-from poller.delivery import CallbackRouter, DeliveryResult
-from poller.metrics import Metrics
-from schema import events
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore
-from schema.model import Client, EventOf, KafkaCallback, Location, Options, Schedule, ThrottlePolicy, Token
+from tickd.poller import delivery
+from tickd.poller.acks import Ack, AckConsumer, AckSecrets, AckSigner, Rejected, parse_ack
+from tickd.poller.delivery import CallbackRouter, DeliveryResult
+from tickd.poller.metrics import Metrics
+from tickd.schema import events
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Client, EventOf, KafkaCallback, Location, Options, Schedule, ThrottlePolicy, Token
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 EVENT_ID = f"{uuid.uuid4()}:1700000000000:3"

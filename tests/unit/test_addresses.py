@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schema.addresses import (
+from tickd.schema.addresses import (
     BadHost,
     address_is_public,
     is_public,
@@ -156,13 +156,13 @@ def test_parse_ipv4_refuses_overflowing_parts() -> None:
     ],
 )
 def test_the_poller_refuses_every_spelling_before_connecting(url: str) -> None:
-    from poller.callbacks.http import _url_is_blocked
+    from tickd.poller.callbacks.http import _url_is_blocked
 
     assert _url_is_blocked(url)
 
 
 async def test_the_guarded_resolver_refuses_literals_it_is_handed() -> None:
-    from poller.callbacks.guard import BlockedAddressError, GuardedResolver
+    from tickd.poller.callbacks.guard import BlockedAddressError, GuardedResolver
 
     resolver = GuardedResolver()
     try:

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poller.callbacks import backoff
-from poller.callbacks.backoff import RetryPolicy
-from schema.errors import ConfigError
+from tickd.poller.callbacks import backoff
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.schema.errors import ConfigError
 
 attempts = st.integers(min_value=1, max_value=10_000)
 bases = st.floats(min_value=0.0, max_value=100.0)

@@ -10,15 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from schema.cassandra.adapter import CassandraStore
-from schema.cassandra.bridge import Write, write_bytes
-from schema.cassandra.coordination import Horizons
-from schema.cassandra.schedules import creation
-from schema.errors import StoreUnavailable
-from schema.model import HttpCallback, Location, Schedule
-from schema.settings import StoreSettings
-from schema.sizes import CREATE_OVERHEAD_BYTES, create_bytes
-from service.creates import CreateCombiner, groups
+from tickd.schema.cassandra.adapter import CassandraStore
+from tickd.schema.cassandra.bridge import Write, write_bytes
+from tickd.schema.cassandra.coordination import Horizons
+from tickd.schema.cassandra.schedules import creation
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import HttpCallback, Location, Schedule
+from tickd.schema.settings import StoreSettings
+from tickd.schema.sizes import CREATE_OVERHEAD_BYTES, create_bytes
+from tickd.service.creates import CreateCombiner, groups
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 LIMIT = 40 * 1024

@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import msgspec
 import pytest
 
-from poller import delivery
-from poller.delivery import CallbackRouter, DeliveryResult
-from schema.model import HttpCallback, KafkaCallback, Location, Schedule
+from tickd.poller import delivery
+from tickd.poller.delivery import CallbackRouter, DeliveryResult
+from tickd.schema.model import HttpCallback, KafkaCallback, Location, Schedule
 
 FIRE_AT = datetime(2025, 3, 30, 1, 30, 15, 123456, tzinfo=UTC)
 FIRED_AT = datetime(2025, 3, 30, 1, 30, 15, 987000, tzinfo=UTC)

@@ -12,10 +12,10 @@ from aiokafka.errors import (
     NotLeaderForPartitionError,
 )
 
-from poller.callbacks import guard
-from poller.callbacks.http import HttpSettings, classify_error, classify_status
-from poller.callbacks.kafka import KafkaSettings, classify_kafka_error, compression_type, producer_config
-from schema.errors import ConfigError
+from tickd.poller.callbacks import guard
+from tickd.poller.callbacks.http import HttpSettings, classify_error, classify_status
+from tickd.poller.callbacks.kafka import KafkaSettings, classify_kafka_error, compression_type, producer_config
+from tickd.schema.errors import ConfigError
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

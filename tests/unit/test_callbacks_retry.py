@@ -4,9 +4,9 @@ import random
 import structlog
 from structlog.testing import capture_logs
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.retry import Retrier
-from poller.delivery import DeliveryResult
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.retry import Retrier
+from tickd.poller.delivery import DeliveryResult
 
 _LOGGER: structlog.typing.FilteringBoundLogger = structlog.get_logger("tickd.callbacks")
 

@@ -14,10 +14,10 @@ from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
 
-from schema.cassandra import adapter
-from schema.cassandra.bridge import Bridge, Statements
-from schema.errors import StoreUnavailable
-from schema.settings import StoreSettings
+from tickd.schema.cassandra import adapter
+from tickd.schema.cassandra.bridge import Bridge, Statements
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.settings import StoreSettings
 
 UNAVAILABLE = [
     NoHostAvailable("Unable to complete the operation against any hosts", {"127.0.0.1:9042": ConnectionRefusedError()}),

@@ -51,7 +51,7 @@ async def dev() -> AsyncIterator[tuple[asyncio.subprocess.Process, float]]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "service.dev",
+        "tickd.service.dev",
         "--port",
         "0",
         stdout=asyncio.subprocess.PIPE,
@@ -131,7 +131,7 @@ async def test_first_callback_within_five_seconds_of_start_without_java(
     ],
 )
 def test_bad_options_are_refused_naming_the_option(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    from service.dev import parse
+    from tickd.service.dev import parse
 
     with pytest.raises(SystemExit) as exc:
         parse(argv)

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poller import delivery
-from schema import timing
-from schema.model import EventOf, HttpCallback, Location, Options, Schedule
+from tickd.poller import delivery
+from tickd.schema import timing
+from tickd.schema.model import EventOf, HttpCallback, Location, Options, Schedule
 
 PARENT = uuid.UUID("0b6f0d44-8ad4-4c43-a8a6-3f6b8c8e8f10")
 FIRE_AT = datetime(2026, 5, 1, 12, tzinfo=UTC)

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from schema.model import IdempotencyKey
-from service import idempotency
+from tickd.schema.model import IdempotencyKey
+from tickd.service import idempotency
 
 AT = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ import asyncio
 
 from aiokafka.errors import OutOfOrderSequenceNumber
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.kafka import KafkaDispatcher, KafkaSettings, classify_kafka_error
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.kafka import KafkaDispatcher, KafkaSettings, classify_kafka_error
 
 
 class StoppableProducer:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.kafka import KafkaSettings
-from schema.errors import ConfigError
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.kafka import KafkaSettings
+from tickd.schema.errors import ConfigError
 
 
 def test_kafka_retry_policy_caps_waits_and_extends_budget() -> None:

@@ -18,19 +18,19 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from poller.delivery import DeliveryResult
-from poller.durable import durably
-from poller.metrics import Metrics
-from poller.node import Node
-from poller.settings import PollerSettings
-from poller.throttle import ThrottleGate
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore
-from schema.model import Client, NodeInfo, Schedule, ThrottlePolicy
-from schema.settings import StoreSettings
-from service import keys
-from service.app import create_app
-from service.settings import ApiSettings
+from tickd.poller.delivery import DeliveryResult
+from tickd.poller.durable import durably
+from tickd.poller.metrics import Metrics
+from tickd.poller.node import Node
+from tickd.poller.settings import PollerSettings
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Client, NodeInfo, Schedule, ThrottlePolicy
+from tickd.schema.settings import StoreSettings
+from tickd.service import keys
+from tickd.service.app import create_app
+from tickd.service.settings import ApiSettings
 
 OBSERVABILITY = Path(__file__).resolve().parents[2] / "deploy" / "observability"
 # Metric names in PromQL: ours, and the process collector's (on Linux only: it reads /proc).

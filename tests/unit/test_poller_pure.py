@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poller import minutes, ring
-from poller.settings import PollerSettings
-from schema.errors import ConfigError
-from schema.model import Client, InstanceKey
+from tickd.poller import minutes, ring
+from tickd.poller.settings import PollerSettings
+from tickd.schema.errors import ConfigError
+from tickd.schema.model import Client, InstanceKey
 
 T0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 M = timedelta(minutes=1)

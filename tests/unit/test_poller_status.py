@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from poller.metrics import Metrics, status_app
+from tickd.poller.metrics import Metrics, status_app
 
 
 async def test_readyz_follows_fencing_and_healthz_does_not() -> None:
@@ -28,8 +28,8 @@ async def test_readyz_follows_fencing_and_healthz_does_not() -> None:
 def test_reread_timings_must_cover_the_hot_write_deadline() -> None:
     """A write confirmed up to the deadline after its request may lose its hot mark to a newer one: the
     pollers must keep re-reading that long after a mark changes, and that far back."""
-    from poller.settings import PollerSettings
-    from schema.errors import ConfigError
+    from tickd.poller.settings import PollerSettings
+    from tickd.schema.errors import ConfigError
 
     assert PollerSettings.from_env({}).mark_settle_s >= PollerSettings.from_env({}).store.hot_write_deadline_s
     try:

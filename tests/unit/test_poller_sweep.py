@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from poller.checkpoint import Checkpointer
-from poller.loader import MinuteLoader
-from poller.metrics import Metrics
-from poller.plan import FiringPlan
-from poller.settings import PollerSettings
-from schema.memory import MemoryStore
-from schema.model import Client, HttpCallback, InstanceKey, Location, Schedule
+from tickd.poller.checkpoint import Checkpointer
+from tickd.poller.loader import MinuteLoader
+from tickd.poller.metrics import Metrics
+from tickd.poller.plan import FiringPlan
+from tickd.poller.settings import PollerSettings
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Client, HttpCallback, InstanceKey, Location, Schedule
 
 MINUTE = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

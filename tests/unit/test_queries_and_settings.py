@@ -1,9 +1,9 @@
 import pytest
 
-from schema import queries
-from schema.errors import ConfigError
-from schema.migrate import replication_cql, statements
-from schema.settings import StoreSettings, parse_replication
+from tickd.schema import queries
+from tickd.schema.errors import ConfigError
+from tickd.schema.migrate import replication_cql, statements
+from tickd.schema.settings import StoreSettings, parse_replication
 
 
 def test_every_query_parses_with_flags() -> None:

@@ -15,9 +15,9 @@ from croniter import croniter
 from hypothesis import currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from schema import recurrence as rec
-from schema.errors import InvalidInput
-from schema.recurrence import CronRule, EveryRule, Recurrence, next_fire, parse_recurrence, preview
+from tickd.schema import recurrence as rec
+from tickd.schema.errors import InvalidInput
+from tickd.schema.recurrence import CronRule, EveryRule, Recurrence, next_fire, parse_recurrence, preview
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from schema.errors import InvalidInput
-from schema.recurrence import MAX_SCAN_STEPS, CronRule, Recurrence, next_fire, parse_recurrence, preview
+from tickd.schema.errors import InvalidInput
+from tickd.schema.recurrence import MAX_SCAN_STEPS, CronRule, Recurrence, next_fire, parse_recurrence, preview
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

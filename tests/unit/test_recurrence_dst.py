@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from schema.recurrence import CronRule, GapPolicy, OverlapPolicy, Recurrence, next_fire, occurrence, preview
+from tickd.schema.recurrence import CronRule, GapPolicy, OverlapPolicy, Recurrence, next_fire, occurrence, preview
 
 NY, LONDON, LORD_HOWE, KOLKATA = "America/New_York", "Europe/London", "Australia/Lord_Howe", "Asia/Kolkata"
 HOURLY, DAILY_0230, MINUTELY = "0 * * * *", "30 2 * * *", "* * * * *"

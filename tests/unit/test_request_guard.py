@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schema import guard
-from schema.memory import MemoryStore
+from tickd.schema import guard
+from tickd.schema.memory import MemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -11,11 +11,11 @@ from aiokafka.errors import SaslAuthenticationFailed, UnsupportedSaslMechanismEr
 from cassandra import AuthenticationFailed
 from cassandra.cluster import NoHostAvailable
 
-from poller.callbacks.kafka import KafkaSettings, producer_config
-from poller.callbacks.kafka_security import KafkaSecurity, client_config, refusal
-from schema.cassandra import build_cluster, connect_refusal
-from schema.errors import ConfigError
-from schema.settings import StoreSettings
+from tickd.poller.callbacks.kafka import KafkaSettings, producer_config
+from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config, refusal
+from tickd.schema.cassandra import build_cluster, connect_refusal
+from tickd.schema.errors import ConfigError
+from tickd.schema.settings import StoreSettings
 
 CA = str(Path(__file__).with_name("untrusted_ca.pem"))  # a valid PEM CA that signs nothing we talk to
 VERIFY_TEXT = (

@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tickd_client.webhooks import WebhookVerificationError, sign, verify
 
-from poller import signing
-from poller.callbacks.http import _with_signature
-from poller.callbacks.kafka import signed_record
-from poller.signer import SigningKeys, SigningStamp, Stamps
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore
-from schema.model import Client, EventOf, HttpCallback, KafkaCallback, Location, Options, Schedule
-from schema.signing import new_signing_secret
+from tickd.poller import signing
+from tickd.poller.callbacks.http import _with_signature
+from tickd.poller.callbacks.kafka import signed_record
+from tickd.poller.signer import SigningKeys, SigningStamp, Stamps
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import Client, EventOf, HttpCallback, KafkaCallback, Location, Options, Schedule
+from tickd.schema.signing import new_signing_secret
 
 KEY = bytes(range(32))
 SECRET = "whsec_" + base64.b64encode(KEY).decode()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from poller.metrics import Metrics
-from poller.throttle import ThrottleGate
-from schema.memory import MemoryStore
-from schema.model import ThrottlePolicy, Token
 from tests.contract.conftest import FailOn
+from tickd.poller.metrics import Metrics
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import ThrottlePolicy, Token
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

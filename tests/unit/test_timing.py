@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schema import timing
+from tickd.schema import timing
 
 # hypothesis takes naive bounds and attaches the zones itself.
 _LOW, _HIGH = datetime(1971, 1, 1), datetime(2200, 1, 1)  # noqa: DTZ001

@@ -16,16 +16,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from poller.callbacks.backoff import RetryPolicy
-from poller.callbacks.http import HttpDispatcher, HttpSettings
-from poller.callbacks.kafka import _traced, signed_record
-from schema import tracing
-from schema.memory import MemoryStore
-from schema.model import KafkaCallback, Location, Schedule
-from schema.store import Store
-from schema.traced import traced
-from service.settings import ApiSettings
 from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, schedule_body, serve
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.http import HttpDispatcher, HttpSettings
+from tickd.poller.callbacks.kafka import _traced, signed_record
+from tickd.schema import tracing
+from tickd.schema.memory import MemoryStore
+from tickd.schema.model import KafkaCallback, Location, Schedule
+from tickd.schema.store import Store
+from tickd.schema.traced import traced
+from tickd.service.settings import ApiSettings
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 INCOMING = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

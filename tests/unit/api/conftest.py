@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schema.memory import MemoryStore
+from tickd.schema.memory import MemoryStore
 
 
 @pytest.fixture

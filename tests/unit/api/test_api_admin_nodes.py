@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from schema.model import InstanceKey, NodeInfo
-from schema.store import Store
 from tests.integration.api_helpers import ADMIN, Api, Register
+from tickd.schema.model import InstanceKey, NodeInfo
+from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

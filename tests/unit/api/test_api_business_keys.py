@@ -9,9 +9,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schema.model import FireOutcome, Status
-from schema.store import Store
 from tests.integration.api_helpers import Api, Register, schedule_body
+from tickd.schema.model import FireOutcome, Status
+from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

@@ -4,9 +4,9 @@ import uuid
 
 import pytest
 
-from schema.store import Store
-from service.settings import ApiSettings
 from tests.integration.api_helpers import ADMIN, Api, Register, schedule_body, serve, with_settings
+from tickd.schema.store import Store
+from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schema.memory import MemoryStore
-from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, Register, Rows, schedule_body, serve, with_settings
+from tickd.schema.memory import MemoryStore
+from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schema.errors import StoreUnavailable
-from schema.memory import MemoryStore
-from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, Register, schedule_body, serve
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.memory import MemoryStore
+from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

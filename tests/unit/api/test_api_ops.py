@@ -3,11 +3,11 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from schema.errors import StoreUnavailable
-from schema.store import Store
-from service.app import create_app
-from service.settings import ApiSettings
 from tests.integration.api_helpers import Api, Register, schedule_body
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.store import Store
+from tickd.service.app import create_app
+from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

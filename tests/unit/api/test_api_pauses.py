@@ -9,10 +9,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schema.model import Client, HttpCallback, Location, Options, Repeat, Schedule, Status
-from schema.store import Store
-from service import pauses
 from tests.integration.api_helpers import Api, Register, schedule_body
+from tickd.schema.model import Client, HttpCallback, Location, Options, Repeat, Schedule, Status
+from tickd.schema.store import Store
+from tickd.service import pauses
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

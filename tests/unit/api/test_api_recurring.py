@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from schema.model import FireOutcome, Location, Schedule, Status
-from schema.store import Store
 from tests.integration.api_helpers import Api, Register, Rows, http_callback, schedule_body
+from tickd.schema.model import FireOutcome, Location, Schedule, Status
+from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

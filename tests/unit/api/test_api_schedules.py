@@ -5,9 +5,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schema.model import FireOutcome, Status
-from schema.store import Store
-from service.settings import ApiSettings
 from tests.integration.api_helpers import (
     ADMIN,
     Api,
@@ -18,6 +15,9 @@ from tests.integration.api_helpers import (
     serve,
     with_settings,
 )
+from tickd.schema.model import FireOutcome, Status
+from tickd.schema.store import Store
+from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

@@ -7,10 +7,10 @@ import base64
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from schema.model import Client
-from schema.store import Store
-from service.settings import ApiSettings
 from tests.integration.api_helpers import ADMIN, Api, Register, serve, with_settings
+from tickd.schema.model import Client
+from tickd.schema.store import Store
+from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

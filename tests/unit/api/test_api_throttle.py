@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from schema.model import Token
-from schema.store import Store
 from tests.integration.api_helpers import Api, Register, Rows, schedule_body
+from tickd.schema.model import Token
+from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

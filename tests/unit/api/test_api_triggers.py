@@ -8,10 +8,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schema import timing
-from schema.model import DeadLetter, FireOutcome, Status
-from schema.store import Store
 from tests.integration.api_helpers import Api, Register, schedule_body
+from tickd.schema import timing
+from tickd.schema.model import DeadLetter, FireOutcome, Status
+from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
