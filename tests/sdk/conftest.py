@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tickd_client import HttpCallback, Tickd
+from tickd_client import DeadLetter, HttpCallback, Tickd
 
 _URL = re.compile(r"API on (http://\S+), ")
 _KEY = re.compile(r"API key\s+: (\S+)")
@@ -31,6 +31,10 @@ class Dev:
     def healthz(self) -> HttpCallback:
         """A callback the dev API itself answers 200: fires succeed without a subscriber."""
         return HttpCallback(f"{self.url}/healthz", method="GET")
+
+    def refusing(self) -> HttpCallback:
+        """A callback the dev API answers 404: a permanent refusal, so the first attempt leaves a dead letter."""
+        return HttpCallback(f"{self.url}/no-such-hook")
 
 
 def _banner(log: Path, proc: subprocess.Popen[bytes]) -> tuple[str, str]:
@@ -94,3 +98,12 @@ def wait_for_runs(client: Tickd, schedule_id: str, at_least: int) -> None:
     while len(list(client.runs(schedule_id))) < at_least:
         assert time.monotonic() < deadline, f"fewer than {at_least} runs after 30 s"
         time.sleep(0.2)
+
+
+def wait_for_dead_letters(client: Tickd, schedule_id: str, at_least: int = 1) -> list[DeadLetter]:
+    """The schedule's dead letters, once there are ``at_least`` (tickd-dev's poller really fires)."""
+    deadline = time.monotonic() + 30
+    while len(found := list(client.list_dead_letters(schedule_id=schedule_id))) < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} dead letters after 30 s"
+        time.sleep(0.1)
+    return found

@@ -19,7 +19,7 @@ from tickd_client import (
     Unauthorized,
 )
 
-from tests.sdk.conftest import Dev, wait_for_runs
+from tests.sdk.conftest import Dev, wait_for_dead_letters, wait_for_runs
 
 
 def test_clients_create_list_get_resize_deactivate_rotate(dev: Dev) -> None:
@@ -159,3 +159,128 @@ def test_each_error_class_with_its_field(tenant: Tickd, dev: Dev) -> None:
 def test_naive_datetime_is_refused_before_sending(tenant: Tickd, dev: Dev) -> None:
     with pytest.raises(ValueError, match="timezone"):
         tenant.create_schedule(fire_at=datetime(2030, 1, 1), callback=HttpCallback(dev.url))  # noqa: DTZ001
+
+
+def _wait_for_status(client: Tickd, schedule_id: str, status: str) -> None:
+    deadline = time.monotonic() + 20
+    while (found := client.get_schedule(schedule_id).status) != status:
+        assert time.monotonic() < deadline, f"still {found}, not {status}, after 20 s"
+        time.sleep(0.1)
+
+
+def test_pause_and_resume_a_recurring_schedule(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(every="1s", callback=dev.healthz())
+    wait_for_runs(tenant, created.schedule_id, 1)
+    paused = tenant.pause_schedule(created.schedule_id)
+    assert paused.schedule_id == created.schedule_id and paused.status == "paused"
+    assert tenant.pause_schedule(created.schedule_id).status == "paused"  # idempotent
+    assert tenant.get_schedule(created.schedule_id).status == "paused"
+    now = datetime.now(UTC)
+    listed = tenant.list_schedules(now - timedelta(hours=1), now + timedelta(hours=1), status="paused")
+    assert [s.schedule_id for s in listed] == [created.schedule_id]
+    time.sleep(0.5)  # a fire already in flight when it was paused lands
+    fired = [r for r in tenant.runs(created.schedule_id) if r.status != "skipped"]
+    time.sleep(2.5)
+    assert [r for r in tenant.runs(created.schedule_id) if r.status != "skipped"] == fired  # nothing fired
+    with pytest.raises(Conflict) as changing:
+        tenant.update_schedule(created.schedule_id, payload=1)
+    assert changing.value.code == "schedule_paused"
+    resumed = tenant.resume_schedule(created.schedule_id)
+    assert resumed.status == "scheduled" and resumed.fire_at > now
+    assert any(r.status == "skipped" for r in tenant.runs(created.schedule_id))  # the missed occurrences
+    with pytest.raises(Conflict) as twice:
+        tenant.resume_schedule(created.schedule_id)
+    assert twice.value.code == "not_paused"
+    with pytest.raises(NotFound):
+        tenant.pause_schedule(str(uuid.uuid4()))
+
+
+def test_trigger_fires_once_now_with_its_own_fire_id(tenant: Tickd, dev: Dev) -> None:
+    parent = tenant.create_schedule(delay_s=3600, callback=dev.healthz(), payload={"p": 1})
+    trigger = tenant.trigger_schedule(parent.schedule_id)
+    assert trigger.trigger_of == parent.schedule_id and trigger.schedule_id != parent.schedule_id
+    assert trigger.fire_id.startswith(f"{parent.schedule_id}:") and trigger.fire_id != parent.fire_id
+    assert trigger.payload == {"p": 1} and trigger.fire_at < parent.fire_at
+    _wait_for_status(tenant, trigger.schedule_id, "succeeded")
+    assert tenant.get_schedule(parent.schedule_id) == parent  # its own timeline is untouched
+    keyed = tenant.trigger_schedule(parent.schedule_id, idempotency_key="once")
+    assert tenant.trigger_schedule(parent.schedule_id, idempotency_key="once").schedule_id == keyed.schedule_id
+    assert keyed.schedule_id != trigger.schedule_id
+    tenant.cancel_schedule(parent.schedule_id)
+    with pytest.raises(Conflict) as cancelled:
+        tenant.trigger_schedule(parent.schedule_id)
+    assert cancelled.value.code == "already_cancelled"
+
+
+def test_put_get_cancel_by_business_key(tenant: Tickd, dev: Dev) -> None:
+    key = "order-1234@eu:reminder"
+    fire_at = datetime.now(UTC) + timedelta(hours=1)
+    first = tenant.put_schedule_by_key(key, fire_at=fire_at, callback=dev.healthz(), payload={"v": 1})
+    second = tenant.put_schedule_by_key(key, fire_at=fire_at, callback=dev.healthz(), payload={"v": 2})
+    assert second.schedule_id == first.schedule_id and second.payload == {"v": 2}
+    assert second.fire_id == first.fire_id  # the same fire time: the same fire
+    moved = tenant.put_schedule_by_key(key, delay_s=7200, callback=dev.healthz(), payload={"v": 3})
+    assert moved.schedule_id == first.schedule_id and moved.fire_at > fire_at and moved.fire_id != first.fire_id
+    assert tenant.get_schedule_by_key(key) == moved
+    assert tenant.get_schedule(first.schedule_id) == moved
+    assert tenant.cancel_schedule_by_key(key).status == "cancelled"
+    assert tenant.cancel_schedule_by_key(key).status == "cancelled"  # idempotent
+    renewed = tenant.put_schedule_by_key(key, delay_s=60, callback=dev.healthz())
+    assert renewed.schedule_id != first.schedule_id and renewed.status == "scheduled"
+    assert tenant.get_schedule_by_key(key).schedule_id == renewed.schedule_id
+    with pytest.raises(NotFound) as missing:
+        tenant.get_schedule_by_key("no-such-key")
+    assert missing.value.field == "key"
+    with pytest.raises(Invalid) as bad:
+        tenant.put_schedule_by_key("not a key", delay_s=60, callback=dev.healthz())
+    assert (bad.value.status, bad.value.field) == (400, "key")
+
+
+def test_dead_letters_list_get_redrive(tenant: Tickd, dev: Dev) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    one = tenant.create_schedule(delay_s=0, callback=dev.refusing(), payload={"n": 1})
+    two = tenant.create_schedule(delay_s=0, callback=dev.refusing(), payload={"n": 2})
+    (letter,) = wait_for_dead_letters(tenant, one.schedule_id)
+    wait_for_dead_letters(tenant, two.schedule_id)
+    assert (letter.schedule_id, letter.fire_id, letter.payload) == (one.schedule_id, one.fire_id, {"n": 1})
+    assert letter.attempts == 1 and letter.last_error == "HTTP 404" and letter.redriven_at is None
+    assert letter.dead_letter_id.endswith(f"-{one.schedule_id}")
+    assert tenant.get_dead_letter(letter.dead_letter_id) == letter
+    both = list(tenant.list_dead_letters(page_size=1))
+    assert {d.schedule_id for d in both} == {one.schedule_id, two.schedule_id} and len(both) == 2
+    assert [d.failed_at for d in both] == sorted((d.failed_at for d in both), reverse=True)
+    assert len(list(tenant.list_dead_letters(before, datetime.now(UTC) + timedelta(seconds=1)))) == 2
+    assert list(tenant.list_dead_letters(end=before)) == []
+    later = datetime.now(UTC) + timedelta(minutes=1)
+    assert list(tenant.list_dead_letters(later, later + timedelta(hours=1))) == []
+
+    due = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    redriven = tenant.redrive_dead_letter(letter.dead_letter_id, at=due)
+    assert redriven.redriven_at is not None and redriven.redriven_due_at == due
+    again = tenant.redrive_dead_letter(letter.dead_letter_id)  # once only: the first redrive's marks
+    assert again == redriven
+    assert tenant.get_dead_letter(letter.dead_letter_id) == redriven
+    moved = tenant.get_schedule(one.schedule_id)
+    assert (moved.status, moved.due_at, moved.fire_id) == ("scheduled", due, one.fire_id)
+
+    done = tenant.redrive_dead_letters(schedule_id=two.schedule_id, at=due)
+    assert [d.schedule_id for d in done.redriven] == [two.schedule_id] and done.errors == []
+    assert done.redriven[0].redriven_due_at == due
+    assert tenant.redrive_dead_letters(schedule_id=two.schedule_id, at=due).redriven == []  # none left
+    assert tenant.redrive_dead_letters(before).redriven == []  # both were redriven already
+    with pytest.raises(NotFound):
+        tenant.get_dead_letter(f"1795474750375-{uuid.uuid4()}")
+    with pytest.raises(NotFound):
+        tenant.redrive_dead_letter(f"1795474750375-{uuid.uuid4()}")
+
+
+def test_cluster_view(dev: Dev) -> None:
+    with Tickd(dev.url, admin_token=dev.admin_token) as admin:
+        cluster = admin.cluster()
+    (node,) = cluster.nodes
+    assert node.heartbeat_age_s < 10 and node.heartbeat_at <= cluster.at
+    held = {(i.client_id, i.poller_id) for i in node.instances}
+    assert {("dev", 0), ("dev", 1)} <= held
+    assert all(i.owner == node.node_id and i.epoch >= 1 for i in node.instances)
+    with Tickd(dev.url, admin_token=dev.api_key) as not_admin, pytest.raises(Forbidden):
+        not_admin.cluster()

@@ -88,6 +88,12 @@ class Core:
             idempotency_key = f"tickd-client-{uuid.uuid4()}"
         return calls.create_schedule(fields, idempotency_key)
 
+    def trigger_call(self, schedule_id: str, idempotency_key: str | None) -> Call[Schedule]:
+        """Likewise for a trigger: with retries on, a retried trigger is the same trigger, not a second fire."""
+        if idempotency_key is None and self.settings.retry.enabled:
+            idempotency_key = f"tickd-client-{uuid.uuid4()}"
+        return calls.trigger_schedule(schedule_id, idempotency_key)
+
 
 def transport_error(exc: httpx.TransportError) -> TickdError:
     """A request that got no answer, as ``Unavailable``; ``request_sent`` False if it never left."""

@@ -18,9 +18,13 @@ from tickd_client.models import (
     ApiKey,
     BatchItem,
     Client,
+    Cluster,
+    DeadLetter,
     Occurrence,
     Page,
     Policy,
+    Redrive,
+    RedriveError,
     Release,
     Run,
     Schedule,
@@ -126,6 +130,10 @@ class Tickd:
         """A new secret for signed callbacks; the old one keeps signing for the API's overlap."""
         return self.send(calls.rotate_signing_secret(client_id))
 
+    def cluster(self) -> Cluster:
+        """The live poller nodes with the instances each has claimed, and the instances none holds."""
+        return self.send(calls.cluster())
+
     # Schedules (API key)
 
     def create_schedule(self, *, idempotency_key: str | None = None, **fields: Unpack[ScheduleFields]) -> Schedule:
@@ -155,6 +163,72 @@ class Tickd:
 
     def cancel_schedule(self, schedule_id: str) -> Schedule:
         return self.send(calls.cancel_schedule(schedule_id))
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        """It fires nothing until resumed (status ``paused``); pausing a paused schedule is no error."""
+        return self.send(calls.pause_schedule(schedule_id))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """``scheduled`` again; a recurring schedule goes on from now (``Conflict`` if it is not paused)."""
+        return self.send(calls.resume_schedule(schedule_id))
+
+    def trigger_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> Schedule:
+        """One extra fire now: the trigger, a one-time schedule of its own (``trigger_of``, its own ``fire_id``)."""
+        return self.send(self._core.trigger_call(schedule_id, idempotency_key))
+
+    # Schedules by business key (API key)
+
+    def put_schedule_by_key(self, key: str, **fields: Unpack[ScheduleFields]) -> Schedule:
+        """Create the key's schedule, or replace its time, payload and callback (the same schedule id)."""
+        return self.send(calls.put_schedule_by_key(key, fields))
+
+    def get_schedule_by_key(self, key: str) -> Schedule:
+        return self.send(calls.get_schedule_by_key(key))
+
+    def cancel_schedule_by_key(self, key: str) -> Schedule:
+        """Cancel the key's schedule; the next put creates a new one."""
+        return self.send(calls.cancel_schedule_by_key(key))
+
+    # Dead letters (API key)
+
+    def list_dead_letters(
+        self,
+        start: Time | None = None,
+        end: Time | None = None,
+        *,
+        schedule_id: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[DeadLetter]:
+        """Dead letters that failed in ``[start, end)`` (default: the last 7 days), newest first, every page."""
+        return self._pages(calls.list_dead_letters(start, end, schedule_id=schedule_id, page_size=page_size))
+
+    def get_dead_letter(self, dead_letter_id: str) -> DeadLetter:
+        return self.send(calls.get_dead_letter(dead_letter_id))
+
+    def redrive_dead_letter(self, dead_letter_id: str, *, at: Time | None = None) -> DeadLetter:
+        """Fire it again (same fire id), due ``at`` or now; once only: a repeat answers the first redrive."""
+        return self.send(calls.redrive_dead_letter(dead_letter_id, at))
+
+    def redrive_dead_letters(
+        self,
+        start: Time | None = None,
+        end: Time | None = None,
+        *,
+        schedule_id: str | None = None,
+        at: Time | None = None,
+        page_size: int = 100,
+    ) -> Redrive:
+        """Redrive every matching dead letter not yet redriven, ``page_size`` per request until none is left."""
+        call = calls.redrive_dead_letters(start, end, schedule_id=schedule_id, at=at, page_size=page_size)
+        redriven: list[DeadLetter] = []
+        errors: list[RedriveError] = []
+        while True:
+            page = self.send(call)
+            redriven += page.redriven
+            errors += page.errors
+            if page.next_cursor is None:
+                return Redrive(redriven, errors)
+            call = call.at_cursor(page.next_cursor)
 
     # Throttle policies and events (API key)
 

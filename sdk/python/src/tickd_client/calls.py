@@ -15,11 +15,14 @@ from tickd_client.models import (
     ApiKey,
     BatchItem,
     Client,
+    Cluster,
+    DeadLetter,
     HttpCallback,
     KafkaCallback,
     Occurrence,
     Page,
     Policy,
+    Redrive,
     Release,
     Run,
     Schedule,
@@ -182,6 +185,10 @@ def rotate_signing_secret(client_id: str) -> Call[SigningSecret]:
     return Call("POST", path, _one(SigningSecret), auth="admin", repeatable=False)
 
 
+def cluster() -> Call[Cluster]:
+    return Call("GET", _path("admin", "nodes"), _one(Cluster), auth="admin")
+
+
 # Schedules
 
 
@@ -228,6 +235,94 @@ def update_schedule(schedule_id: str, changes: ScheduleChanges) -> Call[Schedule
 def cancel_schedule(schedule_id: str) -> Call[Schedule]:
     """Cancelling a cancelled schedule is 200: repeatable."""
     return Call("DELETE", _path("schedules", str(schedule_id)), _one(Schedule))
+
+
+def pause_schedule(schedule_id: str) -> Call[Schedule]:
+    """Pausing a paused schedule is 200 with it: repeatable although it is a POST."""
+    return Call("POST", _path("schedules", str(schedule_id), "pause"), _one(Schedule))
+
+
+def resume_schedule(schedule_id: str) -> Call[Schedule]:
+    """Not repeated once sent: a repeat of a resume that went through answers 409 ``not_paused``."""
+    return Call("POST", _path("schedules", str(schedule_id), "resume"), _one(Schedule), repeatable=False)
+
+
+def trigger_schedule(schedule_id: str, idempotency_key: str | None) -> Call[Schedule]:
+    """Repeatable only with a key (as a create): the API answers a repeat with the trigger the first made."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+    path = _path("schedules", str(schedule_id), "trigger")
+    return Call("POST", path, _one(Schedule), headers=headers, repeatable=bool(headers))
+
+
+# Schedules by business key
+
+
+def put_schedule_by_key(key: str, fields: ScheduleFields) -> Call[Schedule]:
+    """A PUT: the same body again leaves the key's schedule as one did, so it is repeatable; except with
+    ``delay_s``, which counts from when the API reads it (a repeat would move the fire and its fire id)."""
+    body = body_of(fields)
+    path = _path("schedules", "by-key", key)
+    return Call("PUT", path, _one(Schedule), body, repeatable="delay_s" not in body)
+
+
+def get_schedule_by_key(key: str) -> Call[Schedule]:
+    return Call("GET", _path("schedules", "by-key", key), _one(Schedule))
+
+
+def cancel_schedule_by_key(key: str) -> Call[Schedule]:
+    """Cancelling the key's cancelled schedule is 200 with it: repeatable."""
+    return Call("DELETE", _path("schedules", "by-key", key), _one(Schedule))
+
+
+# Dead letters
+
+
+def _letter_filter(
+    start: Time | None, end: Time | None, schedule_id: str | None, page_size: int
+) -> dict[str, str | int]:
+    params: dict[str, str | int] = {"limit": page_size}
+    if start is not None:
+        params["from"] = time_value(start)
+    if end is not None:
+        params["to"] = time_value(end)
+    if schedule_id is not None:
+        params["schedule_id"] = str(schedule_id)
+    return params
+
+
+def _redrive_body(at: Time | None) -> dict[str, Any] | None:
+    return None if at is None else {"at": time_value(at)}
+
+
+def list_dead_letters(
+    start: Time | None = None, end: Time | None = None, *, schedule_id: str | None = None, page_size: int = 100
+) -> Call[Page[DeadLetter]]:
+    params = _letter_filter(start, end, schedule_id, page_size)
+    return Call("GET", _path("dead-letters"), _paged(DeadLetter, "dead_letters"), params=params)
+
+
+def get_dead_letter(dead_letter_id: str) -> Call[DeadLetter]:
+    return Call("GET", _path("dead-letters", dead_letter_id), _one(DeadLetter))
+
+
+def redrive_dead_letter(dead_letter_id: str, at: Time | None = None) -> Call[DeadLetter]:
+    """A dead letter is redriven once; a repeat answers 200 with the first redrive's marks: repeatable."""
+    path = _path("dead-letters", dead_letter_id, "redrive")
+    return Call("POST", path, _one(DeadLetter), _redrive_body(at))
+
+
+def redrive_dead_letters(
+    start: Time | None = None,
+    end: Time | None = None,
+    *,
+    schedule_id: str | None = None,
+    at: Time | None = None,
+    page_size: int = 100,
+) -> Call[Redrive]:
+    """One page of the matching dead letters not yet redriven. Repeatable: each is redriven once, and a
+    repeat skips those the first one redrove."""
+    params = _letter_filter(start, end, schedule_id, page_size)
+    return Call("POST", _path("dead-letters", "redrive"), _one(Redrive), _redrive_body(at), params=params)
 
 
 # Throttle policies and event release

@@ -95,6 +95,7 @@ class Schedule:
     events: int | None = None
     window_s: float | None = None
     throttle: str | None = None
+    trigger_of: str | None = None  # a trigger (``trigger_schedule``): the schedule it is an extra fire of
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,74 @@ class Policy:
 class Release:
     event_id: str
     released: bool
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A fire that failed for good; ``redriven_at``/``redriven_due_at`` are set once it was redriven."""
+
+    dead_letter_id: str
+    schedule_id: str
+    fire_id: str
+    failed_at: datetime
+    attempts: int
+    last_error: str
+    callback: dict[str, Any]
+    payload: Any = None
+    redriven_at: datetime | None = None
+    redriven_due_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RedriveError:
+    """A dead letter a redrive of many could not redrive (``code``: ``not_redrivable``, ``schedule_gone``...)."""
+
+    dead_letter_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Redrive:
+    """What a redrive of many did: the dead letters it redrove and those it could not."""
+
+    redriven: list[DeadLetter]
+    errors: list[RedriveError]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A poller instance of a client: ``epoch`` of its claim (0: never claimed), ``owner`` the node the claim
+    names (None: never claimed or released), ``draining`` at or above the client's poller count."""
+
+    client_id: str
+    poller_id: int
+    epoch: int
+    owner: str | None
+    draining: bool
+
+
+@dataclass(frozen=True)
+class Node:
+    """A poller node with a live heartbeat, and the instances it has claimed."""
+
+    node_id: str
+    address: str
+    metrics_port: int
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age_s: float
+    instances: list[Instance]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster view (admin): the live nodes, and the instances no live node holds."""
+
+    at: datetime
+    nodes: list[Node]
+    unowned: list[Instance]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,19 @@
 """When a failed call is tried again, and after how long: pure functions of the failure and the attempt.
 
 What is retried: 429 (the API writes nothing for a 4xx), and, for a call that is safe to repeat, 502/503/504,
-409 ``idempotency_key_in_progress`` and a connection lost mid-request. A connection that never opened is
-retried for any call. A call that is not safe to repeat (a POST without an Idempotency-Key) is never sent
-twice once it may have reached the server. The wait is ``Retry-After`` when the API sends it, else
-exponential backoff with full jitter.
+409 ``idempotency_key_in_progress`` (a create or trigger whose key another request holds), 409
+``key_in_progress`` (a PUT by business key whose schedule another PUT is still creating) and a connection
+lost mid-request. A connection that never opened is retried for any call. A call that is not safe to repeat
+(a POST without an Idempotency-Key) is never sent twice once it may have reached the server.
+
+Whether a call is safe to repeat is the call's own ``repeatable`` (set per operation in
+``tickd_client.calls``), not its HTTP method. Safe: reads; a PUT (a policy, or a schedule by business key:
+it sets the state to the body whatever was there, except a body with ``delay_s``, which counts from when
+the API reads it, so a repeat would move the fire); a PATCH without ``delay_s``; cancels; the POSTs that
+do no more the second time (pause, redriving dead letters, preview, an event's release); creates and
+triggers sent with an Idempotency-Key. Not: a resume or a policy's delete (a repeat of one that went
+through answers 409 or 404, not the result), and a create, trigger or batch without a key. The wait is
+``Retry-After`` when the API sends it, else exponential backoff with full jitter.
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ from email.utils import parsedate_to_datetime
 from tickd_client.errors import TickdError
 
 _SAFE_TO_REPEAT_STATUSES = frozenset({502, 503, 504})
-_IN_PROGRESS = "idempotency_key_in_progress"
+# 409s that mean "another request is still at it": the same request again gets the answer once it is done.
+_IN_PROGRESS = frozenset({"idempotency_key_in_progress", "key_in_progress"})
 
 
 @dataclass(frozen=True)
@@ -51,7 +61,7 @@ def retriable(error: TickdError, *, repeatable: bool) -> bool:
         return True
     if error.status in _SAFE_TO_REPEAT_STATUSES:
         return repeatable
-    return error.status == 409 and error.code == _IN_PROGRESS and repeatable
+    return error.status == 409 and error.code in _IN_PROGRESS and repeatable
 
 
 def delay_s(
