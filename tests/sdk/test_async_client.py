@@ -102,3 +102,70 @@ async def test_errors(tenant: AsyncTickd, dev: Dev) -> None:
     async with AsyncTickd(dev.url, admin_token=dev.admin_token) as admin:
         with pytest.raises(Conflict):
             await admin.create_client("dev", 2)
+
+
+async def test_pause_resume_trigger(tenant: AsyncTickd, dev: Dev) -> None:
+    created = await tenant.create_schedule(every="1h", callback=dev.healthz(), payload={"p": 1})
+    assert (await tenant.pause_schedule(created.schedule_id)).status == "paused"
+    assert (await tenant.pause_schedule(created.schedule_id)).status == "paused"
+    assert (await tenant.get_schedule(created.schedule_id)).status == "paused"
+    resumed = await tenant.resume_schedule(created.schedule_id)
+    assert resumed.status == "scheduled" and resumed.fire_id == created.fire_id  # the hour had not come
+    with pytest.raises(Conflict) as twice:
+        await tenant.resume_schedule(created.schedule_id)
+    assert twice.value.code == "not_paused"
+    trigger = await tenant.trigger_schedule(created.schedule_id)
+    assert trigger.trigger_of == created.schedule_id and trigger.payload == {"p": 1}
+    assert trigger.fire_id.startswith(f"{created.schedule_id}:") and trigger.fire_id != created.fire_id
+    keyed = await tenant.trigger_schedule(created.schedule_id, idempotency_key="t-1")
+    assert (await tenant.trigger_schedule(created.schedule_id, idempotency_key="t-1")).fire_id == keyed.fire_id
+    deadline = time.monotonic() + 20
+    while (await tenant.get_schedule(trigger.schedule_id)).status != "succeeded":
+        assert time.monotonic() < deadline, "the trigger did not fire in 20 s"
+        await asyncio.sleep(0.1)
+    assert (await tenant.get_schedule(created.schedule_id)).fire_at == created.fire_at
+
+
+async def test_put_get_cancel_by_key(tenant: AsyncTickd, dev: Dev) -> None:
+    fire_at = datetime.now(UTC) + timedelta(hours=1)
+    first = await tenant.put_schedule_by_key("k.1", fire_at=fire_at, callback=dev.healthz(), payload=1)
+    second = await tenant.put_schedule_by_key("k.1", fire_at=fire_at, callback=dev.healthz(), payload=2)
+    assert second.schedule_id == first.schedule_id and (first.payload, second.payload) == (1, 2)
+    assert (await tenant.get_schedule_by_key("k.1")) == second
+    assert (await tenant.cancel_schedule_by_key("k.1")).status == "cancelled"
+    assert (await tenant.cancel_schedule_by_key("k.1")).status == "cancelled"
+    third = await tenant.put_schedule_by_key("k.1", fire_at=fire_at, callback=dev.healthz())
+    assert third.schedule_id != first.schedule_id
+    with pytest.raises(NotFound):
+        await tenant.cancel_schedule_by_key("k.2")
+
+
+async def test_dead_letters(tenant: AsyncTickd, dev: Dev) -> None:
+    one = await tenant.create_schedule(delay_s=0, callback=dev.refusing(), payload="one")
+    two = await tenant.create_schedule(delay_s=0, callback=dev.refusing(), payload="two")
+    deadline = time.monotonic() + 30
+    while len(listed := [d async for d in tenant.list_dead_letters(page_size=1)]) < 2:
+        assert time.monotonic() < deadline, "no two dead letters after 30 s"
+        await asyncio.sleep(0.1)
+    assert sorted(d.payload for d in listed) == ["one", "two"]
+    (letter,) = [d async for d in tenant.list_dead_letters(schedule_id=one.schedule_id)]
+    assert (letter.fire_id, letter.last_error) == (one.fire_id, "HTTP 404")
+    assert await tenant.get_dead_letter(letter.dead_letter_id) == letter
+    due = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    redriven = await tenant.redrive_dead_letter(letter.dead_letter_id, at=due)
+    assert redriven.redriven_due_at == due and redriven.fire_id == one.fire_id
+    assert await tenant.redrive_dead_letter(letter.dead_letter_id, at=due + timedelta(hours=1)) == redriven
+    done = await tenant.redrive_dead_letters(at=due)  # the last 7 days: only two is left to redrive
+    assert [d.fire_id for d in done.redriven] == [two.fire_id] and done.errors == []
+    assert (await tenant.redrive_dead_letters(at=due)).redriven == []
+    assert (await tenant.get_schedule(two.schedule_id)).due_at == due
+
+
+async def test_cluster(dev: Dev) -> None:
+    async with AsyncTickd(dev.url, admin_token=dev.admin_token) as admin:
+        cluster = await admin.cluster()
+    assert [n.node_id for n in cluster.nodes] == ["dev"]
+    assert ("dev", 0) in {(i.client_id, i.poller_id) for i in cluster.nodes[0].instances}
+    async with AsyncTickd(dev.url, admin_token=dev.api_key) as not_admin:
+        with pytest.raises(Forbidden):
+            await not_admin.cluster()
