@@ -1,14 +1,17 @@
 // Sign-in, navigation and the view router. Views are plain functions of (root, params, ctx); ctx.every
-// runs a refresh while the view is on screen and stops when another one replaces it.
+// runs a refresh while the view is on screen and stops when another one replaces it. A view with `one`
+// also shows one item of its list: #/<path>/<id> calls one(root, id, ctx).
 
 import { ApiError, session, signIn, signOut } from "./api.js";
 import { h, mount, notice } from "./dom.js";
 import * as admin from "./admin.js";
+import * as letters from "./letters.js";
 import * as tenant from "./tenant.js";
 
 const VIEWS = {
   tenant: [
-    { path: "schedules", label: "Schedules", view: tenant.schedules },
+    { path: "schedules", label: "Schedules", view: tenant.schedules, one: tenant.scheduleView },
+    { path: "dead-letters", label: "Dead letters", view: letters.deadLetters, one: letters.letterView },
     { path: "preview", label: "Cron preview", view: tenant.preview },
     { path: "policies", label: "Throttle policies", view: tenant.policies },
   ],
@@ -102,7 +105,7 @@ async function route() {
   const found = views.find((v) => v.path === path) || views[0];
   header(me, found.path);
   current = context();
-  const view = found.path === "schedules" && rest[0] ? (root, _p, ctx) => tenant.scheduleView(root, rest[0], ctx) : found.view;
+  const view = found.one && rest[0] ? (root, _p, ctx) => found.one(root, decodeURIComponent(rest[0]), ctx) : found.view;
   try {
     await view(main, rest, current);
   } catch (err) {

@@ -57,6 +57,11 @@ export function when(iso) {
   return h("time", { datetime: iso, title: iso }, DATE.format(at));
 }
 
+// A callback as one line: the Kafka topic, or the HTTP method and URL.
+export function callbackText(callback) {
+  return callback.type === "kafka" ? `kafka: ${callback.topic}` : `${callback.method || "POST"} ${callback.url}`;
+}
+
 export function seconds(value) {
   if (value === null || value === undefined) return "—";
   return value < 1 ? `${Math.round(value * 1000)} ms` : `${value.toFixed(value < 10 ? 2 : 0)} s`;

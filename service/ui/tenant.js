@@ -1,9 +1,12 @@
-// A client's views: its schedules, one schedule's timeline, the cron preview, its throttle policies.
+// A client's views: its schedules, one schedule's timeline and actions (pause, resume, trigger now,
+// cancel, redrive a failed fire), the cron preview, its throttle policies.
 
 import { api, ApiError, pages } from "./api.js";
+import { letterHref, lettersOf, redriveButton } from "./letters.js";
 import {
   badge,
   busy,
+  callbackText,
   h,
   isoToLocalInput,
   localInputToIso,
@@ -34,10 +37,6 @@ function rule(s) {
   return s.occurrence ? `${base} · #${s.occurrence}` : base;
 }
 
-function target(callback) {
-  return callback.type === "kafka" ? `kafka: ${callback.topic}` : `${callback.method || "POST"} ${callback.url}`;
-}
-
 async function cancel(id, button, onDone) {
   if (!window.confirm(`Cancel schedule ${id}? A cancel answered 200 never fires.`)) return;
   await busy(button, async () => {
@@ -59,11 +58,11 @@ function scheduleRows(list, onChange) {
       { label: "Due", cell: (s) => when(s.due_at) },
       { label: "Attempts", cell: (s) => String(s.attempts) },
       { label: "Rule", cell: (s) => rule(s) },
-      { label: "Callback", cell: (s) => h("span", { class: "wrap" }, target(s.callback)) },
+      { label: "Callback", cell: (s) => h("span", { class: "wrap" }, callbackText(s.callback)) },
       {
         label: "",
         cell: (s) =>
-          s.status === "scheduled"
+          s.status === "scheduled" || s.status === "paused"
             ? h("button", { class: "danger small", type: "button", onclick: (e) => cancel(s.schedule_id, e.target, onChange) }, "Cancel")
             : "",
       },
@@ -165,7 +164,8 @@ function attemptText(run) {
   return code ? [" ", badge(code[1], Number(code[1]) < 400 ? "succeeded" : "failed")] : [];
 }
 
-function runSteps(run) {
+// `dead(run)`: the steps after "Dead letter written" for a failed fire: a link to its letter and redrive.
+function runSteps(run, dead) {
   const steps = [];
   const label = run.occurrence ? `Occurrence #${run.occurrence}` : "Fire";
   const late = run.lateness_s !== null && run.lateness_s !== undefined ? ` (${seconds(run.lateness_s)} late)` : "";
@@ -181,23 +181,29 @@ function runSteps(run) {
     const inWindow = run.completed_in_window === null || run.completed_in_window === undefined ? "" : run.completed_in_window ? ", all within the window" : ", window ended first";
     steps.push(step("attempt", `${done} of ${run.events} events delivered${inWindow}`, run.last_event_at || null));
   }
-  steps.push(...outcome(run));
+  const letter = run.status === "failed" ? [] : dead(run);  // a fire redriven from its dead letter
+  if (letter.length) steps.push(step("dead", "Dead letter written, then redriven", null, letter));
+  steps.push(...outcome(run, dead));
   return steps;
 }
 
-function outcome(run) {
+function deadFire(run) {
+  return run.status === "failed" && !(run.last_error || "").startsWith("skipped");
+}
+
+function outcome(run, dead) {
   if (run.status === "succeeded") {
     const on = run.attempts ? ` on attempt ${run.attempts}` : "";
     return [step("ok", `Delivered${on}`, run.fired_at, [" ", badge("succeeded")])];
   }
-  if (run.status === "failed" && (run.last_error || "").startsWith("skipped")) {
+  if (run.status === "failed" && !deadFire(run)) {
     return [step("failed", "Skipped", null, [`: ${run.last_error}`])];  // past the catch-up window: not fired
   }
   if (run.status === "failed") {
     const after = `Failed after ${run.attempts} attempt${run.attempts === 1 ? "" : "s"}`;
     return [
       step("failed", after, null, [run.last_error ? `: ${run.last_error}` : "", ...attemptText(run)]),
-      step("dead", "Dead letter written", null, [" (no more retries)"]),
+      step("dead", "Dead letter written", null, [" (no more retries)", ...dead(run)]),
     ];
   }
   if (run.status === "scheduled" && run.attempts > 0) return [step("pending", "Retry pending", null)];
@@ -208,10 +214,11 @@ function step(kind, title, at, extra = []) {
   return h("li", { class: `step step-${kind}` }, h("span", { class: "step-title" }, title), at ? [" ", when(at)] : null, extra);
 }
 
-function timeline(schedule, runs) {
+function timeline(schedule, runs, dead) {
   const steps = [step("created", "Created", schedule.created_at)];
-  for (const run of [...runs].reverse()) steps.push(...runSteps(run));
+  for (const run of [...runs].reverse()) steps.push(...runSteps(run, dead));
   if (schedule.status === "cancelled") steps.push(step("failed", "Cancelled", null, [" ", badge("cancelled")]));
+  if (schedule.status === "paused") steps.push(step("pending", "Paused", null, [": fires nothing until resumed"]));
   if (schedule.status === "scheduled") {
     const what = schedule.attempts > 0 ? `Next retry (attempt ${schedule.attempts + 1})` : "Next fire due";
     steps.push(step("pending", what, schedule.due_at));
@@ -221,13 +228,14 @@ function timeline(schedule, runs) {
 
 function details(s) {
   const rows = [
-    ["Status", badge(s.status)],
+    ["Status", h("span", { id: "s-status" }, badge(s.status))],
+    s.trigger_of ? ["Trigger of", h("a", { href: `#/schedules/${s.trigger_of}`, class: "mono wrap" }, s.trigger_of)] : null,
     ["Fire at", when(s.fire_at)],
     ["Due at", when(s.due_at)],
     ["Fire id", h("span", { class: "mono wrap" }, s.fire_id)],
     ["Attempts", String(s.attempts)],
     ["Rule", rule(s)],
-    ["Callback", h("span", { class: "wrap" }, target(s.callback))],
+    ["Callback", h("span", { class: "wrap" }, callbackText(s.callback))],
     s.throttle ? ["Throttle", s.throttle] : null,
     s.events ? ["Events per fire", String(s.events)] : null,
     ["Payload", h("pre", { class: "payload" }, JSON.stringify(s.payload, null, 2))],
@@ -235,10 +243,89 @@ function details(s) {
   return h("dl", { class: "details" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 }
 
+// --- pause, resume, trigger now ---------------------------------------------------------------------
+
+const CHANGED = {
+  pause: (s) => `Paused: ${s.schedule_id} fires nothing until resumed.`,
+  resume: (s) =>
+    s.status === "cancelled"
+      ? `Resumed, but its rule has nothing left (end_at passed or max_fires spent): ${s.schedule_id} ended cancelled.`
+      : [`Resumed: ${s.schedule_id} is scheduled again, next fire due `, when(s.due_at), "."],
+};
+
+// POST /v1/schedules/{id}/pause or /resume; onDone(notice).
+async function change(id, action, button, onDone) {
+  await busy(button, async () => {
+    try {
+      onDone(notice(CHANGED[action](await api("POST", `/v1/schedules/${id}/${action}`)), "ok"));
+    } catch (err) {
+      onDone(notice(`${action === "pause" ? "Pause" : "Resume"} refused: ${err.message}`));
+    }
+  });
+}
+
+async function trigger(id, button, onDone) {
+  if (!window.confirm(`Fire schedule ${id} once now? Its own timeline does not move.`)) return;
+  await busy(button, async () => {
+    try {
+      const t = await api("POST", `/v1/schedules/${id}/trigger`);
+      onDone(
+        notice(
+          ["Triggered: fire id ", h("span", { class: "mono wrap", id: "trigger-fire-id" }, t.fire_id), ". ", h("a", { href: `#/schedules/${t.schedule_id}` }, "Follow the trigger")],
+          "ok",
+        ),
+      );
+    } catch (err) {
+      onDone(notice(`Trigger refused: ${err.message}`));
+    }
+  });
+}
+
+// Pause and Resume are both shown, the one the status allows enabled; a paused schedule can be cancelled.
+function scheduleActions(s, onDone) {
+  const id = s.schedule_id;
+  const button = (action, label, enabled, kind, onclick) =>
+    h("button", { type: "button", class: kind, "data-action": action, disabled: !enabled, onclick: (e) => onclick(e.currentTarget) }, label);
+  const live = s.status === "scheduled" || s.status === "paused";
+  return h(
+    "div",
+    { class: "actions" },
+    button("pause", "Pause", s.status === "scheduled", "secondary", (b) => change(id, "pause", b, onDone)),
+    button("resume", "Resume", s.status === "paused", "secondary", (b) => change(id, "resume", b, onDone)),
+    button("trigger", "Trigger now", s.status !== "cancelled", "", (b) => trigger(id, b, onDone)),
+    live ? button("cancel", "Cancel schedule", true, "danger", (b) => cancel(id, b, onDone)) : null,
+  );
+}
+
 export async function scheduleView(root, id, ctx) {
   const message = h("div");
   const body = h("div", { class: "detail" });
   mount(root, h("p", {}, h("a", { href: "#/schedules" }, "← Schedules")), h("h2", { class: "mono wrap" }, id), message, body);
+  // fire id -> dead letter, read on open (a redriven fire's run no longer says it failed) and, since the
+  // poller marks a fire failed before it writes the letter, again every 2 s while a failed fire has none
+  // (5 reads at most: an old letter may be past the 7 days read).
+  let letters = new Map();
+  let looked = 0;
+  let looks = 0;
+  let following = false;
+
+  const lacking = (runs) => runs.some((r) => deadFire(r) && !letters.has(r.fire_id));
+  const done = (note) => {
+    mount(message, note);
+    update();
+  };
+
+  function dead(run) {
+    const letter = letters.get(run.fire_id);
+    if (!letter) return [];
+    const onRedrive = (note, after) => {
+      if (after) letters.set(after.fire_id, after);
+      done(note);
+    };
+    const state = letter.redriven_at ? [" ", badge("redriven", "succeeded"), " ", when(letter.redriven_at)] : [];
+    const button = run.status === "failed" ? [" ", redriveButton(letter, onRedrive)] : [];
+    return [" ", h("a", { href: letterHref(letter), class: "letter-link" }, "open the dead letter"), ...state, ...button];
+  }
 
   async function refresh() {
     let schedule;
@@ -248,22 +335,34 @@ export async function scheduleView(root, id, ctx) {
         api("GET", `/v1/schedules/${id}`),
         pages(`/v1/schedules/${id}/runs?limit=100`, "runs", null, 100, 1),
       ]);
+      // A trigger's dead letter is filed under the schedule it is a trigger of.
+      if ((looks === 0 || lacking(runs)) && looks < 5 && Date.now() - looked > 2000) {
+        looked = Date.now();
+        looks += 1;
+        letters = await lettersOf(schedule.trigger_of || id);
+      }
     } catch (err) {
       mount(message, notice(err.message));
       return false;
     }
-    const actions = h("div", { class: "actions" });
-    if (schedule.status === "scheduled") {
-      actions.append(
-        h("button", { type: "button", class: "danger", onclick: (e) => cancel(id, e.target, (n) => { mount(message, n); refresh(); }) }, "Cancel schedule"),
-      );
-    }
-    mount(body, actions, h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs)), h("section", {}, h("h3", {}, "Details"), details(schedule))));
-    return schedule.status === "scheduled" || runs.some((r) => r.status === "scheduled");
+    mount(body, scheduleActions(schedule, done), h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs, dead)), h("section", {}, h("h3", {}, "Details"), details(schedule))));
+    const live = schedule.status === "scheduled" || runs.some((r) => r.status === "scheduled");
+    return live || (lacking(runs) && looks < 5);
   }
 
-  // While it can still change, follow it: a fire, a retry, a dead letter show up on their own.
-  if (await refresh()) ctx.every(1500, refresh);
+  // While it can still change, follow it: a fire, a retry, a dead letter show up on their own. A resume,
+  // a trigger or a redrive makes it change again: follow it again.
+  async function update() {
+    const live = await refresh();
+    if (!live || following) return;
+    following = true;
+    ctx.every(1500, async () => {
+      following = await refresh();
+      return following;
+    });
+  }
+
+  await update();
 }
 
 // --- cron preview ---------------------------------------------------------------------------------------
