@@ -56,12 +56,30 @@ class Dev:
             return answer
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery a subscriber route acknowledged: the body and the ids its headers carried."""
+
+    body: dict[str, Any]
+    webhook_id: str
+    fire_id: str  # X-Tickd-Fire-Id
+
+
 @dataclass
 class Subscriber:
-    """A local HTTP endpoint the schedules call back; it keeps what arrived."""
+    """A local HTTP endpoint the schedules call back; it keeps what arrived (``received``: the bodies
+    ``/hook`` acknowledged; ``deliveries``: every acknowledged delivery with its ids)."""
 
     url: str
     received: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    async def delivered(self, fire_id: str, timeout_s: float = 15) -> list[Delivery]:
+        """The acknowledged deliveries whose body carries ``fire_id``, waiting for the first one."""
+        async with asyncio.timeout(timeout_s):
+            while not (found := [d for d in self.deliveries if d.body.get("fire_id") == fire_id]):
+                await asyncio.sleep(0.1)
+        return found
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -116,8 +134,25 @@ async def subscriber() -> AsyncIterator[Subscriber]:
 
     tried: set[str] = set()
 
+    async def keep(request: web.Request) -> dict[str, Any]:
+        body = await request.json()
+        headers = request.headers
+        found.deliveries.append(Delivery(body, headers["webhook-id"], headers["X-Tickd-Fire-Id"]))
+        return body
+
     async def hook(request: web.Request) -> web.Response:
-        found.received.append(await request.json())
+        found.received.append(await keep(request))
+        return web.Response(status=204)
+
+    refused: set[str] = set()
+
+    async def reject_once(request: web.Request) -> web.Response:
+        """Refuses a fire id's first delivery for good (400: a dead letter at once), takes the next."""
+        fire_id = (await request.json())["fire_id"]
+        if fire_id not in refused:
+            refused.add(fire_id)
+            return web.Response(status=400)
+        await keep(request)
         return web.Response(status=204)
 
     async def reject(request: web.Request) -> web.Response:
@@ -134,6 +169,7 @@ async def subscriber() -> AsyncIterator[Subscriber]:
     app.router.add_post("/hook", hook)
     app.router.add_post("/reject", reject)
     app.router.add_post("/flaky", flaky)
+    app.router.add_post("/reject-once", reject_once)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -193,6 +229,12 @@ async def sign_in(page: Page, token: str) -> None:
 async def no_horizontal_scroll(page: Page) -> None:
     widths = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert widths[0] <= widths[1], f"page is {widths[0]} px wide in a {widths[1]} px viewport"
+
+
+async def screenshot(page: Page, folder: Path, name: str) -> None:
+    path = folder / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
 
 
 def http_schedule(subscriber: Subscriber, route: str = "/hook", **fields: Any) -> dict[str, Any]:

@@ -173,6 +173,7 @@ async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber
         "schedules": "table.grid",
         f"schedules/{created['schedule_id']}": "ol.timeline",
         "policies": "h2",
+        "dead-letters": "form.filters",
         "preview": "form.filters",
     }
     for view, ready in views.items():
