@@ -1,10 +1,11 @@
 """tickd: the tickd API from a shell, on the SDK.
 
 Settings: --url or TICKD_URL (default http://127.0.0.1:8080); --api-key or TICKD_API_KEY (schedules,
-policies, events); --admin-token or TICKD_ADMIN_TOKEN (clients).
+dead letters, policies, events); --admin-token or TICKD_ADMIN_TOKEN (clients, admin).
 
-Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict; 5 invalid input
-(the API's 400/413/415/422, naming the field); 6 unauthorized or forbidden; 7 unavailable or rate limited.
+Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict (also: a
+`dead-letters redrive` of many that could not redrive some); 5 invalid input (the API's 400/413/415/422,
+naming the field); 6 unauthorized or forbidden; 7 unavailable or rate limited.
 
 Completion: eval "$(tickd completion bash)".
 """
@@ -18,6 +19,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from tickd_client.errors import (
     Unauthorized,
     Unavailable,
 )
-from tickd_client.models import HttpCallback, KafkaCallback, Occurrence
+from tickd_client.models import Cluster, HttpCallback, Instance, KafkaCallback, Occurrence, Redrive
 from tickd_client.retry import NO_RETRY, RetryPolicy
 
 OK, UNEXPECTED, USAGE, NOT_FOUND, CONFLICT, INVALID, AUTH, UNAVAILABLE = range(8)
@@ -57,6 +59,14 @@ Handler = Callable[[Tickd, argparse.Namespace], Any]
 
 class UsageError(Exception):
     """Arguments that parse but cannot be sent (a payload that is not JSON, a header without a colon)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a handler returns to print ``value`` and exit with ``code`` rather than 0."""
+
+    value: Any
+    code: int
 
 
 def _time(text: str) -> Time:
@@ -120,6 +130,19 @@ def _schedules_create(client: Tickd, args: argparse.Namespace) -> Any:
     return schedule.schedule_id if args.quiet else schedule
 
 
+def _schedules_trigger(client: Tickd, args: argparse.Namespace) -> Any:
+    trigger = client.trigger_schedule(args.schedule_id, idempotency_key=args.idempotency_key)
+    return trigger.schedule_id if args.quiet else trigger
+
+
+def _schedules_put_by_key(client: Tickd, args: argparse.Namespace) -> Any:
+    fields = _schedule_fields(args)
+    if "callback" not in fields:
+        raise UsageError("give a callback: --callback-url URL, --kafka-topic TOPIC or --callback JSON")
+    schedule = client.put_schedule_by_key(args.key, **fields)
+    return schedule.schedule_id if args.quiet else schedule
+
+
 def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
     fields = _schedule_fields(args)
     if args.no_throttle:
@@ -142,6 +165,64 @@ def _default_end(start: Time) -> Time:
 
 def _runs(client: Tickd, args: argparse.Namespace) -> Any:
     return list(itertools.islice(client.runs(args.schedule_id, page_size=args.page_size), args.limit))
+
+
+def _optional_time(text: str | None) -> Time | None:
+    return _time(text) if text else None
+
+
+def _dead_letters_list(client: Tickd, args: argparse.Namespace) -> Any:
+    start, end = _optional_time(args.start), _optional_time(args.end)
+    found = client.list_dead_letters(start, end, schedule_id=args.schedule, page_size=args.page_size)
+    return list(itertools.islice(found, args.limit))
+
+
+def _dead_letters_redrive(client: Tickd, args: argparse.Namespace) -> Any:
+    """One dead letter by id, or every one not yet redriven that the filters match."""
+    filtered = args.schedule is not None or args.start is not None or args.end is not None or args.all
+    at = _optional_time(args.at)
+    if args.dead_letter_id is not None:
+        if filtered:
+            raise UsageError("give a dead letter id or filters (--schedule, --from, --to, --all), not both")
+        return client.redrive_dead_letter(args.dead_letter_id, at=at)
+    if not filtered:
+        raise UsageError("give a dead letter id, or --schedule/--from/--to (--all: every one of the last 7 days)")
+    start, end = _optional_time(args.start), _optional_time(args.end)
+    done = client.redrive_dead_letters(start, end, schedule_id=args.schedule, at=at, page_size=args.page_size)
+    shown = done if getattr(args, "output", "table") == "json" else _redrive_rows(done)
+    return Finished(shown, CONFLICT if done.errors else OK)
+
+
+def _redrive_rows(done: Redrive) -> list[dict[str, Any]]:
+    """A redrive of many as one table: each dead letter, redriven (and when due) or why not."""
+    rows = [
+        {"dead_letter_id": d.dead_letter_id, "outcome": "redriven", "detail": f"due {plain(d.redriven_due_at)}"}
+        for d in done.redriven
+    ]
+    rows += [{"dead_letter_id": e.dead_letter_id, "outcome": e.code, "detail": e.message} for e in done.errors]
+    return rows
+
+
+def _admin_nodes(client: Tickd, args: argparse.Namespace) -> Any:
+    cluster = client.cluster()
+    return cluster if getattr(args, "output", "table") == "json" else _cluster_rows(cluster)
+
+
+def _cluster_rows(cluster: Cluster) -> list[dict[str, Any]]:
+    """The cluster view as one table: a row per instance, under the live node holding it or none."""
+    rows: list[dict[str, Any]] = []
+    for node in cluster.nodes:
+        held: list[Instance | None] = [*node.instances] or [None]  # a node holding nothing still shows
+        for instance in held:
+            rows.append(_instance_row(node.node_id, node.heartbeat_age_s, instance))
+    rows += [_instance_row(None, None, instance) for instance in cluster.unowned]
+    return rows
+
+
+def _instance_row(node_id: str | None, age_s: float | None, instance: Instance | None) -> dict[str, Any]:
+    keys = ("client_id", "poller_id", "epoch", "owner", "draining")
+    row = {"node_id": node_id, "heartbeat_age_s": age_s}
+    return {**row, **{key: getattr(instance, key, None) for key in keys}}
 
 
 def _preview(client: Tickd, args: argparse.Namespace) -> Any:
@@ -281,6 +362,24 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
     cancel = _leaf(group, "cancel", lambda c, a: c.cancel_schedule(a.schedule_id), "cancel a schedule", common)
     cancel.add_argument("schedule_id")
+    pause = _leaf(group, "pause", lambda c, a: c.pause_schedule(a.schedule_id), "fire nothing until resumed", common)
+    pause.add_argument("schedule_id")
+    resume = _leaf(group, "resume", lambda c, a: c.resume_schedule(a.schedule_id), "resume a paused one", common)
+    resume.add_argument("schedule_id")
+    trigger = _leaf(group, "trigger", _schedules_trigger, "one extra fire now (prints the trigger)", common)
+    trigger.add_argument("schedule_id")
+    trigger.add_argument("--idempotency-key", help="the same key triggers once")
+    trigger.add_argument("--quiet", "-q", action="store_true", help="print only the trigger's schedule id")
+    put = _leaf(group, "put-by-key", _schedules_put_by_key, "create or replace the schedule of a key", common)
+    put.add_argument("key", help="your business key: 1-128 of A-Z a-z 0-9 . _ ~ : @ -")
+    _schedule_args(put)
+    put.add_argument("--quiet", "-q", action="store_true", help="print only the schedule id")
+    get_key = _leaf(group, "get-by-key", lambda c, a: c.get_schedule_by_key(a.key), "a key's schedule", common)
+    get_key.add_argument("key")
+    cancel_key = _leaf(
+        group, "cancel-by-key", lambda c, a: c.cancel_schedule_by_key(a.key), "cancel a key's schedule", common
+    )
+    cancel_key.add_argument("key")
     runs = _leaf(group, "runs", _runs, "a schedule's fires, newest first", common)
     runs.add_argument("schedule_id")
     runs.add_argument("--page-size", type=int, default=100)
@@ -308,6 +407,32 @@ def _policies(commands: Any, common: argparse.ArgumentParser) -> None:
     _leaf(group, "delete", lambda c, a: c.delete_policy(a.name), "delete a policy", common).add_argument("name")
 
 
+def _dead_letter_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--schedule", help="one schedule's dead letters")
+    parser.add_argument("--from", dest="start", help="failed at or after (default: 7 days ago)")
+    parser.add_argument("--to", dest="end", help="failed before (default: now)")
+
+
+def _dead_letters(commands: Any, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser("dead-letters", help="fires that failed for good; redrive them").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    listing = _leaf(group, "list", _dead_letters_list, "dead letters, newest first", common)
+    _dead_letter_filters(listing)
+    listing.add_argument("--page-size", type=int, default=100)
+    listing.add_argument("--limit", type=int, default=None, help="stop after this many")
+    get = _leaf(group, "get", lambda c, a: c.get_dead_letter(a.dead_letter_id), "one dead letter", common)
+    get.add_argument("dead_letter_id")
+    redrive = _leaf(
+        group, "redrive", _dead_letters_redrive, "fire again: one by id, or all matching the filters", common
+    )
+    redrive.add_argument("dead_letter_id", nargs="?", help="one dead letter (else give filters)")
+    _dead_letter_filters(redrive)
+    redrive.add_argument("--all", action="store_true", help="every one not yet redriven (of --from/--to)")
+    redrive.add_argument("--at", help="due then (default: now)")
+    redrive.add_argument("--page-size", type=int, default=100, help="dead letters per request (1-100)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
@@ -320,10 +445,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     _clients(commands, common)
     _schedules(commands, common)
+    _dead_letters(commands, common)
     _policies(commands, common)
     events = commands.add_parser("events", help="throttled events").add_subparsers(required=True, metavar="COMMAND")
     release = _leaf(events, "release", lambda c, a: c.release_event(a.event_id), "free an event's token", common)
     release.add_argument("event_id")
+    admin = commands.add_parser("admin", help="cluster views (admin token)").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    _leaf(admin, "nodes", _admin_nodes, "live poller nodes and the instances each holds", common)
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
     completion = commands.add_parser("completion", help="print a shell completion script")
@@ -363,9 +493,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     except TickdError as exc:
         print(f"tickd: {exc}", file=sys.stderr)
         return _exit_code(exc)
+    code = OK
+    if isinstance(result, Finished):
+        result, code = result.value, result.code
     if result is not None:
         print(result if isinstance(result, str) else render(result, getattr(args, "output", "table")))
-    return OK
+    return code
 
 
 def main() -> None:
