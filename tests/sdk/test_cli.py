@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tickd_client import Tickd, cli
+from tickd_client import Redrive, RedriveError, Tickd, cli
 
 from tests.sdk.conftest import Dev, wait_for_dead_letters
 
@@ -228,3 +228,13 @@ def test_admin_nodes_command(tickd: Run, dev: Dev) -> None:
     assert lines[0].split() == ["node_id", "heartbeat_age_s", "client_id", "poller_id", "epoch", "owner", "draining"]
     assert any(line.split()[0] == "dev" and line.split()[2:4] == ["dev", "0"] for line in lines[1:])
     assert tickd("--admin-token", dev.api_key, "admin", "nodes")[0] == cli.AUTH
+
+
+def test_a_redrive_of_many_that_could_not_redrive_some_exits_4(tickd: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = RedriveError("1795474750375-6f1c2c5e-0000-4000-8000-000000000000", "schedule_gone", "expired")
+    monkeypatch.setattr(Tickd, "redrive_dead_letters", lambda self, *a, **k: Redrive([], [refused]))
+    code, out, _ = tickd("dead-letters", "redrive", "--all")
+    assert code == cli.CONFLICT
+    assert out.splitlines()[1].split()[:2] == [refused.dead_letter_id, "schedule_gone"]
+    code, out, _ = tickd("dead-letters", "redrive", "--all", "-o", "json")
+    assert code == cli.CONFLICT and _json(out)["errors"][0]["code"] == "schedule_gone"

@@ -230,3 +230,81 @@ def test_retry_after_as_seconds_or_http_date() -> None:
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after("Mon, 23 Nov 2026 10:00:05 GMT", now) == 5.0
     assert parse_retry_after("soon") is None and parse_retry_after("nan") is None and parse_retry_after(None) is None
+
+
+def _put(client: Any, **when: Any) -> Any:
+    return client.put_schedule_by_key("order-1", callback={"type": "http", "url": "http://example.com/"}, **when)
+
+
+@KINDS
+def test_a_put_by_key_is_retried_after_a_reset(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve(RESET, (200, {}, SCHEDULE))
+    assert run(kind, fake.url, FAST, lambda c: _put(c, fire_at=_AT)).schedule_id == SCHEDULE["schedule_id"]
+    assert [(hit.method, hit.path) for hit in fake.hits] == [("PUT", "/v1/schedules/by-key/order-1")] * 2
+
+
+@KINDS
+def test_a_put_by_key_is_retried_while_another_put_creates_the_key(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve((409, {}, _error(409, "key_in_progress")), (201, {}, SCHEDULE))
+    run(kind, fake.url, FAST, lambda c: _put(c, fire_at=_AT))
+    assert len(fake.hits) == 2
+
+
+@KINDS
+def test_a_put_by_key_with_delay_s_is_not_sent_again(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve(RESET, (200, {}, SCHEDULE))
+    with pytest.raises(Unavailable):
+        run(kind, fake.url, FAST, lambda c: _put(c, delay_s=30))  # a repeat would move the fire
+    assert len(fake.hits) == 1
+
+
+@KINDS
+def test_a_trigger_gets_a_key_and_is_retried_after_a_reset(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve(RESET, (201, {}, SCHEDULE))
+    run(kind, fake.url, FAST, lambda c: c.trigger_schedule(SCHEDULE["schedule_id"]))
+    keys = [hit.headers.get("Idempotency-Key") for hit in fake.hits]
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0] is not None
+
+
+@KINDS
+def test_a_resume_is_not_sent_again_after_a_503_but_a_pause_is(serve: Callable[..., Fake], kind: str) -> None:
+    busy = (503, {"Retry-After": "0"}, _error(503, "store_unavailable"))
+    fake = serve(busy, (200, {}, SCHEDULE))
+    with pytest.raises(Unavailable):
+        run(kind, fake.url, FAST, lambda c: c.resume_schedule(SCHEDULE["schedule_id"]))
+    assert len(fake.hits) == 1
+    fake = serve(busy, (200, {}, SCHEDULE))
+    run(kind, fake.url, FAST, lambda c: c.pause_schedule(SCHEDULE["schedule_id"]))
+    assert len(fake.hits) == 2
+
+
+LETTER = {
+    "dead_letter_id": "1795474750375-6f1c2c5e-0000-4000-8000-000000000000",
+    "schedule_id": SCHEDULE["schedule_id"],
+    "fire_id": SCHEDULE["fire_id"],
+    "failed_at": _AT,
+    "attempts": 1,
+    "last_error": "HTTP 404",
+    "callback": SCHEDULE["callback"],
+    "payload": None,
+    "redriven_at": _AT,
+    "redriven_due_at": _AT,
+}
+
+REFUSED = {"dead_letter_id": "x", "code": "c", "message": "m"}
+
+
+@KINDS
+def test_redriving_many_follows_the_cursor_and_is_retried(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve(
+        (200, {}, {"redriven": [LETTER], "errors": [], "next_cursor": "c2"}),
+        (503, {"Retry-After": "0"}, _error(503, "store_unavailable")),
+        (200, {}, {"redriven": [], "errors": [REFUSED], "next_cursor": None}),
+    )
+    done = run(kind, fake.url, FAST, lambda c: c.redrive_dead_letters(schedule_id="s", at=_AT, page_size=5))
+    assert [d.dead_letter_id for d in done.redriven] == [LETTER["dead_letter_id"]] and done.errors[0].code == "c"
+    assert [hit.path for hit in fake.hits] == [
+        "/v1/dead-letters/redrive?limit=5&schedule_id=s",
+        "/v1/dead-letters/redrive?limit=5&schedule_id=s&cursor=c2",
+        "/v1/dead-letters/redrive?limit=5&schedule_id=s&cursor=c2",
+    ]
