@@ -25,9 +25,13 @@ from tickd.schema.model import Chain, Chained, Location, Schedule, ScheduleRef, 
 
 
 def moved_on_by_poller(current: Schedule, ref: ScheduleRef) -> bool:
-    """The pointer is exactly one version past ``current`` and no client changed the schedule since:
-    a poller (this call's earlier try, or an owner that crashed) moved it on from this very row."""
-    return ref.version == current.version + 1 and ref.changed_version <= current.version
+    """A poller (this call's earlier try, or an owner that crashed) moved the pointer on from this very
+    row and no client changed the schedule since: the pointer is past ``current``'s version and still
+    names ``current`` as where it moved from. Usually one version past; more when a move whose row did
+    not land was made again to now (``_resume_move``) and that row did not land either (simulation
+    seed 11393: the next try took the pointer for someone else's finished move and ended the timeline).
+    A later occurrence's move names its own row as where it moved from, so it is never taken for this."""
+    return ref.version > current.version and ref.changed_version <= current.version and ref.previous == current.location
 
 
 def from_now(loc: Location, now: datetime, after: Location) -> Location:

@@ -107,6 +107,33 @@ async def test_a_crashed_owners_chain_to_a_time_now_past_is_moved_again_to_now(
     assert await store.get_schedule(client_id, first.schedule_id) == chained.following
 
 
+async def test_a_move_made_again_whose_row_did_not_land_either_is_finished(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """Simulation seed 11393: a chain's row write failed, its retry found the target past and moved the
+    pointer again to now (version 3), and that row write failed too. The next try must still finish
+    the move from this occurrence, not take it for another owner's finished chain and end the timeline."""
+    first = recurring(env, new_schedule)
+    await store.create_schedule(first, env.now())
+    stopped = Location(0, env.now() - timedelta(seconds=40))
+    again = Location(0, env.now() - timedelta(seconds=20))
+    await store._bump_ref(first, stopped, 2, env.now(), by_client=False)  # type: ignore[attr-defined]
+    moved_once = dataclasses.replace(first, version=2)
+    await store._bump_ref(moved_once, again, 3, env.now(), by_client=False)  # type: ignore[attr-defined]
+    chained = await store.chain_schedule(first, following(first), env.now())
+    assert chained.outcome is Chain.CHAINED and chained.following is not None
+    assert chained.following.version >= 3 and chained.following.location.due_at >= env.now() - timedelta(seconds=1)
+    assert await store.get_schedule(client_id, first.schedule_id) == chained.following
+    # Once the next occurrence chains on in turn, a stale try from the first finds nothing to finish.
+    third = following(chained.following)
+    assert (await store.chain_schedule(chained.following, third, env.now())).outcome is Chain.CHAINED
+    stale = await store.chain_schedule(first, following(first), env.now())
+    assert stale.outcome is Chain.ALREADY and stale.following is None
+    assert await store.get_schedule(client_id, first.schedule_id) == dataclasses.replace(
+        third, version=chained.following.version + 1
+    )
+
+
 async def test_a_client_change_stops_queued_occurrences(
     env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
