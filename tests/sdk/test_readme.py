@@ -52,6 +52,9 @@ def test_the_sdk_example_runs(fresh: Dev) -> None:
     assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
     lines = ran.stdout.splitlines()
     assert re.match(r"[0-9a-f-]{36} \d{4}-\d\d-\d\d 0[23]:00:00\+00:00$", lines[0]), lines
+    schedule_id = lines[0].split()[0]
+    assert re.fullmatch(rf"triggered {schedule_id}:\d{{13}}", lines[1]), lines
+    assert lines[2] == "by key True"
     assert lines[-1] == "refused: callback.url"
 
 
@@ -68,3 +71,11 @@ def test_the_cli_examples_run(fresh: Dev) -> None:
     assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
     assert '"client_id": "billing"' in ran.stdout and "cancelled" in ran.stdout
     assert "UTC offset -05:00 -> -04:00" in ran.stdout and "emails" in ran.stdout
+    found = re.search(r"^schedule_id +(\S+)$", ran.stdout, flags=re.MULTILINE)  # tickd schedules get "$ID"
+    assert found is not None
+    schedule_id = found.group(1)
+    assert re.search(r"^status +paused$", ran.stdout, flags=re.MULTILINE)
+    assert f'"trigger_of": "{schedule_id}"' in ran.stdout and f'"fire_id": "{schedule_id}:' in ran.stdout
+    by_key = [line for line in ran.stdout.splitlines() if re.fullmatch(r"[0-9a-f-]{36}", line)]
+    assert len(by_key) == 2 and by_key[0] == by_key[1]  # put-by-key twice: one schedule
+    assert re.search(r"^node_id +heartbeat_age_s", ran.stdout, flags=re.MULTILINE)
