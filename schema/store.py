@@ -32,6 +32,7 @@ from tickd.schema.model import (
     ThrottlePolicy,
     Token,
 )
+from tickd.schema.stats import MinuteStats
 
 
 class ClientStore(Protocol):
@@ -155,6 +156,13 @@ class ScheduleStore(Protocol):
     async def move_business_key(self, seen: BusinessKey, claim: BusinessKey) -> BusinessKey | None:
         """Point the key at ``claim.schedule_id`` if it still names ``seen.schedule_id`` (compare-and-set):
         the key as it stands after the call."""
+
+    async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
+        """Write each row of delivery statistics (overwriting the same client, minute and writer), one
+        request per row, expiring after ``schema.stats.RETENTION_S``."""
+
+    async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
+        """A client's statistics rows whose minute lies in [since, until], every writer's."""
 
     async def add_dead_letter(self, letter: DeadLetter) -> None: ...
 

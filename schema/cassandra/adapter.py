@@ -20,11 +20,12 @@ from tickd.schema.cassandra.dead_letters import DeadLetters
 from tickd.schema.cassandra.keys import BusinessKeys
 from tickd.schema.cassandra.runs import Runs
 from tickd.schema.cassandra.schedules import Schedules
+from tickd.schema.cassandra.stats import Stats
 from tickd.schema.cassandra.throttle import Throttle
 from tickd.schema.settings import StoreSettings
 
 
-class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Throttle, Coordination):
+class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``."""
 
     def __init__(self, settings: StoreSettings, cluster: Cluster, session: Session, statements: Statements) -> None:

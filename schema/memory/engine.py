@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -278,6 +279,8 @@ def _raw(value: Any) -> bytes:
         return b"\x01" if value else b"\x00"
     if isinstance(value, int):
         return (value & _U64).to_bytes(8, "big")
+    if isinstance(value, float):  # a double
+        return struct.pack(">d", value)
     if isinstance(value, datetime):
         return (timing.to_epoch_ms(value) & _U64).to_bytes(8, "big")
     if isinstance(value, date):

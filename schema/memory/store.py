@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from tickd.schema import changes, moves, timing
+from tickd.schema import changes, moves, stats, timing
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.listing import Listing, chunks, in_turn
 from tickd.schema.memory import rows as to
@@ -45,6 +45,7 @@ from tickd.schema.model import (
     encode_options,
 )
 from tickd.schema.settings import StoreSettings
+from tickd.schema.stats import MinuteStats
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 _DEFAULTS = StoreSettings()
@@ -600,6 +601,24 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         applied, _ = await self._db.lwt(write, {"schedule_id": seen.schedule_id})
         return claim if applied else await self.get_business_key(claim.client_id, claim.key)
 
+    # -- delivery statistics ------------------------------------------------------------------------
+
+    async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
+        await asyncio.gather(*(self._db.write(_stats_write(row)) for row in rows))
+
+    async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
+        found: list[MinuteStats] = []
+        first, last = since.astimezone(UTC).date(), until.astimezone(UTC).date()
+        for n in range((last - first).days + 1):
+            select = _rows(self.tables, t.CLIENT_STATS, {"client_id": client_id, "day": first + timedelta(days=n)})
+
+            def within(select: Select = select) -> list[tuple[Any, Values]]:
+                return [(k, row) for k, row in select() if since <= row["minute"] <= until]
+
+            async for page in self._db.pages("read_stats", within):
+                found.extend(_stats_of(client_id, row) for row in page)
+        return found
+
     # -- throttle policies and tokens ---------------------------------------------------------------
 
     async def put_policy(self, policy: ThrottlePolicy) -> None:
@@ -726,6 +745,37 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, Any]
         "due_at": loc.due_at,
         "schedule_id": schedule_id,
     }
+
+
+def _stats_write(row: MinuteStats) -> Write:
+    key = {
+        "client_id": row.client_id,
+        "day": row.minute.astimezone(UTC).date(),
+        "minute": row.minute,
+        "writer": row.writer,
+    }
+    values = {
+        "delivered": row.delivered,
+        "retried": row.retried,
+        "failed": row.failed,
+        "lateness": tuple(row.lateness),
+        "lateness_max": row.lateness_max_s,
+    }
+    return Write("write_stats", t.CLIENT_STATS, key, values, ttl_s=stats.RETENTION_S, insert=True)
+
+
+def _stats_of(client_id: str, row: Values) -> MinuteStats:
+    lateness = tuple(row["lateness"] or ())
+    return MinuteStats(
+        client_id,
+        row["minute"],
+        row["writer"],
+        row["delivered"],
+        row["retried"],
+        row["failed"],
+        lateness,
+        row["lateness_max"],
+    )
 
 
 def _bkey(client_id: str, key: str) -> dict[str, Any]:

@@ -20,3 +20,4 @@ RUN_EVENTS = Table("run_events", ("client_id", "schedule_id", "nominal_at"), ("i
 POLICIES = Table("throttle_policies", ("client_id",), ("name",))
 TOKENS = Table("throttle_tokens", ("client_id", "policy"), ("slot",))
 SCHEDULE_KEYS = Table("schedule_keys", ("client_id", "key"))
+CLIENT_STATS = Table("client_stats", ("client_id", "day"), ("minute", "writer"), default_ttl_s=691200)

@@ -1,0 +1,59 @@
+"""Per-tenant delivery statistics on Cassandra: ``client_stats``, a partition per client and day."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
+
+from tickd.schema.cassandra.bridge import Bridge, utc
+from tickd.schema.stats import RETENTION_S, MinuteStats
+
+
+class Stats:
+    """The statistics methods of ``schema.store.ScheduleStore`` on Cassandra."""
+
+    _db: Bridge
+
+    async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
+        await asyncio.gather(*(self._db.write("write_stats", _values(row)) for row in rows))
+
+    async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
+        found: list[MinuteStats] = []
+        for day in _days(since, until):
+            values = {"client_id": client_id, "day": day, "since": since, "until": until}
+            async for page in self._db.pages("read_stats", values):
+                found.extend(
+                    MinuteStats(
+                        client_id,
+                        utc(r.minute),
+                        r.writer,
+                        r.delivered,
+                        r.retried,
+                        r.failed,
+                        tuple(r.lateness or ()),
+                        r.lateness_max,
+                    )
+                    for r in page
+                )
+        return found
+
+
+def _days(since: datetime, until: datetime) -> list[date]:
+    first, last = since.astimezone(UTC).date(), until.astimezone(UTC).date()
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def _values(row: MinuteStats) -> dict[str, object]:
+    return {
+        "client_id": row.client_id,
+        "day": row.minute.astimezone(UTC).date(),
+        "minute": row.minute,
+        "writer": row.writer,
+        "delivered": row.delivered,
+        "retried": row.retried,
+        "failed": row.failed,
+        "lateness": list(row.lateness),
+        "lateness_max": row.lateness_max_s,
+        "ttl": RETENTION_S,
+    }
