@@ -32,6 +32,7 @@ from tickd.poller.outcomes import OutcomeWriter
 from tickd.poller.pipeline import DeliveryPipeline
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
+from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema.model import Claim, Client
 from tickd.schema.store import Store
@@ -57,6 +58,7 @@ class PollerInstance:
         *,
         rng: random.Random | None = None,
         lease: Callable[[], bool] = lambda: True,
+        stats: TenantStats | None = None,
     ) -> None:
         self.claim = claim
         self.instance = claim.instance
@@ -87,6 +89,7 @@ class PollerInstance:
             rng=rng or random.Random(),
             lease=lease,
             log=self._log,
+            stats=stats,
         )
         self._checkpoints = Checkpointer(
             claim, self._current_client, store, self._plan, settings, metrics, clock, self._log, self._loader.sweep

@@ -15,7 +15,10 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-LATENESS_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+from tickd.schema.stats import LATENESS_EDGES_S
+
+# The same buckets GET /v1/stats counts in (schema.stats), so both answer alike.
+LATENESS_BUCKETS_S = LATENESS_EDGES_S
 # An event may wait for a token as long as the consumer holds the policy's slots (up to its release timeout).
 THROTTLE_WAIT_BUCKETS_S = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
@@ -29,14 +32,15 @@ class Metrics:
         PlatformCollector(registry=self.registry)  # python_info
         self.lateness = Histogram(
             "tickd_fire_lateness_seconds",
-            "fired_at - fire_at of first attempts",
+            "fired_at - fire_at of first attempts, by client",
+            ["client_id"],
             buckets=LATENESS_BUCKETS_S,
             registry=self.registry,
         )
         self.callbacks = Counter(
             "tickd_callbacks_total",
-            "Callback deliveries by type and outcome",
-            ["type", "outcome"],
+            "Callback deliveries by client, type and outcome",
+            ["client_id", "type", "outcome"],
             registry=self.registry,
         )
         self.instances = Gauge("tickd_instances_owned", "Poller instances running on this node", registry=self.registry)

@@ -26,6 +26,7 @@ from tickd.poller.delivery import CallbackRouter
 from tickd.poller.instance import InstanceDrained, PollerInstance
 from tickd.poller.metrics import Metrics
 from tickd.poller.settings import PollerSettings
+from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import Claim, Client, InstanceKey, NodeInfo
@@ -88,6 +89,7 @@ class Node:
         self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
+        self.stats = TenantStats(store, self.node_id, clock, self._log)
         metrics.watch_node(
             fenced=lambda: self._fenced,
             heartbeat_age_s=self._heartbeat_age_s,
@@ -146,6 +148,7 @@ class Node:
                 tg.create_task(self._every(self._s.ring_refresh_s, self._reconcile)),
                 tg.create_task(self._every(self._s.mark_poll_s, self._poll_marks)),
                 tg.create_task(self._every(self._s.claim_verify_s, self._verify_claims)),
+                tg.create_task(self.stats.run(self._s.stats_flush_s)),
                 *(tg.create_task(_as_coroutine(service)) for service in services),
             ]
             await stop.wait()
@@ -313,6 +316,7 @@ class Node:
             self._gate,
             rng=random.Random(self._rng.getrandbits(64)),
             lease=self.lease_held,
+            stats=self.stats,
         )
         task = self._task_group().create_task(self._run_instance(instance))
         self._running[claim.instance] = Running(instance, task)
@@ -452,6 +456,10 @@ class Node:
             *(self._stop(k, "shutdown", drain_s=self._s.shutdown_deadline_s, release=True) for k in list(self._running))
         )
         await self._gate.close()
+        try:  # the last statistics of this run, if the store takes them soon; never holds the stop up
+            await asyncio.wait_for(self.stats.flush(), timeout=2.0)
+        except Exception as exc:
+            self._log.warning("stats_write_failed", error=str(exc) or type(exc).__name__)
         try:
             await self._store.leave(self.node_id)
         except StoreUnavailable as exc:

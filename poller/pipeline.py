@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from structlog.typing import FilteringBoundLogger
 
-from tickd.poller import recurring
+from tickd.poller import recurring, stats
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
 from tickd.poller.durable import durably
 from tickd.poller.errors import LeaseLost
@@ -35,6 +35,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.outcomes import OutcomeWriter
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
+from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import guard, timing
 from tickd.schema.errors import Conflict
@@ -77,7 +78,9 @@ class DeliveryPipeline:
         rng: random.Random,
         lease: Callable[[], bool],
         log: FilteringBoundLogger,
+        stats: TenantStats | None = None,
     ) -> None:
+        self._stats = stats  # the node's per-tenant statistics (GET /v1/stats); None: not counted
         self._client = client  # read at each use: the node swaps in the client's latest settings
         self._store = store
         self._router = router
@@ -168,8 +171,9 @@ class DeliveryPipeline:
             return
         token = await self._throttle(row)
         fired_at = self._now()
-        if row.attempts == 0:
-            self._metrics.lateness.observe(max(0.0, (fired_at - row.fire_at).total_seconds()))
+        lateness_s = max(0.0, (fired_at - row.fire_at).total_seconds()) if row.attempts == 0 else None
+        if lateness_s is not None:
+            self._metrics.lateness.labels(row.client_id).observe(lateness_s)
         if not self._lease():
             if token is not None:
                 await self._gate.not_delivered(token)
@@ -184,8 +188,11 @@ class DeliveryPipeline:
                 await self._gate.not_delivered(token)
         if result.ok:
             self._plan.note_delivered(key)
-        self._metrics.callbacks.labels(callback_type(row.callback), _outcome(result)).inc()
+        self._metrics.callbacks.labels(row.client_id, callback_type(row.callback), _outcome(result)).inc()
         await self._settle(row, result, fired_at)
+        if self._stats is not None:
+            outcome = stats.DELIVERED if result.ok else stats.RETRIED if result.retriable else stats.FAILED
+            self._stats.attempt(row.client_id, fired_at, outcome, lateness_s)
 
     # -- recurring schedules ----------------------------------------------------------------------------
 

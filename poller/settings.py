@@ -62,6 +62,8 @@ class PollerSettings:
     # so the node must not hand it more than it can send within that timeout.
     node_max_inflight: int = 4096
     outcome_flush_s: float = 0.2
+    # How often the node writes its per-tenant delivery statistics (GET /v1/stats; schema/stats.py).
+    stats_flush_s: float = 10.0
     # How often a throttled event waiting for a token looks again when none is free.
     throttle_poll_s: float = 0.1
     # Kafka subscribers release throttled events by records on this topic (None: no ack consumer).
@@ -98,6 +100,7 @@ class PollerSettings:
             ),
             node_max_inflight=env_int(env, "TICKD_NODE_MAX_INFLIGHT", d.node_max_inflight, low=1, high=1_000_000),
             outcome_flush_s=env_float(env, "TICKD_OUTCOME_FLUSH_S", d.outcome_flush_s, low=0.01, high=10),
+            stats_flush_s=env_float(env, "TICKD_STATS_FLUSH_S", d.stats_flush_s, low=0.1, high=300),
             throttle_poll_s=env_float(env, "TICKD_THROTTLE_POLL_S", d.throttle_poll_s, low=0.01, high=10),
             ack_topic=_topic(env.get("TICKD_KAFKA_ACK_TOPIC", "").strip() or None),
             store=StoreSettings.from_env(env),

@@ -58,6 +58,12 @@ class Faults:
     on: bool = True
     outage: bool = False  # every Cassandra host down
     cut_off: set[str] = field(default_factory=set)  # actors whose link to Cassandra is cut
+    # The statistics writes (poller/stats.py) draw their faults from a stream of their own, so adding or
+    # changing them leaves every other request's faults, and so the regression seeds' runs, as they were.
+    side_rng: random.Random = field(default_factory=random.Random)
+
+    def _rng(self, op: str) -> random.Random:
+        return self.side_rng if op == "write_stats" else self.rng
 
     async def before(self, op: str) -> None:
         actor = ACTOR.get()
@@ -67,10 +73,11 @@ class Faults:
             raise StoreUnavailable(f"{op}: NoHostAvailable (simulated)")
         if not self.on:
             return
-        roll = self.rng.random()
+        rng = self._rng(op)
+        roll = rng.random()
         if roll < self.config.store_slow_p:
-            await asyncio.sleep(self.rng.uniform(0.1, self.config.store_slow_s))
-            if self.rng.random() < 0.5:
+            await asyncio.sleep(rng.uniform(0.1, self.config.store_slow_s))
+            if rng.random() < 0.5:
                 raise StoreUnavailable(f"{op}: OperationTimedOut (simulated)")
         elif roll < self.config.store_slow_p + self.config.store_fail_p:
             raise StoreUnavailable(f"{op}: Unavailable (simulated)")
@@ -78,7 +85,7 @@ class Faults:
     async def after(self, op: str) -> None:
         if ACTOR.get() == ORACLE or not self.on:
             return
-        if self.rng.random() < self.config.store_unknown_p:
+        if self._rng(op).random() < self.config.store_unknown_p:
             raise StoreUnavailable(f"{op}: WriteTimeout after applying (simulated)")
 
 
@@ -175,6 +182,7 @@ class World:
         self.true_clock = VirtualClock(self.loop, start)
         self.retry = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=10.0, inline_budget_s=0.0)
         self.faults = Faults(random.Random(self.rng.getrandbits(64)), config, on=config.faults)
+        self.faults.side_rng.seed(f"stats-{config.seed}")
         page_size = self.rng.choice([3, 7, 50, 5000])
         self.store_settings = StoreSettings(keyspace="sim", page_size=page_size)
         self.memory = MemoryStore(self.true_clock, page_size=page_size, faults=self.faults)
