@@ -24,7 +24,7 @@ from tickd.service.creates import CreateCombiner
 from tickd.service.errors import Handler, error_middleware
 from tickd.service.limits import RateLimiter
 from tickd.service.metrics import ApiMetrics
-from tickd.service.routes import admin, clients, dead_letters, keyed, ops, schedules, throttle, ui
+from tickd.service.routes import admin, clients, dead_letters, keyed, ops, schedules, stats, throttle, ui
 from tickd.service.settings import ApiSettings
 from tickd.service.targets import TargetGuard
 from tickd.service.validation import request_types
@@ -95,7 +95,7 @@ def create_app(
         _use_store(app, store)
     else:
         app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
-    for routes in (clients, schedules, keyed, dead_letters, throttle, ops, admin, ui):
+    for routes in (clients, schedules, keyed, dead_letters, stats, throttle, ops, admin, ui):
         routes.setup(app)
     return app
 

@@ -98,7 +98,8 @@ async def serve(options: DevOptions, stop: asyncio.Event, started: asyncio.Futur
         callback_allow_private=True,
         kafka_enabled=options.kafka is not None,
     )
-    poller_settings = PollerSettings(node_id="dev", store=StoreSettings(keyspace="memory"))
+    # Statistics every second, so GET /v1/stats and the dashboard follow a developer's first fires closely.
+    poller_settings = PollerSettings(node_id="dev", store=StoreSettings(keyspace="memory"), stats_flush_s=1.0)
     http = HttpDispatcher(replace(poller_settings.http, allow_private=True), poller_settings.retry)
     await http.start()
     kafka: KafkaDispatcher | NoKafka = NoKafka()

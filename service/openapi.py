@@ -278,6 +278,21 @@ OPERATIONS: tuple[Op, ...] = (
     ),
     Op(
         "get",
+        "/v1/stats",
+        "Your delivery statistics over the last 5 minutes, hour and day",
+        "stats",
+        200,
+        views.StatsView,
+        None,
+        "client",
+        (401, 503),
+        description="Per window: attempts delivered, retried (failed, tried again) and failed for good; fired "
+        "counts first attempts, whose lateness (sent minus due) is given as p50/p99 (the upper edge of the "
+        "histogram bucket holding it, never above the max) and max, in seconds; null when nothing fired. "
+        "Windows are whole minutes; pollers write their counts every TICKD_STATS_FLUSH_S (10 s).",
+    ),
+    Op(
+        "get",
         "/v1/dead-letters",
         "List dead letters (fires that failed for good), newest first, paged",
         "dead-letters",

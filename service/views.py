@@ -184,6 +184,23 @@ class DeadLetterView(Struct):
     redriven_due_at: datetime | None
 
 
+class StatsWindow(Struct):
+    window_s: int
+    fired: int
+    delivered: int
+    retried: int
+    failed: int
+    lateness_p50_s: float | None
+    lateness_p99_s: float | None
+    lateness_max_s: float | None
+
+
+class StatsView(Struct):
+    client_id: str
+    at: datetime
+    windows: list[StatsWindow]
+
+
 class DeadLetterList(Struct):
     dead_letters: list[DeadLetterView]
     next_cursor: str | None

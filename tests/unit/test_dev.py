@@ -28,8 +28,12 @@ async def _subscriber() -> tuple[web.AppRunner, int, asyncio.Queue[tuple[dict[st
         await got.put((dict(request.headers), await request.read()))
         return web.Response(status=204)
 
+    async def reject(request: web.Request) -> web.Response:
+        return web.Response(status=400)  # a fire the subscriber refuses: failed for good at once
+
     app = web.Application()
     app.router.add_post("/hook", hook)
+    app.router.add_post("/reject", reject)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -137,3 +141,34 @@ def test_bad_options_are_refused_naming_the_option(argv: list[str], capsys: pyte
         parse(argv)
     assert exc.value.code == 2
     assert argv[0] in capsys.readouterr().err
+
+
+async def test_stats_count_a_delivered_and_a_failed_fire(dev: tuple[asyncio.subprocess.Process, float]) -> None:
+    """GET /v1/stats as a tenant sees it: tickd-dev's poller counts each attempt and writes the counts."""
+    proc, _ = dev
+    runner, port, got = await _subscriber()
+    try:
+        url, key, _ = await _banner(proc)
+        ok = {"delay_s": 1, "callback": {"type": "http", "url": f"http://127.0.0.1:{port}/hook"}}
+        dead = {"delay_s": 1, "callback": {"type": "http", "url": f"http://127.0.0.1:{port}/reject"}}
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as http:
+            for body in (ok, dead):
+                async with http.post(f"{url}/v1/schedules", json=body) as resp:
+                    assert resp.status == 201, await resp.text()
+            await asyncio.wait_for(got.get(), 10)
+            async with asyncio.timeout(15):
+                while True:
+                    async with http.get(f"{url}/v1/stats") as resp:
+                        assert resp.status == 200, await resp.text()
+                        seen = await resp.json()
+                    if seen["windows"][0]["fired"] == 2 and seen["windows"][0]["failed"] == 1:
+                        break
+                    await asyncio.sleep(0.3)
+            async with aiohttp.ClientSession() as anonymous, anonymous.get(f"{url}/v1/stats") as resp:
+                assert resp.status == 401
+    finally:
+        await runner.cleanup()
+    assert [w["window_s"] for w in seen["windows"]] == [300, 3600, 86400]
+    for window in seen["windows"]:  # one minute's counts fall in every window
+        assert (window["fired"], window["delivered"], window["retried"], window["failed"]) == (2, 1, 0, 1)
+        assert 0 <= window["lateness_p50_s"] <= window["lateness_p99_s"] <= window["lateness_max_s"] < 5
