@@ -92,7 +92,7 @@ async def redrive_dead_letter(request: web.Request) -> web.Response:
 async def redrive_dead_letters(request: web.Request) -> web.Response:
     query = params.query(params.RedriveQuery, request)
     client, due_at = await _redriver(request)
-    wanted = _filter(query, due_at, unredriven=True)
+    wanted = _filter(query, now(), unredriven=True)  # which letters: failed in the last 7 days by default
     found, cursor = await dead_letters.page(request.app[keys.STORE], client.client_id, wanted, query.limit)
     request.app[keys.LIMITER].take(client.client_id, max(1, len(found)))
     done, errors = [], []

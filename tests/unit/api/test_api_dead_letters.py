@@ -109,6 +109,21 @@ async def test_redrive_a_page_with_a_cursor(api: Api, store: Store, register: Re
     assert none_left == {"redriven": [], "errors": [], "next_cursor": None}
 
 
+async def test_redrive_many_at_a_later_time_picks_letters_by_when_they_failed(
+    api: Api, store: Store, register: Register
+) -> None:
+    """The default range is the last 7 days before now, not before ``at`` (found by the SDK's tests: with
+    ``at`` over a week ahead, nothing was redriven)."""
+    client_id, key = await register()
+    letter = await failed(api, store, key, client_id)
+    at = (datetime.now(UTC) + timedelta(days=20)).replace(microsecond=0).isoformat()
+    done = await body(
+        await api.post(f"/v1/dead-letters/redrive?schedule_id={letter.schedule_id}", json={"at": at}, headers=key)
+    )
+    assert [d["fire_id"] for d in done["redriven"]] == [letter.fire_id] and done["errors"] == []
+    assert datetime.fromisoformat(done["redriven"][0]["redriven_due_at"]) == datetime.fromisoformat(at)
+
+
 async def test_tenants_and_hostile_inputs(api: Api, store: Store, register: Register) -> None:
     client_id, key = await register()
     _, other = await register()
