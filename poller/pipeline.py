@@ -23,6 +23,7 @@ import random
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
 
@@ -81,6 +82,7 @@ class DeliveryPipeline:
         stats: TenantStats | None = None,
     ) -> None:
         self._stats = stats  # the node's per-tenant statistics (GET /v1/stats); None: not counted
+        self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
         self._client = client  # read at each use: the node swaps in the client's latest settings
         self._store = store
         self._router = router
@@ -308,7 +310,8 @@ class DeliveryPipeline:
                 await self._outcomes.record(row, Status.MOVED, result, fired_at)
         else:
             await self._outcomes.record(row, Status.FAILED, result, fired_at)
-            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, fired_at), self._metrics)
+            failed_at = self._letter_time(row, fired_at)
+            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, failed_at), self._metrics)
 
     async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
@@ -330,12 +333,28 @@ class DeliveryPipeline:
             error=result.error,
         )
 
-    async def _dead_letter(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+    def _letter_time(self, row: Schedule, fired_at: datetime) -> datetime:
+        """A dead letter's key is (failed_at in ms, schedule id): the events of one batch fire share the
+        schedule id, so an event's letter is moved on by a millisecond past the last one this instance
+        wrote for the same schedule, rather than overwrite it (found by the SDK's tests)."""
+        at = timing.truncate_ms(fired_at)
+        if row.event_id is None:
+            return at
+        last = self._event_letters.get(row.public_id)
+        if last is not None and at <= last:
+            at = last + timedelta(milliseconds=1)
+        if len(self._event_letters) >= 10_000:
+            self._event_letters.clear()
+        self._event_letters[row.public_id] = at
+        return at
+
+    async def _dead_letter(self, row: Schedule, result: DeliveryResult, failed_at: datetime) -> None:
+        # An event's letter carries the event id (<fire id>:<index>), the id its deliveries were sent with.
         letter = DeadLetter(
             row.client_id,
             row.public_id,
-            row.fire_id,
-            fired_at,
+            row.event_id or row.fire_id,
+            failed_at,
             result.attempts,
             result.error or "failed",
             row.callback,
@@ -346,7 +365,7 @@ class DeliveryPipeline:
         self._log.warning(
             "callback_dead_lettered",
             schedule_id=str(row.schedule_id),
-            fire_id=row.fire_id,
+            fire_id=letter.fire_id,
             attempts=result.attempts,
             error=result.error,
         )

@@ -172,3 +172,41 @@ async def test_stats_count_a_delivered_and_a_failed_fire(dev: tuple[asyncio.subp
     for window in seen["windows"]:  # one minute's counts fall in every window
         assert (window["fired"], window["delivered"], window["retried"], window["failed"]) == (2, 1, 0, 1)
         assert 0 <= window["lateness_p50_s"] <= window["lateness_p99_s"] <= window["lateness_max_s"] < 5
+
+
+async def test_each_failed_event_of_a_batch_fire_leaves_its_own_dead_letter(
+    dev: tuple[asyncio.subprocess.Process, float],
+) -> None:
+    """Events of one fire share the schedule id of the dead letters' key: none may overwrite another, and
+    each carries its event id (the id it was sent with), which a redrive refuses (found by the SDK's tests)."""
+    proc, _ = dev
+    runner, port, _ = await _subscriber()
+    try:
+        url, key, _ = await _banner(proc)
+        body = {
+            "delay_s": 0,
+            "events": 4,
+            "window": "1s",
+            "callback": {"type": "http", "url": f"http://127.0.0.1:{port}/reject"},
+        }
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as http:
+            async with http.post(f"{url}/v1/schedules", json=body) as resp:
+                assert resp.status == 201, await resp.text()
+                created = await resp.json()
+            query = {"schedule_id": created["schedule_id"]}
+            async with asyncio.timeout(15):
+                while True:
+                    async with http.get(f"{url}/v1/dead-letters", params=query) as resp:
+                        letters = (await resp.json())["dead_letters"]
+                    if len(letters) >= 4:
+                        break
+                    await asyncio.sleep(0.3)
+            async with http.post(f"{url}/v1/dead-letters/{letters[0]['dead_letter_id']}/redrive") as resp:
+                refused = await resp.json()
+                assert resp.status == 409, refused
+    finally:
+        await runner.cleanup()
+    fire_id = created["fire_id"]
+    assert sorted(letter["fire_id"] for letter in letters) == [f"{fire_id}:{i}" for i in range(4)]
+    assert len({letter["dead_letter_id"] for letter in letters}) == 4
+    assert refused["error"]["code"] == "not_redrivable"
