@@ -74,7 +74,12 @@ class Oracle:
     deliveries: list[Delivery] = field(default_factory=list)
     promises: dict[UUID, Promise] = field(default_factory=dict)
     dead_letters: set[str] = field(default_factory=set)  # fire ids (events: event ids) given up on
+    # When each fire (event: event id) was first delivered or given up on, store clock, µs since the epoch.
+    completed_us: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # violations seen while running
+    # Rows left scheduled behind a checkpoint that are stale copies of a fire already completed (see
+    # World.left_behind): not a loss, counted so a run can say how often it happened.
+    stale_rows: set[str] = field(default_factory=set)
 
     def saw(self, problem: str) -> None:
         self.problems.append(problem)

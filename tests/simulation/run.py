@@ -85,7 +85,7 @@ async def _sweep_checkpoints(world: World) -> None:
             while minute <= checkpoint.minute:
                 rows = await world.oracle_call(lambda k=key, m=minute: _rows(store, k, m))  # type: ignore[misc]
                 for row in rows:
-                    if row.status is Status.SCHEDULED:
+                    if row.status is Status.SCHEDULED and world.left_behind(row):
                         world.oracle.saw(f"end: {key} checkpoint {checkpoint.minute} passes {row.schedule_id}")
                 minute += timedelta(minutes=1)
 

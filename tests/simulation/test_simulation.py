@@ -54,6 +54,11 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (7173, True, "a late tokens read showed a token its node had released since, and the gate handed it out"),
     (6183, True, "a quota raised and lowered again between two client reads left a drained instance unclaimed"),
     (11393, True, "a chain moved again to now whose row failed again was taken for another's move; timeline ended"),
+    (
+        12016,
+        True,
+        "the oracle: a stale owner's event retry applied after the fire was given up on is a copy, not a loss",
+    ),
 ]
 
 
