@@ -194,6 +194,9 @@ class CoordinationStore(Protocol):
 
     async def get_claim(self, instance: InstanceKey) -> Claim | None: ...
 
+    async def list_claims(self) -> list[Claim]:
+        """Every instance's claim (one paged read of the whole claims table, for the admin view)."""
+
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
         """Take ownership if the claim is still ``seen``; the new claim (epoch + 1) or None if lost."""
 

@@ -78,6 +78,13 @@ class Coordination:
         rows = await self._db.rows("get_claim", _key(instance))
         return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
 
+    async def list_claims(self) -> list[Claim]:
+        return [
+            Claim(InstanceKey(r.client_id, r.poller_id), r.owner, r.epoch)
+            async for page in self._db.pages("list_claims", {})
+            for r in page
+        ]
+
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
         if seen is None:
             values = {**_key(instance), "owner": node_id, "claimed_at": now}

@@ -692,6 +692,13 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         rows = await self._db.rows("get_claim", _one(self.tables, t.CLAIMS, _instance_key(instance)))
         return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
 
+    async def list_claims(self) -> list[Claim]:
+        return [
+            Claim(InstanceKey(r.client_id, r.poller_id), r.owner, r.epoch)
+            async for page in self._db.pages("list_claims", lambda: self.tables.scan(t.CLAIMS))
+            for r in page
+        ]
+
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
         key = _instance_key(instance)
         if seen is None:

@@ -49,6 +49,21 @@ async def test_a_claim_is_taken_from_what_was_seen(env: Env, store: Store, clien
     assert again is not None and (again.owner, again.epoch) == ("node-a", 3)
 
 
+async def test_list_claims_reads_every_claim_over_pages(env: Env, client_id: str) -> None:
+    store = await env.store_with(page_size=2)
+    held = [await store.claim(InstanceKey(client_id, p), f"node-{p}", None, env.now()) for p in range(5)]
+    assert all(c is not None for c in held)
+    assert await store.release(held[1])
+    mine = sorted((c for c in await store.list_claims() if c.instance.client_id == client_id), key=lambda c: c.instance)
+    assert [(c.instance.poller_id, c.owner, c.epoch) for c in mine] == [
+        (0, "node-0", 1),
+        (1, None, 1),
+        (2, "node-2", 1),
+        (3, "node-3", 1),
+        (4, "node-4", 1),
+    ]
+
+
 async def test_checkpoints_advance_only_for_the_current_epoch(env: Env, store: Store, client_id: str) -> None:
     instance = InstanceKey(client_id, 1)
     now = env.now()
