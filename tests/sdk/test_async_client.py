@@ -169,3 +169,18 @@ async def test_cluster(dev: Dev) -> None:
     async with AsyncTickd(dev.url, admin_token=dev.api_key) as not_admin:
         with pytest.raises(Forbidden):
             await not_admin.cluster()
+
+
+async def test_stats(tenant: AsyncTickd, dev: Dev) -> None:
+    assert [(w.window_s, w.fired, w.lateness_max_s) for w in (await tenant.stats()).windows] == [
+        (300, 0, None),
+        (3600, 0, None),
+        (86400, 0, None),
+    ]
+    await tenant.create_schedule(delay_s=0, callback=dev.refusing())
+    deadline = time.monotonic() + 30
+    while (counted := (await tenant.stats()).window(300)).failed < 1:
+        assert time.monotonic() < deadline, f"the failed fire is not in the stats after 30 s: {counted}"
+        await asyncio.sleep(0.2)
+    assert (counted.fired, counted.delivered, counted.retried, counted.failed) == (1, 0, 0, 1)
+    assert counted.lateness_max_s is not None and counted.lateness_max_s >= 0

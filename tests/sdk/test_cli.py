@@ -240,3 +240,24 @@ def test_a_redrive_of_many_that_could_not_redrive_some_exits_4(tickd: Run, monke
     assert out.splitlines()[1].split()[:2] == [refused.dead_letter_id, "schedule_gone"]
     code, out, _ = tickd("dead-letters", "redrive", "--all", "-o", "json")
     assert code == cli.CONFLICT and _json(out)["errors"][0]["code"] == "schedule_gone"
+
+
+def test_stats_command(tickd: Run, dev: Dev) -> None:
+    client_id = f"cli-{uuid.uuid4().hex[:10]}"
+    key = _json(tickd("clients", "create", client_id, "--pollers", "1", "-o", "json")[1])["api_key"]
+    code, out, _ = tickd("stats", "--api-key", key)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["window", "fired", "delivered", "retried", "failed", "p50", "p99", "max"]
+    assert [line.split() for line in lines[1:]] == [[w, "0", "0", "0", "0", "-", "-", "-"] for w in ("5m", "1h", "24h")]
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    assert tickd("schedules", "create", "--api-key", key, "--delay-s", "0", *hook, "-q")[0] == 0
+    deadline = time.monotonic() + 30
+    while (window := _json(tickd("stats", "--api-key", key, "-o", "json")[1])["windows"][0])["delivered"] < 1:
+        assert time.monotonic() < deadline, f"the fire is not in the stats after 30 s: {window}"
+        time.sleep(0.2)
+    assert (window["window_s"], window["fired"], window["failed"]) == (300, 1, 0)
+    assert isinstance(window["lateness_p50_s"], float)
+    row = tickd("stats", "--api-key", key)[1].splitlines()[1].split()
+    assert row[:5] == ["5m", "1", "1", "0", "0"] and all(cell.endswith("s") for cell in row[5:])
+    assert tickd("stats", "--api-key", "nope")[0] == cli.AUTH

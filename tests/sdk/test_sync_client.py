@@ -284,3 +284,22 @@ def test_cluster_view(dev: Dev) -> None:
     assert all(i.owner == node.node_id and i.epoch >= 1 for i in node.instances)
     with Tickd(dev.url, admin_token=dev.api_key) as not_admin, pytest.raises(Forbidden):
         not_admin.cluster()
+
+
+def test_stats_count_a_delivered_and_a_failed_fire(tenant: Tickd, dev: Dev) -> None:
+    before = tenant.stats()
+    assert [w.window_s for w in before.windows] == [300, 3600, 86400]
+    assert before.window(300).fired == 0 and before.window(300).lateness_p50_s is None  # a fresh client
+    tenant.create_schedule(delay_s=0, callback=dev.healthz())
+    tenant.create_schedule(delay_s=0, callback=dev.refusing())
+    deadline = time.monotonic() + 30
+    while (counted := tenant.stats().window(300)).fired < 2 or counted.delivered + counted.failed < 2:
+        assert time.monotonic() < deadline, f"the two fires are not in the stats after 30 s: {counted}"
+        time.sleep(0.2)
+    assert (counted.fired, counted.delivered, counted.retried, counted.failed) == (2, 1, 0, 1)
+    p50, p99, top = counted.lateness_p50_s, counted.lateness_p99_s, counted.lateness_max_s
+    assert p50 is not None and p99 is not None and top is not None
+    assert 0 <= p50 <= p99 <= top  # bucket edges, never above the max
+    now = tenant.stats()
+    assert now.client_id == before.client_id and now.at.tzinfo is not None
+    assert all(w.fired == 2 for w in now.windows)  # the hour and the day hold the 5 minutes

@@ -35,6 +35,8 @@ from tickd_client.models import (
     Run,
     Schedule,
     SigningSecret,
+    Stats,
+    StatsWindow,
 )
 from tickd_client.retry import NO_RETRY, RetryPolicy
 from tickd_client.webhooks import WebhookVerificationError
@@ -72,6 +74,8 @@ __all__ = [
     "ScheduleChanges",
     "ScheduleFields",
     "SigningSecret",
+    "Stats",
+    "StatsWindow",
     "Tickd",
     "TickdError",
     "Unauthorized",

@@ -29,6 +29,7 @@ from tickd_client.models import (
     Run,
     Schedule,
     SigningSecret,
+    Stats,
 )
 from tickd_client.retry import RetryPolicy
 
@@ -250,3 +251,9 @@ class AsyncTickd:
 
     async def release_event(self, event_id: str) -> Release:
         return await self.send(calls.release_event(event_id))
+
+    # Delivery statistics (API key)
+
+    async def stats(self) -> Stats:
+        """Your delivery statistics over the last 5 minutes, hour and day (``Stats.window(300)``...)."""
+        return await self.send(calls.stats())

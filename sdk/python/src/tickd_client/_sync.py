@@ -29,6 +29,7 @@ from tickd_client.models import (
     Run,
     Schedule,
     SigningSecret,
+    Stats,
 )
 from tickd_client.retry import RetryPolicy
 
@@ -246,3 +247,9 @@ class Tickd:
 
     def release_event(self, event_id: str) -> Release:
         return self.send(calls.release_event(event_id))
+
+    # Delivery statistics (API key)
+
+    def stats(self) -> Stats:
+        """Your delivery statistics over the last 5 minutes, hour and day (``Stats.window(300)``...)."""
+        return self.send(calls.stats())

@@ -27,6 +27,7 @@ from tickd_client.models import (
     Run,
     Schedule,
     SigningSecret,
+    Stats,
     decode,
 )
 
@@ -349,3 +350,11 @@ def delete_policy(name: str) -> Call[Policy]:
 def release_event(event_id: str) -> Call[Release]:
     """A second release answers ``released: false``: repeatable."""
     return Call("POST", _path("events", event_id, "release"), _one(Release))
+
+
+# Delivery statistics
+
+
+def stats() -> Call[Stats]:
+    """The client's delivery statistics over the last 5 minutes, hour and day: a read, so repeatable."""
+    return Call("GET", _path("stats"), _one(Stats))

@@ -1,7 +1,7 @@
 """tickd: the tickd API from a shell, on the SDK.
 
 Settings: --url or TICKD_URL (default http://127.0.0.1:8080); --api-key or TICKD_API_KEY (schedules,
-dead letters, policies, events); --admin-token or TICKD_ADMIN_TOKEN (clients, admin).
+dead letters, policies, events, stats); --admin-token or TICKD_ADMIN_TOKEN (clients, admin).
 
 Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict (also: a
 `dead-letters redrive` of many that could not redrive some); 5 invalid input (the API's 400/413/415/422,
@@ -39,7 +39,7 @@ from tickd_client.errors import (
     Unauthorized,
     Unavailable,
 )
-from tickd_client.models import Cluster, HttpCallback, Instance, KafkaCallback, Occurrence, Redrive
+from tickd_client.models import Cluster, HttpCallback, Instance, KafkaCallback, Occurrence, Redrive, Stats
 from tickd_client.retry import NO_RETRY, RetryPolicy
 
 OK, UNEXPECTED, USAGE, NOT_FOUND, CONFLICT, INVALID, AUTH, UNAVAILABLE = range(8)
@@ -223,6 +223,39 @@ def _instance_row(node_id: str | None, age_s: float | None, instance: Instance |
     keys = ("client_id", "poller_id", "epoch", "owner", "draining")
     row = {"node_id": node_id, "heartbeat_age_s": age_s}
     return {**row, **{key: getattr(instance, key, None) for key in keys}}
+
+
+def _stats(client: Tickd, args: argparse.Namespace) -> Any:
+    found = client.stats()
+    return found if getattr(args, "output", "table") == "json" else _stats_rows(found)
+
+
+def _stats_rows(found: Stats) -> list[dict[str, Any]]:
+    """A row per window (5m, 1h, 24h); first-attempt lateness as seconds, ``-`` when nothing fired."""
+    return [
+        {
+            "window": _span(w.window_s),
+            "fired": w.fired,
+            "delivered": w.delivered,
+            "retried": w.retried,
+            "failed": w.failed,
+            "p50": _seconds(w.lateness_p50_s),
+            "p99": _seconds(w.lateness_p99_s),
+            "max": _seconds(w.lateness_max_s),
+        }
+        for w in found.windows
+    ]
+
+
+def _seconds(value: float | None) -> str | None:
+    return None if value is None else f"{value:g}s"
+
+
+def _span(seconds: int) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _preview(client: Tickd, args: argparse.Namespace) -> Any:
@@ -454,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True, metavar="COMMAND"
     )
     _leaf(admin, "nodes", _admin_nodes, "live poller nodes and the instances each holds", common)
+    _leaf(commands, "stats", _stats, "your delivery statistics: last 5 minutes, hour and day", common)
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
     completion = commands.add_parser("completion", help="print a shell completion script")

@@ -227,6 +227,38 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class StatsWindow:
+    """One window of delivery statistics (the last ``window_s`` seconds, in whole minutes): first attempts
+    ``fired``, attempts ``delivered``, ``retried`` and ``failed`` for good; lateness (sent minus due) of the
+    first attempts as seconds, None when nothing fired (p50/p99: the upper edge of the bucket holding them)."""
+
+    window_s: int
+    fired: int
+    delivered: int
+    retried: int
+    failed: int
+    lateness_p50_s: float | None = None
+    lateness_p99_s: float | None = None
+    lateness_max_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A client's own delivery statistics at ``at``: one window each for the last 5 minutes, hour and day."""
+
+    client_id: str
+    at: datetime
+    windows: list[StatsWindow]
+
+    def window(self, window_s: int) -> StatsWindow:
+        """The window of ``window_s`` seconds (300, 3600 or 86400); ``KeyError`` if the answer has none."""
+        for found in self.windows:
+            if found.window_s == window_s:
+                return found
+        raise KeyError(window_s)
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
