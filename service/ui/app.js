@@ -6,6 +6,7 @@ import { ApiError, session, signIn, signOut } from "./api.js";
 import { h, mount, notice } from "./dom.js";
 import * as admin from "./admin.js";
 import * as letters from "./letters.js";
+import * as stats from "./stats.js";
 import * as tenant from "./tenant.js";
 
 const VIEWS = {
@@ -14,6 +15,7 @@ const VIEWS = {
     { path: "dead-letters", label: "Dead letters", view: letters.deadLetters, one: letters.letterView },
     { path: "preview", label: "Cron preview", view: tenant.preview },
     { path: "policies", label: "Throttle policies", view: tenant.policies },
+    { path: "stats", label: "Lateness", view: stats.stats },
   ],
   admin: [
     { path: "clients", label: "Clients", view: admin.clients },

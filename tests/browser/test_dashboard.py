@@ -3,6 +3,7 @@ Each test leaves a full-page screenshot in its tmp_path."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -174,7 +175,8 @@ async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber
         f"schedules/{created['schedule_id']}": "ol.timeline",
         "policies": "h2",
         "dead-letters": "form.filters",
-        "preview": "form.filters",
+        "stats": "tr[data-window='300']",
+        "preview": "form.filters",  # last: its form is submitted below
     }
     for view, ready in views.items():
         await page.goto(f"{dev.url}/ui#/{view}")
@@ -194,3 +196,29 @@ async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber
     await _shot(page, tmp_path, "phone-resize-dialog")
     await page.click("dialog button:has-text('Keep as is')")
     await expect(page.locator("dialog")).to_have_count(0)
+
+
+async def test_tenant_sees_a_delivered_fire_in_the_lateness_panel_on_a_phone(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    client_id = f"stats-{uuid.uuid4().hex[:6]}"
+    created = await dev.call("POST", "/v1/clients", dev.admin_token, {"client_id": client_id, "poller_count": 1})
+    key = created["api_key"]
+    page = await open_page(PHONE)
+    await sign_in(page, key)
+    await page.click("#nav a:has-text('Lateness')")
+    five = page.locator("tr[data-window='300']")
+    await expect(five.locator("td[data-label='Fired']")).to_have_text("0")  # a new client: nothing fired yet
+    await expect(five.locator("td[data-label='p50 late']")).to_have_text("\N{EM DASH}")
+    await expect(page.locator("tr[data-window]")).to_have_count(3)
+
+    fire = await dev.call("POST", "/v1/schedules", key, http_schedule(subscriber, delay_s=0, payload={"s": 1}))
+    await subscriber.delivered(fire["fire_id"])
+    # No reload: the panel refreshes itself while on screen, and the poller writes its counts every second.
+    await expect(five.locator("td[data-label='Fired']")).to_have_text(re.compile(r"^[1-9]\d*$"), timeout=15_000)
+    await expect(five.locator("td[data-label='Delivered']")).to_have_text(re.compile(r"^[1-9]\d*$"))
+    await expect(five.locator("td[data-label='Failed']")).to_have_text("0")
+    await expect(five.locator("td[data-label='Max late']")).to_have_text(re.compile(r"^\d+(\.\d+)? (ms|s)$"))
+    await expect(page.locator("tr[data-window='86400'] td[data-label='Fired']")).not_to_have_text("0")
+    await no_horizontal_scroll(page)
+    await _shot(page, tmp_path, "phone-lateness")
