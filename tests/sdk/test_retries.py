@@ -308,3 +308,17 @@ def test_redriving_many_follows_the_cursor_and_is_retried(serve: Callable[..., F
         "/v1/dead-letters/redrive?limit=5&schedule_id=s&cursor=c2",
         "/v1/dead-letters/redrive?limit=5&schedule_id=s&cursor=c2",
     ]
+
+
+@KINDS
+def test_stats_is_a_read_retried_after_a_503_and_decoded(serve: Callable[..., Fake], kind: str) -> None:
+    window = {"window_s": 300, "fired": 2, "delivered": 1, "retried": 0, "failed": 1}
+    lateness = {"lateness_p50_s": 0.025, "lateness_p99_s": 0.25, "lateness_max_s": 0.31}
+    empty = {"window_s": 3600, "fired": 0, "delivered": 0, "retried": 0, "failed": 0}
+    none = {"lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None}
+    answer = {"client_id": "c", "at": _AT, "windows": [{**window, **lateness}, {**empty, **none}]}
+    fake = serve((503, {"Retry-After": "0"}, _error(503, "store_unavailable")), (200, {}, answer))
+    found = run(kind, fake.url, FAST, lambda c: c.stats())
+    assert [(hit.method, hit.path) for hit in fake.hits] == [("GET", "/v1/stats")] * 2
+    assert (found.window(300).failed, found.window(300).lateness_p99_s) == (1, 0.25)
+    assert found.window(3600).lateness_max_s is None and found.at.tzinfo is not None
