@@ -1,10 +1,12 @@
-"""The README's "SDK and CLI" examples, run as written against a fresh tickd-dev: the code blocks are
-read out of the README, so the test breaks when the README and the SDK or CLI drift apart."""
+"""The README's "SDK and CLI" examples, run as written against a fresh tickd-dev by a fresh virtualenv
+with only the SDK pip-installed into it (as a client team would): the code blocks are read out of the
+README, so the test breaks when the README and the SDK or CLI drift apart."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ import pytest
 from tests.sdk.conftest import Dev, running_dev
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+SDK = README.parent / "sdk" / "python"
 
 
 def _blocks(language: str) -> list[str]:
@@ -29,8 +32,21 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         yield started
 
 
-def _env(dev: Dev) -> dict[str, str]:
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with ``pip install`` of the SDK distribution (httpx from the index or pip's
+    cache): its bin folder, holding python and the tickd command."""
+    root = tmp_path_factory.mktemp("venv")
+    source = root / "src"
+    shutil.copytree(SDK, source, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__", "build"))
+    subprocess.run([sys.executable, "-m", "venv", root / "venv"], check=True, timeout=120)
+    pip = [root / "venv" / "bin" / "pip", "install", "--quiet", "--disable-pip-version-check", source]
+    subprocess.run(pip, check=True, timeout=300, capture_output=True)
+    return root / "venv" / "bin"
+
+
+def _env(dev: Dev, bin_dir: Path) -> dict[str, str]:
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     return {
         **os.environ,
         "PATH": path,
@@ -44,10 +60,10 @@ def test_the_section_has_one_python_and_one_shell_example() -> None:
     assert len(_blocks("python")) == 1 and len(_blocks("sh")) == 1
 
 
-def test_the_sdk_example_runs(fresh: Dev) -> None:
+def test_the_sdk_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _blocks("python")
     ran = subprocess.run(
-        [sys.executable, "-c", example], capture_output=True, text=True, env=_env(fresh), timeout=60, check=False
+        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
     )
     assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
     lines = ran.stdout.splitlines()
@@ -58,13 +74,13 @@ def test_the_sdk_example_runs(fresh: Dev) -> None:
     assert lines[-1] == "refused: callback.url"
 
 
-def test_the_cli_examples_run(fresh: Dev) -> None:
+def test_the_cli_examples_run(fresh: Dev, venv: Path) -> None:
     (example,) = _blocks("sh")
     ran = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", example],
         capture_output=True,
         text=True,
-        env=_env(fresh),
+        env=_env(fresh, venv),
         timeout=120,
         check=False,
     )
