@@ -1,5 +1,6 @@
 """A node's per-tenant delivery statistics (``schema.stats``): counted per attempt in memory, written
-every ``TICKD_STATS_FLUSH_S`` as one row per client and minute that changed since the last write.
+every ``TICKD_STATS_FLUSH_S`` as one row per client and minute that changed since the last write, plus
+one row per minute for all its clients together (client id ``schema.stats.CLUSTER``).
 
 Counting is a dictionary update on the fire path; the store sees one write per (client, minute) per
 flush, whatever the fire rate. Statistics never hold a fire up: a write that fails is tried again at the
@@ -45,21 +46,22 @@ class TenantStats:
     def attempt(self, client_id: str, at: datetime, outcome: str, lateness_s: float | None) -> None:
         """Count one attempt at ``at`` (its time of sending): ``delivered``, ``retried`` (failed, will be
         tried again) or ``failed`` (for good); ``lateness_s`` for a first attempt, else None."""
-        key = (client_id, at.replace(second=0, microsecond=0))
-        counts = self._counts.get(key)
-        if counts is None:
-            counts = self._counts[key] = _Counts()
-        if outcome == DELIVERED:
-            counts.delivered += 1
-        elif outcome == RETRIED:
-            counts.retried += 1
-        else:
-            counts.failed += 1
-        if lateness_s is not None:
-            late = max(0.0, lateness_s)
-            counts.lateness[stats.bucket(late)] += 1
-            counts.lateness_max_s = max(counts.lateness_max_s, late)
-        self._dirty.add(key)
+        minute = at.replace(second=0, microsecond=0)
+        for key in ((client_id, minute), (stats.CLUSTER, minute)):  # the client's, and every client's
+            counts = self._counts.get(key)
+            if counts is None:
+                counts = self._counts[key] = _Counts()
+            if outcome == DELIVERED:
+                counts.delivered += 1
+            elif outcome == RETRIED:
+                counts.retried += 1
+            else:
+                counts.failed += 1
+            if lateness_s is not None:
+                late = max(0.0, lateness_s)
+                counts.lateness[stats.bucket(late)] += 1
+                counts.lateness_max_s = max(counts.lateness_max_s, late)
+            self._dirty.add(key)
 
     async def flush(self) -> None:
         """Write the rows counted into since the last write; on a failure they stay due for the next."""

@@ -4,8 +4,9 @@ Each poller node counts, per client and per minute of the attempt's time, the at
 delivered, retried and failed for good, and the lateness of first attempts as a histogram over fixed
 buckets (the same buckets as the node's Prometheus histogram). It writes those counts as one row per
 (client, minute, writer) — the writer is the node and its process start, so a restarted node never
-overwrites what its earlier run counted — and rewrites the row as the minute's counts grow. The API
-reads a tenant's rows for a window and adds them up; percentiles come from the buckets, so a p99 reads
+overwrites what its earlier run counted — and rewrites the row as the minute's counts grow. Each node
+also writes the same counts summed over all its clients under the client id ``CLUSTER``. The API
+reads a tenant's rows (or, for an admin, the cluster's) for a window and adds them up; percentiles come from the buckets, so a p99 reads
 "at most this late" (the bucket's upper edge, never above the largest lateness seen).
 
 Counts are statistics, not a ledger: an attempt counted by a node that is then cut off mid-fire may be
@@ -27,6 +28,9 @@ BUCKETS = len(LATENESS_EDGES_S) + 1
 WINDOWS_S = (300, 3600, 86_400)
 # How long a minute's row is kept: the longest window plus a week for whoever reads the table by hand.
 RETENTION_S = 8 * 86_400
+# The client id the rows of every client's attempts together are written under (GET /v1/admin/stats);
+# never a client's (client ids are not empty).
+CLUSTER = ""
 
 
 @dataclass(frozen=True, slots=True)

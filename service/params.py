@@ -74,6 +74,12 @@ class DeadLetterPath(Struct, forbid_unknown_fields=True):
     ]
 
 
+class AdminStatsQuery(Struct, forbid_unknown_fields=True):
+    """One client's statistics; absent: every client's together."""
+
+    client_id: Annotated[str, Meta(pattern=NAME_PATTERN)] | UnsetType = UNSET
+
+
 class DeadLetterQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
     """Dead letters that failed in [from, to) (default: the last 7 days), of one schedule if given."""
 

@@ -196,7 +196,7 @@ class StatsWindow(Struct):
 
 
 class StatsView(Struct):
-    client_id: str
+    client_id: str | None  # None: every client together (GET /v1/admin/stats)
     at: datetime
     windows: list[StatsWindow]
 

@@ -1,14 +1,16 @@
 """``GET /v1/stats``: the tenant's own delivery statistics over the last 5 minutes, hour and day
-(``schema.stats``: counts of attempts delivered, retried and failed, and first-attempt lateness)."""
+(``schema.stats``: counts of attempts delivered, retried and failed, and first-attempt lateness).
+``GET /v1/admin/stats``: the same for the whole cluster (every client together), or one client's."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from aiohttp import web
+from msgspec import UnsetType
 
 from tickd.schema import stats
-from tickd.service import keys
+from tickd.service import keys, params
 from tickd.service.errors import json_response
 from tickd.service.routes.common import now
 from tickd.service.views import StatsView, StatsWindow
@@ -16,11 +18,23 @@ from tickd.service.views import StatsView, StatsWindow
 
 async def get_stats(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
+    return json_response(await _stats(request, client.client_id))
+
+
+async def get_admin_stats(request: web.Request) -> web.Response:
+    await request.app[keys.AUTH].admin(request)
+    query = params.query(params.AdminStatsQuery, request)
+    one = None if isinstance(query.client_id, UnsetType) else query.client_id
+    view = await _stats(request, stats.CLUSTER if one is None else one)
+    view.client_id = one
+    return json_response(view)
+
+
+async def _stats(request: web.Request, client_id: str) -> StatsView:
     at = now()
     since = (at - timedelta(seconds=max(stats.WINDOWS_S))).replace(second=0, microsecond=0)
-    rows = await request.app[keys.STORE].read_stats(client.client_id, since, at)
-    windows = [_view(stats.summarize(rows, at, window_s)) for window_s in stats.WINDOWS_S]
-    return json_response(StatsView(client.client_id, at, windows))
+    rows = await request.app[keys.STORE].read_stats(client_id, since, at)
+    return StatsView(client_id, at, [_view(stats.summarize(rows, at, window_s)) for window_s in stats.WINDOWS_S])
 
 
 def _view(w: stats.WindowStats) -> StatsWindow:
@@ -31,3 +45,4 @@ def _view(w: stats.WindowStats) -> StatsWindow:
 
 def setup(app: web.Application) -> None:
     app.router.add_get("/v1/stats", get_stats, allow_head=False)
+    app.router.add_get("/v1/admin/stats", get_admin_stats, allow_head=False)

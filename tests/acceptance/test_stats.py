@@ -1,6 +1,7 @@
 """Per-tenant delivery statistics end to end: a real poller process counts each attempt and writes the
 counts to the real Cassandra; ``GET /v1/stats`` (the API in-process on the scenario's keyspace) shows
-each tenant its own, and the node's Prometheus metrics carry the same counts per client."""
+each tenant its own, ``GET /v1/admin/stats`` the cluster's, and the node's Prometheus metrics carry the
+same counts per client."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.api_client import Api, call, register
+from tests.acceptance.api_client import ADMIN, Api, call, register
 from tests.acceptance.harness import OK, Behaviour, Scenario, report, wait_placement, wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -81,6 +82,11 @@ async def test_st_each_tenant_reads_its_own_counts(scenario: Scenario, api: Api)
         assert 0 <= window["lateness_p50_s"] <= window["lateness_p99_s"] <= window["lateness_max_s"] < 10
     for window in quiet_windows:
         assert _counts(window) == (10, 10, 0, 0)
+    # An admin sees every client's attempts together (the node writes those rows too), or one client's.
+    cluster = await call(api, "GET", "/v1/admin/stats", ADMIN)
+    assert cluster["client_id"] is None and _counts(cluster["windows"][0]) == (45, 40, 5, 5)
+    one = await call(api, "GET", "/v1/admin/stats?client_id=st-quiet", ADMIN)
+    assert _counts(one["windows"][0]) == (10, 10, 0, 0)
     # The node's own metrics agree, per client.
     metrics = await node.metrics()
     assert _metric(metrics, "tickd_callbacks_total", "st-busy", "succeeded") == 30

@@ -88,6 +88,9 @@ async def test_the_node_writes_changed_minutes_and_retries_a_failed_write() -> N
     assert (a.delivered, a.retried, a.failed, sum(a.lateness), a.lateness_max_s) == (2, 1, 0, 2, 1.5)
     assert a.minute == NOW.replace(second=0) and a.writer == counter.writer and a.writer.startswith("node-1/")
     assert by_client["b"].failed == 1
+    everyone = by_client[stats.CLUSTER]  # every client's attempts together, for the admin view
+    assert (everyone.delivered, everyone.retried, everyone.failed, sum(everyone.lateness)) == (2, 1, 1, 3)
+    assert everyone.lateness_max_s == 1.5 and len(first) == 3
 
     await counter.flush()
     assert len(store.writes) == 1  # nothing changed: nothing written
@@ -98,8 +101,9 @@ async def test_the_node_writes_changed_minutes_and_retries_a_failed_write() -> N
         await counter.flush()
     store.down = False
     await counter.flush()  # the failed write's rows are written now, with every count so far
-    (again,) = store.writes[1]
-    assert again.client_id == "a" and again.delivered == 3 and sum(again.lateness) == 3
+    again = {r.client_id: r for r in store.writes[1]}
+    assert set(again) == {"a", stats.CLUSTER} and again["a"].delivered == 3 and sum(again["a"].lateness) == 3
+    assert again[stats.CLUSTER].delivered == 3
 
     read = await store.read_stats("a", NOW - timedelta(minutes=1), NOW + timedelta(minutes=1))
     assert [(r.writer, r.delivered) for r in read] == [(counter.writer, 3)]  # overwritten, not added
@@ -114,7 +118,10 @@ async def test_finished_minutes_are_forgotten_once_written() -> None:
     await counter.flush()
     counter.attempt("a", store.now, DELIVERED, 0.1)
     await counter.flush()
-    assert [(r.minute.minute, r.delivered) for r in store.writes[-1]] == [(33, 2)]
+    assert sorted((r.client_id, r.minute.minute, r.delivered) for r in store.writes[-1]) == [
+        (stats.CLUSTER, 33, 2),
+        ("a", 33, 2),
+    ]
     # A new process on the same node writes rows of its own, beside the earlier process's.
     other = TenantStats(store, "node-1", lambda: store.now, structlog.get_logger())
     other.attempt("a", store.now, FAILED, None)

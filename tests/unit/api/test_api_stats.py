@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.integration.api_helpers import Api, Register
-from tickd.schema.stats import BUCKETS, MinuteStats, bucket
+from tests.integration.api_helpers import ADMIN, Api, Register
+from tickd.schema.stats import BUCKETS, CLUSTER, MinuteStats, bucket
 from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
@@ -63,3 +63,25 @@ async def test_a_tenant_reads_its_own_stats(api: Api, store: Store, register: Re
     assert all(w["fired"] == 0 and w["lateness_p99_s"] is None for w in empty["windows"])
     assert (await api.get("/v1/stats")).status == 401
     assert (await api.get("/v1/stats", headers={"Authorization": "Bearer nope"})).status == 401
+
+
+async def test_an_admin_reads_the_cluster_or_one_client(api: Api, store: Store, register: Register) -> None:
+    mine, key = await register()
+    await store.write_stats(
+        [
+            _row(CLUSTER, 0, "node-a/1", 0.02, 50),
+            _row(CLUSTER, 0, "node-b/1", 2.5, 50),
+            _row(mine, 0, "node-a/1", 0.02, 7),
+        ]
+    )
+    everyone = await (await api.get("/v1/admin/stats", headers=ADMIN)).json()
+    assert everyone["client_id"] is None
+    assert (everyone["windows"][0]["fired"], everyone["windows"][0]["lateness_max_s"]) == (100, 2.5)
+    one = await (await api.get("/v1/admin/stats", params={"client_id": mine}, headers=ADMIN)).json()
+    assert one["client_id"] == mine and one["windows"][0]["fired"] == 7
+    assert (await api.get("/v1/admin/stats", headers=key)).status in (401, 403)  # a tenant's key is not enough
+    assert (await api.get("/v1/admin/stats")).status == 401
+    for bad in ({"client_id": "Not/Valid"}, {"client_id": ""}, {"other": "1"}):
+        resp = await api.get("/v1/admin/stats", params=bad, headers=ADMIN)
+        assert resp.status == 400, (bad, await resp.text())
+        assert (await resp.json())["error"]["field"] in ("client_id", "other"), bad
