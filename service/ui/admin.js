@@ -1,7 +1,9 @@
-// The admin's views: clients and their quotas (with the resize dialog), and the poller nodes.
+// The admin's views: clients and their quotas (with the resize dialog), the poller nodes, and the cluster's
+// lateness and callback outcomes (every client together, or one client's).
 
 import { api } from "./api.js";
 import { badge, busy, h, mount, notice, table, when } from "./dom.js";
+import { statsPanel } from "./stats.js";
 
 // A node fences itself once its heartbeat has gone unanswered for TICKD_NODE_TTL_S − 3 s: 7 s with the
 // default TTL of 10 s. The API cannot see the pollers' settings, so the view assumes the default.
@@ -102,8 +104,11 @@ export async function clients(root) {
             { label: "Kafka topics", cell: (c) => (c.kafka_topics.length ? c.kafka_topics.join(", ") : "—") },
             {
               label: "",
-              cell: (c) =>
+              cell: (c) => [
                 h("button", { type: "button", class: "small", onclick: () => resizeDialog(c, (n) => { mount(message, n); refresh(); }) }, "Resize"),
+                " ",
+                h("a", { class: "stats-link", href: `#/cluster-stats/${encodeURIComponent(c.client_id)}` }, "Lateness"),
+              ],
             },
           ],
           list,
@@ -190,4 +195,57 @@ export async function nodes(root, _params, ctx) {
   }
   await refresh();
   ctx.every(2000, refresh);
+}
+
+// --- lateness and callback outcomes -----------------------------------------------------------------------
+
+function statsHash(clientId) {
+  return clientId ? `#/cluster-stats/${encodeURIComponent(clientId)}` : "#/cluster-stats";
+}
+
+// A picker of whose statistics to show: every client together, or one. Choosing one changes the address,
+// so a client's view can be bookmarked and the back button returns to the cluster's.
+function clientPicker(chosen) {
+  const select = h(
+    "select",
+    { id: "stats-client", name: "client", onchange: () => { location.hash = statsHash(select.value); } },
+    h("option", { value: "" }, "Every client (the whole cluster)"),
+  );
+  const form = h(
+    "form",
+    { class: "filters", onsubmit: (e) => e.preventDefault() },
+    h("label", { class: "grow" }, "Whose statistics", select),
+  );
+  api("GET", "/v1/clients")
+    .then(({ clients: list }) => {
+      const ids = list.map((c) => c.client_id);
+      if (chosen && !ids.includes(chosen)) ids.unshift(chosen);
+      select.append(...ids.map((id) => h("option", { value: id }, id)));
+      select.value = chosen || "";
+    })
+    .catch((err) => form.append(notice(err.message)));
+  return form;
+}
+
+async function statsFor(root, clientId, ctx) {
+  const path = clientId ? `/v1/admin/stats?client_id=${encodeURIComponent(clientId)}` : "/v1/admin/stats";
+  const panel = statsPanel(path, ctx, (answer) =>
+    answer.client_id === null ? "every client together" : `client ${answer.client_id} only`,
+  );
+  mount(
+    root,
+    h("h2", {}, clientId ? ["Lateness and callback outcomes: ", h("span", { class: "mono" }, clientId)] : "Lateness and callback outcomes across the cluster"),
+    clientId ? h("p", {}, h("a", { href: statsHash(null), id: "stats-every" }, "← Every client together")) : null,
+    clientPicker(clientId),
+    panel.nodes,
+  );
+  await panel.start();
+}
+
+export async function clusterStats(root, _params, ctx) {
+  await statsFor(root, null, ctx);
+}
+
+export async function clientStats(root, clientId, ctx) {
+  await statsFor(root, clientId, ctx);
 }

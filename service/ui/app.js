@@ -20,6 +20,7 @@ const VIEWS = {
   admin: [
     { path: "clients", label: "Clients", view: admin.clients },
     { path: "nodes", label: "Nodes", view: admin.nodes },
+    { path: "cluster-stats", label: "Lateness", view: admin.clusterStats, one: admin.clientStats },
   ],
 };
 

@@ -189,6 +189,11 @@ async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber
 
     await page.click("#signout")
     await sign_in(page, dev.admin_token)
+    for view in ("cluster-stats", "cluster-stats/dev"):  # the admin's lateness views, cluster and one client
+        await page.goto(f"{dev.url}/ui#/{view}")
+        await page.wait_for_selector("#stats tr[data-window='300']")
+        await no_horizontal_scroll(page)
+    await page.goto(f"{dev.url}/ui#/clients")
     await page.locator("tr[data-client='dev'] button", has_text="Resize").click()
     await page.fill("#resize-count", "3")
     await expect(page.locator("dialog[open]")).to_contain_text("Raising the quota from 2 to 3")
@@ -222,3 +227,52 @@ async def test_tenant_sees_a_delivered_fire_in_the_lateness_panel_on_a_phone(
     await expect(page.locator("tr[data-window='86400'] td[data-label='Fired']")).not_to_have_text("0")
     await no_horizontal_scroll(page)
     await _shot(page, tmp_path, "phone-lateness")
+
+
+AT_LEAST_1 = re.compile(r"^[1-9]\d*$")
+AT_LEAST_2 = re.compile(r"^([2-9]|[1-9]\d+)$")
+
+
+async def test_admin_sees_lateness_and_outcomes_across_the_cluster_and_for_one_client(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    client_id = f"late-{uuid.uuid4().hex[:6]}"
+    created = await dev.call("POST", "/v1/clients", dev.admin_token, {"client_id": client_id, "poller_count": 1})
+    key = created["api_key"]
+    ok = await dev.call("POST", "/v1/schedules", key, http_schedule(subscriber, delay_s=0, payload={"ok": 1}))
+    await dev.call("POST", "/v1/schedules", key, http_schedule(subscriber, "/reject", delay_s=0))  # 400: dead letter
+    await subscriber.delivered(ok["fire_id"])
+
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.admin_token)
+    await page.click("#nav a:has-text('Lateness')")
+    await expect(page.locator("h2")).to_have_text("Lateness and callback outcomes across the cluster")
+    five = page.locator("#stats tr[data-window='300']")
+    # No reload: the view refreshes itself, and the poller writes its counts every second.
+    await expect(five.locator("td[data-label='Failed']")).to_have_text(AT_LEAST_1, timeout=15_000)
+    await expect(five.locator("td[data-label='Fired']")).to_have_text(AT_LEAST_2)
+    await expect(five.locator("td[data-label='Delivered']")).to_have_text(AT_LEAST_1)
+    await expect(five.locator("td[data-label='Max late']")).to_have_text(re.compile(r"^\d+(\.\d+)? (ms|s)$"))
+    await expect(page.locator("#stats tr[data-window]")).to_have_count(3)
+    await expect(page.locator("#stats-at")).to_contain_text("every client together")
+    await expect(page.locator("#stats")).to_have_attribute("data-client", "")
+    await _shot(page, tmp_path, "laptop-cluster-lateness")
+
+    # One client's: from the clients list, then back to every client through the picker.
+    await page.click("#nav a:has-text('Clients')")
+    await page.locator(f"tr[data-client='{client_id}'] a.stats-link").click()
+    await expect(page.locator("h2")).to_have_text(f"Lateness and callback outcomes: {client_id}")
+    await expect(page.locator("#stats")).to_have_attribute("data-client", client_id)
+    await expect(page.locator("#stats-client")).to_have_value(client_id)
+    await expect(five.locator("td[data-label='Failed']")).to_have_text("1", timeout=15_000)
+    await expect(five.locator("td[data-label='Fired']")).to_have_text("2")
+    await expect(five.locator("td[data-label='Delivered']")).to_have_text("1")
+    await expect(five.locator("td[data-label='Retried']")).to_have_text("0")
+    await expect(page.locator("#stats-at")).to_contain_text(f"client {client_id} only")
+    await _shot(page, tmp_path, "laptop-one-client-lateness")
+
+    await page.select_option("#stats-client", "")
+    await expect(page.locator("h2")).to_have_text("Lateness and callback outcomes across the cluster")
+    await page.select_option("#stats-client", "dev")
+    await expect(page.locator("#stats")).to_have_attribute("data-client", "dev")
+    assert page.url.endswith("#/cluster-stats/dev")
