@@ -171,6 +171,23 @@ async def test_cluster(dev: Dev) -> None:
             await not_admin.cluster()
 
 
+async def test_admin_stats(tenant: AsyncTickd, dev: Dev) -> None:
+    client_id = (await tenant.stats()).client_id
+    assert client_id is not None
+    async with AsyncTickd(dev.url, admin_token=dev.admin_token) as admin:
+        await tenant.create_schedule(delay_s=0, callback=dev.healthz())
+        deadline = time.monotonic() + 30
+        while (one := (await admin.admin_stats(client_id)).window(300)).delivered < 1:
+            assert time.monotonic() < deadline, f"the fire is not in the client's stats after 30 s: {one}"
+            await asyncio.sleep(0.2)
+        assert (one.fired, one.delivered, one.failed) == (1, 1, 0)
+        cluster = await admin.admin_stats()
+    assert cluster.client_id is None and cluster.window(300).fired >= 1 and cluster.window(86400).delivered >= 1
+    async with AsyncTickd(dev.url, admin_token=dev.api_key) as not_admin:
+        with pytest.raises(Forbidden):
+            await not_admin.admin_stats(client_id)
+
+
 async def test_stats(tenant: AsyncTickd, dev: Dev) -> None:
     assert [(w.window_s, w.fired, w.lateness_max_s) for w in (await tenant.stats()).windows] == [
         (300, 0, None),

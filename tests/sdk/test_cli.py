@@ -261,3 +261,29 @@ def test_stats_command(tickd: Run, dev: Dev) -> None:
     row = tickd("stats", "--api-key", key)[1].splitlines()[1].split()
     assert row[:5] == ["5m", "1", "1", "0", "0"] and all(cell.endswith("s") for cell in row[5:])
     assert tickd("stats", "--api-key", "nope")[0] == cli.AUTH
+
+
+def test_admin_stats_command(tickd: Run, dev: Dev) -> None:
+    client_id = f"cli-{uuid.uuid4().hex[:10]}"
+    key = _json(tickd("clients", "create", client_id, "--pollers", "1", "-o", "json")[1])["api_key"]
+    code, out, _ = tickd("admin", "stats", "--client", client_id)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["window", "fired", "delivered", "retried", "failed", "p50", "p99", "max"]
+    assert [line.split() for line in lines[1:]] == [[w, "0", "0", "0", "0", "-", "-", "-"] for w in ("5m", "1h", "24h")]
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    assert tickd("schedules", "create", "--api-key", key, "--delay-s", "0", *hook, "-q")[0] == 0
+    deadline = time.monotonic() + 30
+    while (one := _json(tickd("admin", "stats", "--client", client_id, "-o", "json")[1]))["windows"][0][
+        "delivered"
+    ] < 1:
+        assert time.monotonic() < deadline, f"the fire is not in the client's stats after 30 s: {one}"
+        time.sleep(0.2)
+    assert one["client_id"] == client_id and (one["windows"][0]["fired"], one["windows"][0]["failed"]) == (1, 0)
+    every = _json(tickd("admin", "stats", "-o", "json")[1])
+    assert every["client_id"] is None and [w["window_s"] for w in every["windows"]] == [300, 3600, 86400]
+    assert every["windows"][0]["delivered"] >= 1
+    row = tickd("admin", "stats")[1].splitlines()[1].split()
+    assert row[0] == "5m" and int(row[1]) >= 1 and all(cell.endswith("s") for cell in row[5:])
+    assert tickd("--admin-token", dev.api_key, "admin", "stats")[0] == cli.AUTH
+    assert tickd("admin", "stats", "--client", "Not A Name")[0] == cli.INVALID

@@ -303,3 +303,31 @@ def test_stats_count_a_delivered_and_a_failed_fire(tenant: Tickd, dev: Dev) -> N
     now = tenant.stats()
     assert now.client_id == before.client_id and now.at.tzinfo is not None
     assert all(w.fired == 2 for w in now.windows)  # the hour and the day hold the 5 minutes
+
+
+def test_admin_stats_for_the_cluster_and_for_one_client(tenant: Tickd, dev: Dev) -> None:
+    client_id = tenant.stats().client_id
+    assert client_id is not None
+    with Tickd(dev.url, admin_token=dev.admin_token) as admin:
+        before = admin.admin_stats()
+        assert before.client_id is None and [w.window_s for w in before.windows] == [300, 3600, 86400]
+        fresh = admin.admin_stats(client_id)
+        assert fresh.client_id == client_id and fresh.window(300).fired == 0
+        tenant.create_schedule(delay_s=0, callback=dev.healthz())
+        tenant.create_schedule(delay_s=0, callback=dev.refusing())
+        deadline = time.monotonic() + 30
+        while (one := admin.admin_stats(client_id).window(300)).delivered + one.failed < 2:
+            assert time.monotonic() < deadline, f"the two fires are not in the client's stats after 30 s: {one}"
+            time.sleep(0.2)
+        assert (one.fired, one.delivered, one.retried, one.failed) == (2, 1, 0, 1)
+        assert one == tenant.stats().window(300)  # the admin's view of a client is the client's own
+        cluster = admin.admin_stats()
+        every = cluster.window(300)
+        assert cluster.client_id is None and cluster.at.tzinfo is not None
+        assert every.fired >= before.window(300).fired + 2 and every.delivered >= 1 and every.failed >= 1
+        assert every.lateness_max_s is not None
+        with pytest.raises(Invalid) as bad:
+            admin.admin_stats("Not A Name")
+        assert bad.value.field == "client_id"
+    with Tickd(dev.url, admin_token=dev.api_key) as not_admin, pytest.raises(Forbidden):
+        not_admin.admin_stats()

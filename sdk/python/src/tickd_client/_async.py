@@ -135,6 +135,11 @@ class AsyncTickd:
         """The live poller nodes with the instances each has claimed, and the instances none holds."""
         return await self.send(calls.cluster())
 
+    async def admin_stats(self, client_id: str | None = None) -> Stats:
+        """Delivery statistics over the last 5 minutes, hour and day for every client together
+        (``client_id`` None in the answer), or for one client's when ``client_id`` is given."""
+        return await self.send(calls.admin_stats(client_id))
+
     # Schedules (API key)
 
     async def create_schedule(

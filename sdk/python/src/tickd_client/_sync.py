@@ -135,6 +135,11 @@ class Tickd:
         """The live poller nodes with the instances each has claimed, and the instances none holds."""
         return self.send(calls.cluster())
 
+    def admin_stats(self, client_id: str | None = None) -> Stats:
+        """Delivery statistics over the last 5 minutes, hour and day for every client together
+        (``client_id`` None in the answer), or for one client's when ``client_id`` is given."""
+        return self.send(calls.admin_stats(client_id))
+
     # Schedules (API key)
 
     def create_schedule(self, *, idempotency_key: str | None = None, **fields: Unpack[ScheduleFields]) -> Schedule:

@@ -358,3 +358,10 @@ def release_event(event_id: str) -> Call[Release]:
 def stats() -> Call[Stats]:
     """The client's delivery statistics over the last 5 minutes, hour and day: a read, so repeatable."""
     return Call("GET", _path("stats"), _one(Stats))
+
+
+def admin_stats(client_id: str | None = None) -> Call[Stats]:
+    """The cluster's delivery statistics (every client together, ``client_id`` None in the answer), or one
+    client's (admin token): a read, so repeatable."""
+    params: dict[str, str | int] = {} if client_id is None else {"client_id": client_id}
+    return Call("GET", _path("admin", "stats"), _one(Stats), params=params, auth="admin")

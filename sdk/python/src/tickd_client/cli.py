@@ -225,6 +225,11 @@ def _instance_row(node_id: str | None, age_s: float | None, instance: Instance |
     return {**row, **{key: getattr(instance, key, None) for key in keys}}
 
 
+def _admin_stats(client: Tickd, args: argparse.Namespace) -> Any:
+    found = client.admin_stats(args.client)
+    return found if getattr(args, "output", "table") == "json" else _stats_rows(found)
+
+
 def _stats(client: Tickd, args: argparse.Namespace) -> Any:
     found = client.stats()
     return found if getattr(args, "output", "table") == "json" else _stats_rows(found)
@@ -487,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
         required=True, metavar="COMMAND"
     )
     _leaf(admin, "nodes", _admin_nodes, "live poller nodes and the instances each holds", common)
+    admin_stats = _leaf(
+        admin, "stats", _admin_stats, "delivery statistics of every client together, or of one: 5m, 1h, 24h", common
+    )
+    admin_stats.add_argument("--client", metavar="ID", help="one client's statistics (default: every client's)")
     _leaf(commands, "stats", _stats, "your delivery statistics: last 5 minutes, hour and day", common)
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")

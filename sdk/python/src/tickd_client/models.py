@@ -244,9 +244,10 @@ class StatsWindow:
 
 @dataclass(frozen=True)
 class Stats:
-    """A client's own delivery statistics at ``at``: one window each for the last 5 minutes, hour and day."""
+    """Delivery statistics at ``at``: one window each for the last 5 minutes, hour and day. ``client_id``:
+    whose they are; None for the cluster view (``admin_stats()``: every client together)."""
 
-    client_id: str
+    client_id: str | None
     at: datetime
     windows: list[StatsWindow]
 
