@@ -57,7 +57,7 @@ function signInForm(message) {
     "form",
     { class: "signin card", onsubmit: submit },
     h("h2", {}, "Sign in"),
-    h("p", { class: "muted" }, "With a client's API key (its schedules, previews and throttle policies) or the admin token (clients, quotas and nodes). The key stays in this tab only."),
+    h("p", { class: "muted" }, "With a client's API key (its schedules, dead letters, lateness, previews and throttle policies) or the admin token (clients, quotas, nodes and the cluster's lateness). The key stays in this tab only."),
     h("label", {}, "API key or admin token", token),
     error,
     button,
