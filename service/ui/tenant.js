@@ -82,14 +82,14 @@ function filterForm(onApply) {
   );
   const from = h("input", { type: "datetime-local", id: "f-from", value: isoToLocalInput(filters.from) });
   const to = h("input", { type: "datetime-local", id: "f-to", value: isoToLocalInput(filters.to) });
-  const search = h("input", { type: "search", id: "f-search", placeholder: "schedule id (or its start)", value: filters.search });
+  const search = h("input", { type: "search", id: "f-search", placeholder: "schedule id (or its start), or business key", value: filters.search });
   const form = h(
     "form",
     { class: "filters", onsubmit: (e) => { e.preventDefault(); apply(); } },
     h("label", {}, "Status", status),
     h("label", {}, "Due from", from),
     h("label", {}, "Due before", to),
-    h("label", { class: "grow" }, "Search by id", search),
+    h("label", { class: "grow" }, "Search by id or business key", search),
     h("button", { type: "submit" }, "Apply"),
   );
   function apply() {
@@ -108,10 +108,13 @@ export async function schedules(root) {
   const message = h("div");
   let next = null;
   let shown = [];
+  let exact = false; // shown is one schedule found by id or business key: not filtered again
 
   async function load(more, note = null) {
     mount(message, note);
+    exact = false;
     if (UUID.test(filters.search)) return lookup(filters.search);
+    if (filters.search && !more && (await byKey(filters.search))) return;
     const params = new URLSearchParams({ from: filters.from.toISOString(), to: filters.to.toISOString(), limit: String(PAGE) });
     if (filters.status) params.set("status", filters.status);
     try {
@@ -125,10 +128,28 @@ export async function schedules(root) {
     }
   }
 
+  // A business key's schedule (PUT /v1/schedules/by-key/{key}); false when the text names none, and the
+  // list below is searched by id prefix instead.
+  async function byKey(key) {
+    try {
+      shown = [await api("GET", `/v1/schedules/by-key/${encodeURIComponent(key)}`)];
+    } catch (err) {
+      if (err instanceof ApiError && (err.status === 404 || err.status === 400)) return false;
+      mount(results);
+      mount(message, notice(err.message));
+      return true;
+    }
+    next = null;
+    exact = true;
+    render();
+    return true;
+  }
+
   async function lookup(id) {
     try {
       shown = [await api("GET", `/v1/schedules/${id}`)];
       next = null;
+      exact = true;
       render();
     } catch (err) {
       mount(results);
@@ -138,7 +159,7 @@ export async function schedules(root) {
 
   function render() {
     const needle = filters.search.toLowerCase();
-    const list = needle ? shown.filter((s) => s.schedule_id.includes(needle)) : shown;
+    const list = needle && !exact ? shown.filter((s) => s.schedule_id.includes(needle)) : shown;
     const more = next ? h("button", { type: "button", class: "secondary", onclick: () => load(true) }, "Load more") : null;
     const count = h("p", { class: "muted" }, `${list.length} schedule${list.length === 1 ? "" : "s"}${next ? " so far" : ""}`);
     mount(results, count, list.length ? scheduleRows(list, (n) => load(false, n)) : null, more);

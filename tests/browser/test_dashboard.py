@@ -63,6 +63,26 @@ async def test_tenant_finds_a_schedule_and_cancels_another_on_a_phone(
     await _shot(page, tmp_path, "phone-policies")
 
 
+async def test_tenant_finds_a_schedule_by_its_business_key(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    cart = await dev.call("PUT", "/v1/schedules/by-key/cart-4711", dev.api_key, http_schedule(subscriber, delay_s=5400))
+    other = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, delay_s=5400))
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.api_key)
+
+    await page.fill("#f-search", "cart-4711")
+    await page.click("form.filters button[type=submit]")
+    await expect(page.locator(f"tr[data-id='{cart['schedule_id']}']")).to_have_count(1)
+    await expect(page.locator("table tbody tr")).to_have_count(1)
+    await _shot(page, tmp_path, "laptop-search-business-key")
+
+    # Text that is no business key still searches the listed schedules by the start of their id.
+    await page.fill("#f-search", other["schedule_id"][:8])
+    await page.click("form.filters button[type=submit]")
+    await expect(page.locator(f"tr[data-id='{other['schedule_id']}']")).to_have_count(1)
+
+
 async def test_tenant_watches_a_schedule_fire_on_its_timeline(
     open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
 ) -> None:
