@@ -451,3 +451,61 @@ async def test_o4_trigger_fires_now_with_own_fire_id(scenario: Scenario, api: Ap
     assert ts(parent["fire_at"]) - time.time() > 3500
     assert own["status"] == "succeeded" and own["fire_id"] == trigger["fire_id"], own
     assert not errors(nodes), errors(nodes)[:3]
+
+
+# --------------------------------------------------------------------------- O5 a slow change, adopted
+
+
+@pytest.mark.timeout(120)
+async def test_o5_slowput_last_answered_fires(
+    scenario: Scenario, api: Api, sub: Subscriber, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two PUTs of one key, the first one's row write slow (1 s of Cassandra latency, injected into the
+    in-process API's store): the README promises the live version is the last one answered 2xx. The
+    second PUT starts while the first is between its compare-and-set of the pointer and its rows, takes
+    the first for an abandoned change (``schema.changes.abandoned``), adopts its version and answers; the
+    first then lands its rows (fenced: moved) and answers 200 too, last."""
+    sc = scenario
+    key, nodes = await setup(sc, api, "o5", ["n1"])
+    url = sub.endpoint("slow")
+    base = time.time() + 10
+    store = sc.store
+    real = store._write_replacement
+
+    async def slow(current: Any, new: Any, now: Any, **kw: Any) -> None:
+        if b'"A"' in (new.payload or b""):
+            await asyncio.sleep(1.0)
+        await real(current, new, now, **kw)
+
+    monkeypatch.setattr(store, "_write_replacement", slow)
+    answers: list[tuple[str, int, float, Any]] = []
+
+    async def put(name: str, offset_s: float, wait_s: float) -> None:
+        await asyncio.sleep(wait_s)
+        body = {"fire_at": iso(base + offset_s), "payload": {"put": name}, "callback": {"type": "http", "url": url}}
+        resp = await api.put("/v1/schedules/by-key/order-7", json=body, headers=key)
+        answers.append((name, resp.status, time.monotonic(), await resp.json()))
+
+    await put("first", 0.0, 0)
+    await asyncio.gather(put("A", 1.0, 0), put("B", 2.0, 0.3))
+    live = await call(api, "GET", "/v1/schedules/by-key/order-7", key)
+    await wait_until(lambda: bool(sub.ok("slow")), 25, "the key's schedule did not fire")
+    await asyncio.sleep(4)
+    delivered = sub.signed("slow")
+    last = answers[-1]
+
+    report(
+        "O5 by-key: PUT A (row write 1 s slow) and PUT B 0.3 s later (1 node)",
+        answered=[(a[0], a[1]) for a in answers],
+        last_answered=last[0],
+        live_put=live["payload"].get("put"),
+        delivered=f"{len(delivered)}/1",
+        delivered_put=[d.body["payload"].get("put") for d in delivered],
+    )
+
+    assert [a[1] for a in answers] == [201, 200, 200], answers
+    assert len(delivered) == 1, [(d.fire_id, d.body.get("payload")) for d in delivered]
+    # The promise: the live version, the one that fires, is the last PUT answered 2xx.
+    assert live["payload"] == {"put": last[0]}, f"PUT {last[0]} was answered 200 last, but the live version is {live}"
+    assert delivered[0].body["payload"] == {"put": last[0]} and delivered[0].fire_id == last[3]["fire_id"]
+    assert not errors(nodes), errors(nodes)[:3]
