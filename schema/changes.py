@@ -15,6 +15,11 @@ Now every client change
   never fires. The pointer lists such targets (``stale``) until a change that lands fences them.
 A poller's move that stopped half-way is not adopted: its own instance finishes it (``schema.moves``),
 so a client change meanwhile still answers 409 until then.
+
+A change whose rows are merely slow looks, to a concurrent change that reads between its two requests,
+just like one whose rows were lost: the concurrent change adopts and fences it, and answers 200. So every
+change, once its rows are written, reads the pointer again and answers ``Conflict`` if a client change
+came after it (acceptance O5): of two concurrent changes, only the one that is live answers 2xx last.
 """
 
 from __future__ import annotations
@@ -128,11 +133,19 @@ class ClientChanges:
                 target = await self._row_at(current.client_id, current.schedule_id, ref.location)
         return change_base(current, ref, live, target, self._write_clock())
 
+    async def _still_last(self, current: Schedule, version: int) -> None:
+        """After a change's rows are written: ``Conflict`` if a client change came after it (one that
+        took it for lost and fenced it, or one that simply followed it before this answer)."""
+        ref = await self.get_ref(current.client_id, current.schedule_id)
+        if ref is not None and ref.changed_version > version:
+            raise Conflict("the schedule was changed concurrently, by a change after this one; read it again")
+
     async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
         base = await self._change_base(current)
         version = base.version + 1
         await self._bump_ref(current, current.location, version, now, base=base)
         await self._write_cancel(current, now, base)
+        await self._still_last(current, version)
         return dataclasses.replace(current, status=Status.CANCELLED, version=version)
 
     async def pause_schedule(self, current: Schedule, now: datetime) -> Schedule:
@@ -142,6 +155,7 @@ class ClientChanges:
         version = base.version + 1
         await self._bump_ref(current, current.location, version, now, base=base)
         await self._write_pause(current, version, now, base)
+        await self._still_last(current, version)
         return dataclasses.replace(current, status=Status.PAUSED, version=version)
 
     async def resume_schedule(self, current: Schedule, resumed: Schedule, now: datetime) -> Schedule:
@@ -156,6 +170,7 @@ class ClientChanges:
         new = dataclasses.replace(updated, version=base.version + 1, status=Status.SCHEDULED)
         await self._bump_ref(current, new.location, new.version, now, base=base)
         await self._write_replacement(current, new, now, base=base)
+        await self._still_last(current, new.version)
         return new
 
 

@@ -6,8 +6,9 @@ buckets (the same buckets as the node's Prometheus histogram). It writes those c
 (client, minute, writer) — the writer is the node and its process start, so a restarted node never
 overwrites what its earlier run counted — and rewrites the row as the minute's counts grow. Each node
 also writes the same counts summed over all its clients under the client id ``CLUSTER``. The API
-reads a tenant's rows (or, for an admin, the cluster's) for a window and adds them up; percentiles come from the buckets, so a p99 reads
-"at most this late" (the bucket's upper edge, never above the largest lateness seen).
+reads a tenant's rows (or, for an admin, the cluster's) for a window and adds them up; percentiles
+come from the buckets, so a p99 reads "at most this late" (the bucket's upper edge, never above the
+largest lateness seen).
 
 Counts are statistics, not a ledger: an attempt counted by a node that is then cut off mid-fire may be
 counted again by the next owner, and a node killed before its next write loses up to one flush interval.

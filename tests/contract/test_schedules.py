@@ -114,6 +114,26 @@ async def test_a_change_adopts_one_whose_rows_never_landed_and_fences_them(
     assert [r.schedule_id for r in await read_all(store, final.instance, final.location.minute)] == [s.schedule_id]
 
 
+async def test_a_slow_change_taken_for_lost_by_a_later_one_answers_conflict(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """Acceptance O5: change A moved the pointer, and before its rows landed change B read the schedule,
+    took A for lost, fenced it and answered. A's rows then land (fenced): A must not answer 200 after B,
+    since B's version is the live one."""
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    changes = cast(ClientChanges, store)
+    slow = dataclasses.replace(s, location=Location(2, env.later(5400)), version=2)
+    slow_base = await changes._change_base(s)
+    await changes._bump_ref(s, slow.location, 2, env.now(), base=slow_base)
+    later = await store.replace_schedule(s, dataclasses.replace(s, location=Location(0, env.later(7200))), env.now())
+    await changes._write_replacement(s, slow, env.now(), base=slow_base)  # A's rows land after B
+    with pytest.raises(Conflict):
+        await changes._still_last(s, slow.version)
+    assert await store.get_schedule(client_id, s.schedule_id) == later
+    await changes._still_last(s, later.version)  # B is the last client change: it stands
+
+
 async def test_a_cancel_adopts_a_lost_cancel(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
     s = new_schedule(env.later(3600))
     await store.create_schedule(s, env.now())
