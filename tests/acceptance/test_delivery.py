@@ -122,9 +122,9 @@ async def test_s5_kafka_10k_across_broker_restart(scenario: Scenario) -> None:
 
 RETRY_KNOBS = {
     "TICKD_CALLBACK_MAX_ATTEMPTS": "3",
-    "TICKD_RETRY_BASE_S": "0.2",
-    "TICKD_RETRY_CAP_S": "1",
-    "TICKD_RETRY_INLINE_BUDGET_S": "5",
+    "TICKD_CALLBACK_BACKOFF_BASE_S": "0.2",
+    "TICKD_CALLBACK_BACKOFF_CAP_S": "1",
+    "TICKD_CALLBACK_INLINE_BUDGET_S": "5",
 }
 
 
