@@ -143,7 +143,11 @@ class Api:
             raise NotFound("gone")
         at = timing.truncate_ms(self.clock())
         left_s = self._check_mutable(current, at)
-        client = self.clients[client_id]
+        # The client as stored, as create reads it (the API's cache is at most TICKD_CLIENT_CACHE_S old):
+        # the workload's own copy misses a resize whose answer was lost, and a row placed by a poller
+        # count that stale can land on an instance drained long before (seed 40244, a workload defect).
+        client = await self.call(lambda: self.store.get_client(client_id))
+        assert client is not None
         fire_at = timing.truncate_ms(at + timedelta(seconds=delay_s))
         poller_id = timing.poller_id_for(sid, client.poller_count)
         location = Location(poller_id, recurring.due_at(sid, fire_at, current.options, at))
