@@ -20,7 +20,7 @@ import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 # Upper edges of the lateness buckets, seconds; one more bucket counts everything above the last edge.
 LATENESS_EDGES_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -60,6 +60,12 @@ class WindowStats:
     lateness_p50_s: float | None  # None when nothing fired in the window
     lateness_p99_s: float | None
     lateness_max_s: float | None
+
+
+def days(since: datetime, until: datetime) -> list[date]:
+    """The UTC days (the table's partitions) a read of [since, until] covers."""
+    first, last = since.astimezone(UTC).date(), until.astimezone(UTC).date()
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
 
 
 def bucket(lateness_s: float) -> int:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 
+from tickd.schema import stats
 from tickd.schema.cassandra.bridge import Bridge, utc
 from tickd.schema.stats import RETENTION_S, MinuteStats
 
@@ -20,7 +21,7 @@ class Stats:
 
     async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
         found: list[MinuteStats] = []
-        for day in _days(since, until):
+        for day in stats.days(since, until):
             values = {"client_id": client_id, "day": day, "since": since, "until": until}
             async for page in self._db.pages("read_stats", values):
                 found.extend(
@@ -37,11 +38,6 @@ class Stats:
                     for r in page
                 )
         return found
-
-
-def _days(since: datetime, until: datetime) -> list[date]:
-    first, last = since.astimezone(UTC).date(), until.astimezone(UTC).date()
-    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
 
 
 def _values(row: MinuteStats) -> dict[str, object]:

@@ -608,9 +608,8 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
 
     async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
         found: list[MinuteStats] = []
-        first, last = since.astimezone(UTC).date(), until.astimezone(UTC).date()
-        for n in range((last - first).days + 1):
-            select = _rows(self.tables, t.CLIENT_STATS, {"client_id": client_id, "day": first + timedelta(days=n)})
+        for day in stats.days(since, until):
+            select = _rows(self.tables, t.CLIENT_STATS, {"client_id": client_id, "day": day})
 
             def within(select: Select = select) -> list[tuple[Any, Values]]:
                 return [(k, row) for k, row in select() if since <= row["minute"] <= until]
