@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             done += 1
             if args.progress and done % args.progress == 0:
                 took = time.monotonic() - started
-                print(f"progress {done}/{len(seeds)} failed={failed} {took:.0f} s ({took / done:.2f} s per seed)", flush=True)
+                line = f"progress {done}/{len(seeds)} failed={failed} {took:.0f} s ({took / done:.2f} s per seed)"
+                print(line, flush=True)
     took = time.monotonic() - started
     print(f"{len(seeds)} seeds, {failed} failed, {took:.0f} s ({took / max(1, len(seeds)):.2f} s per seed)")
     return 1 if failed else 0
