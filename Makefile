@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire clean simulate test-cluster chromium
+.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire bench-pipeline clean simulate test-cluster chromium
 
 install: $(STAMP)
 
@@ -85,6 +85,11 @@ run: install infra-up migrate
 
 clean: infra-down
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# A node's own CPU per fire, with no servers: one node on virtual time, the in-memory store, stand-in
+# broker; PROFILE=1 adds where it went, by module (seconds; a tool for the fire path, not a rate).
+bench-pipeline: install
+	$(BIN)/python -m bench.pipeline $(if $(PROFILE),--profile) $(ARGS)
 
 # 100,000 fires due in one minute across a client's pollers, to Kafka and to HTTP (bounded; stops itself).
 bench-fire: install infra-up
