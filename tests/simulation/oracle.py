@@ -76,6 +76,9 @@ class Oracle:
     dead_letters: set[str] = field(default_factory=set)  # fire ids (events: event ids) given up on
     # When each fire (event: event id) was first delivered or given up on, store clock, µs since the epoch.
     completed_us: dict[str, int] = field(default_factory=dict)
+    # When each batch trigger's fire was first expanded (its events' write first sent), virtual seconds:
+    # its events go out over its window after that, so a version in doubt is judged by this moment.
+    expanded_at: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # violations seen while running
     # Rows left scheduled behind a checkpoint that are stale copies of a fire already completed (see
     # World.left_behind): not a loss, counted so a run can say how often it happened.
@@ -148,18 +151,26 @@ class Oracle:
 
     def _late_maybes(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:
         """A version whose change was not acknowledged may fire, but not once a later change has been
-        acknowledged (its fences land with it; a few seconds' grace for a row loaded just before)."""
+        acknowledged (its fences land with it; a few seconds' grace for a row loaded just before). A
+        batch trigger's fire is its expansion: the events of a fire expanded in time go out over its
+        window, after the change as well (seed 54851), as an acknowledged fire's events outlive a cancel."""
         late = [
-            f"{p.schedule_id}: unacknowledged version {key} delivered at t={d.at:.2f}, after a later change at "
-            f"t={until:.2f}"
+            f"{p.schedule_id}: unacknowledged version {key} {what} at t={at:.2f}, after a later change at t={until:.2f}"
             for maybe, until in p.maybe.items()
             if until is not None
             for key, deliveries in seen.items()
             if key == maybe or key.startswith(maybe + ":")
             for d in deliveries
-            if d.at > until + _SETTLE_GRACE_S
+            for what, at in [self._fired(maybe, key, d)]
+            if at > until + _SETTLE_GRACE_S
         ]
         return late[:3]
+
+    def _fired(self, fire_id: str, key: str, delivery: Delivery) -> tuple[str, float]:
+        """When the fire behind a delivery happened: an event's, when its fire was expanded."""
+        if key != fire_id and (expanded := self.expanded_at.get(fire_id)) is not None:
+            return "expanded", expanded
+        return "delivered", delivery.at
 
     # -- across schedules -----------------------------------------------------------------------------
 

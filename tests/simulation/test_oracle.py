@@ -1,15 +1,17 @@
-"""The oracle's rule for rows left scheduled behind a checkpoint (``World.left_behind``): a loss, unless
-every write to the row was sent before its fire was completed (a stale owner's late write, seed 12016)."""
+"""The oracle's rules where a first version proved too strict: rows left scheduled behind a checkpoint
+(``World.left_behind``: a loss, unless every write to the row was sent before its fire was completed; a
+stale owner's late write, seed 12016), and versions in doubt after a later change (``_late_maybes``)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from tests.simulation import vloop
+from tests.simulation.oracle import Delivery, Oracle, Promise
 from tests.simulation.world import SimConfig, World
 from tickd.schema.memory.engine import micros
-from tickd.schema.model import HttpCallback, Location, Schedule
+from tickd.schema.model import HttpCallback, InstanceKey, Location, Schedule
 
 
 async def _check() -> list[bool]:
@@ -36,3 +38,31 @@ async def _check() -> list[bool]:
 
 def test_only_rows_written_before_their_fire_completed_are_stale_copies() -> None:
     assert vloop.run(_check()) == [True, False, True]
+
+
+def _late_maybe_verdicts(expanded_at: float | None, delivered_at: float, event: bool) -> list[str]:
+    """A version in doubt (a reschedule's answer was lost), then a cancel acknowledged at t=50: its
+    fire or one of its events delivered at ``delivered_at``."""
+    sid = uuid.uuid4()
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    promise = Promise("c0", sid, now, events=3 if event else 0)
+    promise.unsure(promise.fire_id)
+    promise.settled(50.0)
+    promise.cancelled_at = now
+    oracle = Oracle(guard_s=2.0)
+    oracle.promises[sid] = promise
+    if expanded_at is not None:
+        oracle.expanded_at[promise.fire_id] = expanded_at
+    key = f"{promise.fire_id}:1" if event else None
+    instance = InstanceKey("c0", 0)
+    oracle.deliveries.append(Delivery(delivered_at, "n0#1", instance, 1, promise.fire_id, key, sid, 1, True))
+    return oracle.violations()
+
+
+def test_a_doubtful_fire_is_judged_by_when_it_fired_and_its_events_by_when_it_expanded() -> None:
+    """Seed 54851: a batch trigger's version in doubt expanded before the cancel was acknowledged; its
+    events then went out over the window, after the cancel. Not a violation; an expansion after it is."""
+    assert _late_maybe_verdicts(expanded_at=45.0, delivered_at=66.0, event=True) == []
+    assert "expanded at t=58.00" in _late_maybe_verdicts(expanded_at=58.0, delivered_at=66.0, event=True)[0]
+    assert "delivered at t=66.00" in _late_maybe_verdicts(expanded_at=None, delivered_at=66.0, event=False)[0]
+    assert _late_maybe_verdicts(expanded_at=None, delivered_at=54.0, event=False) == []  # within the grace

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -24,6 +24,7 @@ from tickd.poller.delivery import DeliveryResult
 from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
+from tickd.schema import timing
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import MemoryStore, tables
 from tickd.schema.memory.engine import micros
@@ -325,6 +326,17 @@ class CheckedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:
+        """A batch trigger's fire expands: the oracle notes when it first did (before the write, which
+        may fail and be sent again)."""
+        expanded = self._world.oracle.expanded_at
+        at = self._world.loop.time()
+        for row in rows:
+            event = row.options.event if row.options is not None else None
+            if event is not None:
+                expanded.setdefault(timing.fire_id(event.parent, row.fire_at), at)
+        await self._inner.add_events(rows, now)
 
     async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
         try:
