@@ -28,6 +28,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.settings import PollerSettings
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
+from tickd.schema import aio
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import Claim, Client, InstanceKey, NodeInfo
 from tickd.schema.store import Store
@@ -263,10 +264,10 @@ class Node:
         really dead, while one missing from an older read may just be new (two owners at once)."""
         if not keys:
             return
-        claims = await asyncio.gather(*(self._store.get_claim(k) for k in keys))
+        claims = await aio.gather(*(self._store.get_claim(k) for k in keys))
         if any(c is not None and c.owner not in (None, self.node_id) for c in claims):
             self._live = {n.node_id for n in await self._store.live_nodes()} | {self.node_id}
-        await asyncio.gather(*(self._try_claim(k, seen) for k, seen in zip(keys, claims, strict=True)))
+        await aio.gather(*(self._try_claim(k, seen) for k, seen in zip(keys, claims, strict=True)))
 
     async def _try_claim(self, key: InstanceKey, seen: Claim | None) -> None:
         if seen is not None and seen.owner not in (None, self.node_id) and seen.owner in self._live:
@@ -433,7 +434,7 @@ class Node:
         # clock has left behind, and a poll that skipped their marks would tell them nothing changed. An
         # instance holds at most three minutes open, so a catch-up adds a few reads, not one per minute.
         watched += sorted({m for r in self._running.values() for m in r.instance.held_minutes} - set(watched))
-        found = await asyncio.gather(*(self._store.hot_marks(m) for m in watched))
+        found = await aio.gather(*(self._store.hot_marks(m) for m in watched))
         # A mark keeps only its latest write: every write that changed it landed after our last good poll.
         since, self._marks_polled_at = self._marks_polled_at or now, now
         for minute, marks in zip(watched, found, strict=True):

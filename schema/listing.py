@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import cast
 from uuid import UUID
 
-from tickd.schema import timing
+from tickd.schema import aio, timing
 from tickd.schema.model import Client, InstanceKey, ListCursor, Page, Schedule, Status
 
 # Partition reads in flight at once, and per page (a page may end early on the budget). 1024 reads take
@@ -66,7 +66,7 @@ async def in_turn(writes: Sequence[Awaitable[None]], limit: int = EVENT_WRITES_I
         async with gate:
             await write
 
-    await asyncio.gather(*(one(w) for w in writes))
+    await aio.gather(*(one(w) for w in writes))
 
 
 def chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
@@ -131,7 +131,7 @@ class Listing:
             for minute in minutes
             for poller_id in range(client.poller_span)
         ]
-        return [s for rows in await asyncio.gather(*reads) for s in rows]
+        return [s for rows in await aio.gather(*reads) for s in rows]
 
     async def _list_partition(
         self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: ListFilter, limit: int

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -10,6 +9,7 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE
 
+from tickd.schema import aio
 from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
 from tickd.schema.model import FireOutcome, Run, Schedule, Status
 
@@ -85,7 +85,7 @@ class Runs:
         upper = before if before is not None else _FAR_FUTURE
         values = {"client_id": client_id, "schedule_id": schedule_id, "before": upper, "max_rows": limit}
         rows = await self._db.rows("list_runs", values)
-        return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+        return list(await aio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
 
     async def _run_of(self, client_id: str, schedule_id: UUID, r: Row) -> Run:
         run = Run(

@@ -7,7 +7,6 @@ writes schedules the way the API does (bench-api's raw phases) cannot drift from
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from collections import defaultdict
@@ -17,7 +16,7 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from tickd.schema import changes, listing, moves, timing
+from tickd.schema import aio, changes, listing, moves, timing
 from tickd.schema.cassandra import runs
 from tickd.schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
@@ -153,7 +152,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         writes = [w for ws in each for w in ws]
         if len(each) > 1 and write_bytes(writes) > self.settings.batch_max_bytes:
             # Callers group creates under the limit (service.creates); should one not, write each alone.
-            await asyncio.gather(*(self._together(ws) for ws in each))
+            await aio.gather(*(self._together(ws) for ws in each))
         else:
             await self._together(writes)
         for schedule in schedules:
@@ -300,7 +299,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         small = [w for w in writes if w[0] != "set_status" and w[0] not in _ROW_WRITES]
         if small:
             await self._db.batch(small, logged=len(small) > 1)
-        await asyncio.gather(*(self._db.batch([row], logged=False) for row in rows))
+        await aio.gather(*(self._db.batch([row], logged=False) for row in rows))
         if retire:
             await self._db.batch(retire, logged=len(retire) > 1)
 
@@ -388,7 +387,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             }
             by_partition[(o.client_id, loc.poller_id, loc.minute)].append(("record_outcome", values))
         batches = [self._db.batch(writes, logged=False) for writes in by_partition.values()]
-        await asyncio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, ttl)))
+        await aio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, ttl)))
 
     async def add_dead_letter(self, letter: DeadLetter) -> None:
         values = {

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from tickd.schema import stats
+from tickd.schema import aio, stats
 from tickd.schema.cassandra.bridge import Bridge, utc
 from tickd.schema.stats import RETENTION_S, MinuteStats
 
@@ -17,7 +16,7 @@ class Stats:
     _db: Bridge
 
     async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
-        await asyncio.gather(*(self._db.write("write_stats", _values(row)) for row in rows))
+        await aio.gather(*(self._db.write("write_stats", _values(row)) for row in rows))
 
     async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
         found: list[MinuteStats] = []

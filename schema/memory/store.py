@@ -7,7 +7,6 @@ what its CQL does (``engine`` models cells, TTLs, write timestamps and lightweig
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -15,7 +14,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from tickd.schema import changes, moves, stats, timing
+from tickd.schema import aio, changes, moves, stats, timing
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.listing import Listing, chunks, in_turn
 from tickd.schema.memory import rows as to
@@ -445,7 +444,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             for o in outcomes
             if o.nominal_at is not None
         ]
-        await asyncio.gather(*(self._db.batch(ws, logged=False) for ws in by_partition.values()), *runs)
+        await aio.gather(*(self._db.batch(ws, logged=False) for ws in by_partition.values()), *runs)
 
     # -- runs ---------------------------------------------------------------------------------------
 
@@ -512,7 +511,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             return [(o, r) for o, r in self.tables.partition(t.RUNS, key) if r["nominal_at"] < upper]
 
         rows = await self._db.rows("list_runs", select, limit=max(limit, 1))
-        return list(await asyncio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+        return list(await aio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
 
     async def _run_of(self, client_id: str, schedule_id: UUID, r: Values) -> Run:
         run = Run(
@@ -604,7 +603,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
     # -- delivery statistics ------------------------------------------------------------------------
 
     async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
-        await asyncio.gather(*(self._db.write(_stats_write(row)) for row in rows))
+        await aio.gather(*(self._db.write(_stats_write(row)) for row in rows))
 
     async def read_stats(self, client_id: str, since: datetime, until: datetime) -> list[MinuteStats]:
         found: list[MinuteStats] = []

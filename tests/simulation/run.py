@@ -66,7 +66,14 @@ def run_seed(seed: int, **overrides: Any) -> Outcome:
 
 async def _simulate(config: SimConfig) -> tuple[list[str], World]:
     world = World(config)
-    await Workload(world).run()
+    # The workload takes run_s + settle_s and its heal; a run far past that is stuck, not slow.
+    limit_s = 2 * (config.run_s + config.settle_s) + 300
+    try:
+        async with asyncio.timeout(limit_s):
+            await Workload(world).run()
+    except TimeoutError:
+        world.oracle.saw(f"the run did not end within {limit_s:.0f} simulated seconds")
+        return world.oracle.violations(), world
     await _sweep_checkpoints(world)
     return world.oracle.violations(), world
 

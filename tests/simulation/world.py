@@ -37,6 +37,11 @@ ORACLE = "oracle"  # the checker's own reads: never faulted
 API = "api"
 
 
+# How long a node may take to stop after SIGTERM: each instance's drain (shutdown_deadline_s, 5 s here)
+# and release, the statistics flush (2 s) and its store requests, with room for slow ones (8 s each).
+STOP_LIMIT_S = 120.0
+
+
 @dataclass(frozen=True)
 class SimConfig:
     seed: int
@@ -252,11 +257,19 @@ class World:
         self.loop.resume(self.nodes[name].actor)
 
     async def terminate(self, name: str) -> None:
-        """SIGTERM: the node hands its instances over and exits."""
+        """SIGTERM: the node hands its instances over and exits, within its deadlines. One that does not
+        (seed 56448: an instance that swallowed its own cancel) is a violation, then killed."""
         handle = self.nodes.pop(name)
         self.loop.resume(handle.actor)
         handle.stop.set()
-        await asyncio.gather(handle.task, return_exceptions=True)
+        try:
+            async with asyncio.timeout(STOP_LIMIT_S):
+                await asyncio.gather(handle.task, return_exceptions=True)
+        except TimeoutError:
+            self.oracle.saw(
+                f"t={self.loop.time():.2f} {handle.actor} did not stop within {STOP_LIMIT_S:.0f} s of SIGTERM"
+            )
+            self.loop.kill(handle.actor)
 
     # -- checks made while running ----------------------------------------------------------------------
 

@@ -1,0 +1,29 @@
+"""``gather`` for code that catches the errors of what it gathers: a cancel is never turned into one.
+
+Python 3.11's ``asyncio.gather``, cancelled while one of its awaitables fails in the same turn of the
+loop, raises that awaitable's error instead of ``CancelledError``. A caller that retries on that error
+(``StoreUnavailable``: the outcome writer, ``durably``, the node's loops) then swallows its own
+cancellation and runs on: the instance it belongs to never stops, and a node's SIGTERM never
+finishes (simulation seed 56448: a paused node resumed, its parked store requests failed in the very
+turn the node stopped its instances). Here the caller's pending cancel wins, as it would have had the
+failure come a moment later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def gather(*aws: Awaitable[T]) -> list[T]:
+    """``asyncio.gather(*aws)``; if it fails while the calling task is being cancelled, the cancel."""
+    try:
+        return list(await asyncio.gather(*aws))
+    except Exception as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError() from exc
+        raise
