@@ -85,7 +85,7 @@ class Runs:
         upper = before if before is not None else _FAR_FUTURE
         values = {"client_id": client_id, "schedule_id": schedule_id, "before": upper, "max_rows": limit}
         rows = await self._db.rows("list_runs", values)
-        return list(await aio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+        return await aio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows))
 
     async def _run_of(self, client_id: str, schedule_id: UUID, r: Row) -> Run:
         run = Run(

@@ -511,7 +511,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             return [(o, r) for o, r in self.tables.partition(t.RUNS, key) if r["nominal_at"] < upper]
 
         rows = await self._db.rows("list_runs", select, limit=max(limit, 1))
-        return list(await aio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows)))
+        return await aio.gather(*(self._run_of(client_id, schedule_id, r) for r in rows))
 
     async def _run_of(self, client_id: str, schedule_id: UUID, r: Values) -> Run:
         run = Run(
