@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from tickd.schema.model import Schedule, Status
+from tickd.schema.model import RowStamp, Schedule, Status
 
 Clock = Callable[[], datetime]
 RowKey = tuple[datetime, UUID]
@@ -104,6 +104,21 @@ class FiringPlan:
             self._wake.set()
         if known is None or row.version >= known.version:
             self._pending[key] = row
+
+    def changed(self, minute: datetime, stamp: RowStamp) -> bool:
+        """Whether a re-read row of ``minute``, seen by its stamp only, would change the plan if read
+        whole (``consider``): a scheduled row the plan never had, or a pending one whose status, version
+        or attempts moved on. Rows fired already, and minutes not open, change nothing."""
+        state = self.open.get(minute)
+        key = (stamp.due_at, stamp.schedule_id)
+        if state is None or key in state.fired:
+            return False
+        known = self._pending.get(key)
+        if known is None:
+            return stamp.status is Status.SCHEDULED
+        if stamp.status is not Status.SCHEDULED:
+            return True
+        return stamp.version > known.version or (stamp.version == known.version and stamp.attempts != known.attempts)
 
     async def next_due(self) -> Schedule:
         """Wait for the next row that is due and may fire, and take it off the plan."""

@@ -7,6 +7,7 @@ import base64
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 import msgspec
@@ -281,6 +282,18 @@ class Schedule:
     @property
     def repeat(self) -> Repeat | None:
         return self.options.repeat if self.options is not None else None
+
+
+class RowStamp(NamedTuple):
+    """What a re-read of a minute needs of a row to tell whether it changed since it was read: its
+    clustering key, version, status and attempts (``Store.read_minute_stamps``). A row rewritten in
+    place is either moved on a version or changes status or attempts."""
+
+    due_at: datetime
+    schedule_id: UUID
+    version: int
+    status: Status
+    attempts: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from tickd.schema.model import (
     ListCursor,
     NodeInfo,
     Page,
+    RowStamp,
     Run,
     Schedule,
     ScheduleRef,
@@ -126,6 +127,12 @@ class ScheduleStore(Protocol):
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
     ) -> AsyncIterator[list[Schedule]]:
         """The rows of one partition in due-time order, a page at a time."""
+
+    def read_minute_stamps(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[RowStamp]]:
+        """The same rows as ``read_minute``, each as its ``RowStamp`` only: what a poller's re-reads of an
+        open minute compare with what it holds, at a fraction of the cost of whole rows."""
 
     async def list_schedules(
         self,

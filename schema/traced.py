@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind
 from tickd.schema import tracing
 from tickd.schema.store import Store
 
-_UNTRACED = frozenset({"read_minute", "close"})
+_UNTRACED = frozenset({"read_minute", "read_minute_stamps", "close"})
 
 
 class TracedStore:

@@ -28,6 +28,7 @@ from tickd.schema.model import (
     IdempotencyKey,
     InstanceKey,
     Location,
+    RowStamp,
     Run,
     Schedule,
     ScheduleRef,
@@ -372,6 +373,14 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             # A row without fire_at is a fence of a client change that never landed (schema.changes).
             yield [_schedule(row) for row in rows if row.fire_at is not None]
 
+    async def read_minute_stamps(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[RowStamp]]:
+        start = from_due if from_due is not None else minute
+        values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
+        async for rows in self._db.pages("read_minute_stamps", values):
+            yield [_stamp(row) for row in rows if row.fire_at is not None]
+
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         ttl = self.settings.retention_s
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
@@ -442,6 +451,11 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             async for page in self._db.pages("read_dead_letters", {"client_id": client_id, "day": day})
             for row in page
         ]
+
+
+def _stamp(row: Row) -> RowStamp:
+    status = Status(row.status) if row.status else Status.SCHEDULED
+    return RowStamp(utc(row.due_at), row.schedule_id, row.version or 1, status, row.attempts or 0)
 
 
 def _schedule(row: Row) -> Schedule:

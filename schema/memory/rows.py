@@ -11,6 +11,7 @@ from tickd.schema.model import (
     InstanceKey,
     Location,
     NodeInfo,
+    RowStamp,
     Schedule,
     Status,
     ThrottlePolicy,
@@ -51,6 +52,11 @@ def schedule(row: Values) -> Schedule:
     if parsed is None:
         parsed = row.__dict__["_schedule"] = _schedule(row)
     return parsed
+
+
+def stamp(row: Values) -> RowStamp:
+    status = Status(row.status) if row.status else Status.SCHEDULED
+    return RowStamp(row.due_at, row.schedule_id, row.version or 1, status, row.attempts or 0)
 
 
 def _schedule(row: Values) -> Schedule:

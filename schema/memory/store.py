@@ -34,6 +34,7 @@ from tickd.schema.model import (
     InstanceKey,
     Location,
     NodeInfo,
+    RowStamp,
     Run,
     Schedule,
     ScheduleRef,
@@ -431,6 +432,22 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
 
         async for rows in self._db.pages("read_minute", select):
             yield [to.schedule(r) for r in rows if not to.is_fence(r)]
+
+    def read_minute_stamps(
+        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+    ) -> AsyncIterator[list[RowStamp]]:
+        return self._read_minute_stamps(instance, minute, norm(from_due if from_due is not None else minute))
+
+    async def _read_minute_stamps(
+        self, instance: InstanceKey, minute: datetime, start: datetime
+    ) -> AsyncIterator[list[RowStamp]]:
+        key = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute}
+
+        def select() -> list[tuple[Any, Values]]:
+            return [(o, r) for o, r in self.tables.partition(t.SCHEDULES, key) if r["due_at"] >= start]
+
+        async for rows in self._db.pages("read_minute_stamps", select):
+            yield [to.stamp(r) for r in rows if not to.is_fence(r)]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)

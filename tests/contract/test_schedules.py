@@ -27,6 +27,7 @@ from tickd.schema.model import (
     ListCursor,
     Location,
     Options,
+    RowStamp,
     Schedule,
     Status,
 )
@@ -238,6 +239,44 @@ async def test_read_minute_in_due_order_across_pages(env: Env, new_schedule: Fac
     cut = rows[20].location.due_at
     tail = await read_all(store, InstanceKey(client_id, 1), minute, from_due=cut)
     assert tail == [r for r in rows if r.location.due_at >= cut]
+
+
+async def test_minute_stamps_are_the_rows_as_read_whole(env: Env, new_schedule: Factory, client_id: str) -> None:
+    """A poller's cheap re-read (``read_minute_stamps``) sees what ``read_minute`` sees, page by page and
+    from a due time on: the same rows in the same order, with their version, status and attempts as
+    they stand after outcomes, a cancel and a reschedule (the moved row stays, marked)."""
+    store = await env.store_with(page_size=7)
+    minute = timing.minute_bucket(env.later(3 * 3600))
+    rng = random.Random(11)
+    made = [new_schedule(minute + timedelta(milliseconds=rng.randrange(60_000)), poller_id=2) for _ in range(30)]
+    await store.create_schedules(made, env.now())
+    fired = env.later(3 * 3600 + 61)
+    await store.record_outcomes(
+        [
+            FireOutcome(client_id, made[0].schedule_id, made[0].location, Status.SUCCEEDED, 1, fired),
+            FireOutcome(client_id, made[1].schedule_id, made[1].location, Status.FAILED, 5, fired, "HTTP 500"),
+        ]
+    )
+    await store.cancel_schedule(made[2], env.now())
+    later = dataclasses.replace(made[3], location=Location(2, made[3].location.due_at + timedelta(milliseconds=1)))
+    await store.replace_schedule(made[3], dataclasses.replace(later, fire_at=later.location.due_at), env.now())
+
+    instance = InstanceKey(client_id, 2)
+    rows = await read_all(store, instance, minute)
+    pages = [page async for page in store.read_minute_stamps(instance, minute)]
+    assert [len(p) for p in pages] == [7] * 4 + [3]  # 31 rows: the reschedule's new one beside the moved one
+    expected = [RowStamp(r.location.due_at, r.schedule_id, r.version, r.status, r.attempts) for r in rows]
+    assert [s for page in pages for s in page] == expected
+    by_id = {s.schedule_id: s for s in expected if s.status is not Status.MOVED}
+    assert (by_id[made[0].schedule_id].status, by_id[made[0].schedule_id].attempts) == (Status.SUCCEEDED, 1)
+    assert (by_id[made[1].schedule_id].status, by_id[made[1].schedule_id].attempts) == (Status.FAILED, 5)
+    assert by_id[made[2].schedule_id].status is Status.CANCELLED
+    assert by_id[made[3].schedule_id].version == 2
+    assert any(s.schedule_id == made[3].schedule_id and s.status is Status.MOVED for s in expected)
+
+    cut = expected[12].due_at
+    tail = [s async for page in store.read_minute_stamps(instance, minute, from_due=cut) for s in page]
+    assert tail == [s for s in expected if s.due_at >= cut]
 
 
 async def test_a_full_last_page_is_followed_by_an_empty_one(env: Env, new_schedule: Factory, client_id: str) -> None:
