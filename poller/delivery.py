@@ -18,9 +18,11 @@ a Kafka ack of the event must give back (see ``poller.acks``).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
@@ -191,6 +193,14 @@ class Dispatcher(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class BatchDispatcher(Protocol):
+    """A dispatcher that sends a group of ``(schedule, attempt, fired_at)`` at once (Kafka: producer
+    batches), the results in order."""
+
+    async def deliver_many(self, items: Sequence[tuple[Schedule, int, datetime]]) -> list[DeliveryResult]: ...
+
+
 class Stamp(Protocol):
     """Adds what a delivery carries beyond the stored row (a throttled event's ack token); raises
     ``StoreUnavailable`` when what it needs cannot be read now."""
@@ -205,6 +215,7 @@ class CallbackRouter:
     def __init__(self, http: Dispatcher, kafka: Dispatcher, stamp: Stamp | None = None) -> None:
         self.http = http
         self.kafka = kafka
+        self._kafka_many = kafka if isinstance(kafka, BatchDispatcher) else None
         self._stamp = stamp
 
     def route(self, schedule: Schedule) -> Dispatcher:
@@ -222,6 +233,34 @@ class CallbackRouter:
             except StoreUnavailable as exc:  # not sent: retried like a failed attempt
                 return DeliveryResult.failed(attempt, f"not sent: {exc}", retriable=True)
         return await self.route(schedule).deliver(schedule, attempt, fired_at)
+
+    async def deliver_many(self, schedules: Sequence[Schedule], fired_at: datetime) -> list[DeliveryResult]:
+        """Deliver a group of fires (one pass of an instance's fire loop), each at its next attempt; the
+        results in the order of ``schedules``. Kafka fires go out as producer batches when the Kafka
+        dispatcher can (``deliver_many``), the others one by one, concurrently."""
+        results: list[DeliveryResult | None] = [None] * len(schedules)
+        batched: list[tuple[int, Schedule]] = []
+        single: list[tuple[int, Schedule]] = []
+        for i, schedule in enumerate(schedules):
+            if self._stamp is not None:
+                try:
+                    schedule = await self._stamp(schedule)
+                except StoreUnavailable as exc:
+                    results[i] = DeliveryResult.failed(schedule.attempts + 1, f"not sent: {exc}", retriable=True)
+                    continue
+            many = self._kafka_many is not None and isinstance(schedule.callback, KafkaCallback)
+            (batched if many else single).append((i, schedule))
+        if batched and self._kafka_many is not None:
+            sent = await self._kafka_many.deliver_many([(s, s.attempts + 1, fired_at) for _, s in batched])
+            for (i, _), result in zip(batched, sent, strict=True):
+                results[i] = result
+        if single:
+            sent = await asyncio.gather(*(self.route(s).deliver(s, s.attempts + 1, fired_at) for _, s in single))
+            for (i, _), result in zip(single, sent, strict=True):
+                results[i] = result
+        done = [r for r in results if r is not None]
+        assert len(done) == len(schedules)
+        return done
 
     async def close(self) -> None:
         try:

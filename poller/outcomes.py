@@ -10,6 +10,7 @@ outcome writes will go: callers only see ``record``, ``flush`` and ``run``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 
 from structlog.typing import FilteringBoundLogger
@@ -56,6 +57,14 @@ class OutcomeWriter:
         self._waiting.append(outcome)
         self._queued.set()
         await asyncio.shield(outcome[1])
+
+    async def record_many(self, outcomes: Sequence[tuple[Schedule, Status, DeliveryResult, datetime]]) -> None:
+        """``record`` for a group of fires that wait together: queued at once (so one flush writes them
+        all), one future for the group."""
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.extend((outcome_of(*outcome), done) for outcome in outcomes)
+        self._queued.set()
+        await asyncio.shield(done)
 
     async def run(self) -> None:
         """Flush ``flush_s`` after the first outcome queued since the last flush (the others queued

@@ -21,8 +21,9 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
@@ -46,6 +47,7 @@ from tickd.schema.model import (
     Client,
     DeadLetter,
     EventOf,
+    KafkaCallback,
     Location,
     Options,
     Schedule,
@@ -92,7 +94,8 @@ class DeliveryPipeline:
         self._s = settings
         self._metrics = metrics
         self._now = clock
-        self._slots = asyncio.Semaphore(settings.instance_max_inflight)
+        self._inflight = 0  # fires of this instance in flight, at most settings.instance_max_inflight
+        self._room = asyncio.Event()  # set when a fire ends
         self._node_slots = node_slots
         self._gate = gate
         self._rng = rng
@@ -118,18 +121,47 @@ class DeliveryPipeline:
     # -- firing ---------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Fire each row as it comes due, until cancelled (fires in flight go on: see ``abandon``)."""
-        while True:
-            row = await self._plan.next_due()
-            await self._slots.acquire()
-            await self._node_slots.acquire()
-            self._dispatch(row)
+        """Fire the rows as they come due, until cancelled (fires in flight go on: see ``abandon``).
 
-    def _dispatch(self, row: Schedule) -> None:
-        state = self._plan.start_fire(row)
-        task = asyncio.create_task(self._deliver(row, state))
+        Each pass takes every row due by now (up to the instance's free slots): the plain ones (a Kafka
+        callback, no chain, expansion or throttle first) go out together as one group, the others each
+        in a task of its own."""
+        limit = self._s.instance_max_inflight
+        while True:
+            while self._inflight >= limit:
+                await self._room.wait()
+                self._room.clear()
+            group: list[tuple[Schedule, OpenMinute]] = []
+            for row in await self._plan.take_due(limit - self._inflight):
+                await self._node_slots.acquire()
+                self._inflight += 1
+                state = self._plan.start_fire(row)
+                if self._groupable(row):
+                    group.append((row, state))
+                else:
+                    self._spawn(self._deliver(row, state))
+            if group:
+                self._spawn(self._deliver_group(group))
+
+    def _groupable(self, row: Schedule) -> bool:
+        """Whether a due row goes out with the pass's group: a Kafka fire with nothing to do first."""
+        if not isinstance(row.callback, KafkaCallback) or (row.repeat is not None and row.attempts == 0):
+            return False
+        options = row.options
+        if options is not None and (options.batch or options.throttle is not None):
+            return False
+        return not self._plan.delivered_before(row.event_id or row.fire_id)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._deliveries.add(task)
         task.add_done_callback(self._delivery_done)
+
+    def _release(self, count: int) -> None:
+        for _ in range(count):
+            self._node_slots.release()
+        self._inflight -= count
+        self._room.set()
 
     def _delivery_done(self, task: asyncio.Task[None]) -> None:
         """A delivery that raised stops the instance loudly (the checkpointer re-raises it): its minute is
@@ -149,9 +181,59 @@ class DeliveryPipeline:
         finally:
             if not settled:
                 self._log.error("fire_not_settled", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
-            self._slots.release()
-            self._node_slots.release()
+            self._release(1)
             self._plan.end_fire(state, settled)
+
+    async def _deliver_group(self, group: list[tuple[Schedule, OpenMinute]]) -> None:
+        """Fire a pass's plain rows together. Each ends as a fire of its own does (``_deliver``): its
+        outcome stored, its retry stored, or unsettled (its minute poisoned) when the group raises."""
+        settled = [False] * len(group)
+        guard.set_guard(self._check_lease)
+        try:
+            await self._fire_group([row for row, _ in group], settled)
+        finally:
+            if not all(settled):
+                first = group[settled.index(False)][0]
+                self._log.error("fires_not_settled", fires=settled.count(False), first_fire_id=first.fire_id)
+            self._release(len(group))
+            for (_, state), done in zip(group, settled, strict=True):
+                self._plan.end_fire(state, done)
+
+    async def _fire_group(self, rows: list[Schedule], settled: list[bool]) -> None:
+        fired_at = self._now()
+        lateness: list[float | None] = []
+        for row in rows:
+            late = max(0.0, (fired_at - row.fire_at).total_seconds()) if row.attempts == 0 else None
+            if late is not None:
+                self._metrics.lateness.labels(row.client_id).observe(late)
+            lateness.append(late)
+        if not self._lease():
+            raise LeaseLost(f"the node's lease ran out before {len(rows)} fires went out")
+        results = await self._router.deliver_many(rows, fired_at)
+        delivered: list[int] = []
+        for i, (row, result) in enumerate(zip(rows, results, strict=True)):
+            if result.ok:
+                self._plan.note_delivered(row.event_id or row.fire_id)
+                delivered.append(i)
+            self._metrics.callbacks.labels(row.client_id, callback_type(row.callback), _outcome(result)).inc()
+        if delivered:
+            await self._outcomes.record_many([(rows[i], Status.SUCCEEDED, results[i], fired_at) for i in delivered])
+            for i in delivered:
+                settled[i] = True
+        failed = [i for i, result in enumerate(results) if not result.ok]
+        if failed:
+
+            async def settle(i: int) -> None:
+                await self._settle(rows[i], results[i], fired_at)
+                settled[i] = True
+
+            async with asyncio.TaskGroup() as tg:
+                for i in failed:
+                    tg.create_task(settle(i))
+        if self._stats is not None:
+            for row, result, late in zip(rows, results, lateness, strict=True):
+                outcome = stats.DELIVERED if result.ok else stats.RETRIED if result.retriable else stats.FAILED
+                self._stats.attempt(row.client_id, fired_at, outcome, late)
 
     def _check_lease(self) -> None:
         """Before each store request of a fire (``schema.guard``): none once the node's lease is gone."""

@@ -141,6 +141,22 @@ class FiringPlan:
             if row is not None:
                 return row
 
+    async def take_due(self, limit: int) -> list[Schedule]:
+        """Wait for the next row that is due and may fire, then take it and every other such row off the
+        plan at once, up to ``limit``, in due order: one pass of the fire loop."""
+        rows = [await self.next_due()]
+        now = self._now()
+        heap, pending = self._heap, self._pending
+        while len(rows) < limit and heap:
+            due, sid = heap[0]
+            if due > now or not self._changes_seen(due):
+                break
+            heapq.heappop(heap)
+            row = pending.pop((due, sid), None)
+            if row is not None:
+                rows.append(row)
+        return rows
+
     def start_fire(self, row: Schedule) -> OpenMinute:
         """``row`` (from ``next_due``) goes out: it is in flight until ``end_fire``."""
         state = self.open[row.location.minute]

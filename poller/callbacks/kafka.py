@@ -49,7 +49,7 @@ from opentelemetry.trace import SpanKind
 from tickd.poller import signing
 from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
-from tickd.poller.callbacks.outbox import Outbox, Placed
+from tickd.poller.callbacks.outbox import Outbox
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, KafkaRecord, kafka_record
 from tickd.schema import tracing
@@ -298,36 +298,72 @@ class KafkaDispatcher:
         task.add_done_callback(self._stopping.discard)
 
     async def _first_pass(self, items: Sequence[Item]) -> list[DeliveryResult]:
-        """One attempt for every item: all records submitted, then all acks awaited together."""
+        """One attempt for every item, as explicit producer batches: the records of each topic partition
+        appended to batches (``create_batch``) and each batch submitted whole (``send_batch``), so the
+        producer's per-record path and its futures are skipped; then every batch's ack awaited. A
+        record fails as its batch does."""
         try:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
                 producer = await self._ready_producer()
-                broken = await self._broken_topics(producer, {_topic(item[0]) for item in items})
+                partitions = await self._partitions(producer, {_topic(item[0]) for item in items})
         except (KafkaError, OSError, TimeoutError) as exc:
             return [classify_kafka_error(exc, attempt) for _, attempt, _ in items]
-        pending = [self._submit(producer, item, broken) for item in items]
-        placed = [p for p in pending if isinstance(p, asyncio.Future)]
-        await self._wait(placed)
-        await self._wait([p.result() for p in placed if p.done() and not p.cancelled() and p.exception() is None])
-        return [_settle(p, item[1]) for p, item in zip(pending, items, strict=True)]
+        results: list[DeliveryResult | None] = [None] * len(items)
+        batches: dict[tuple[str, int], list[_Batch]] = {}
+        limit = self.settings.max_request_size
+        for i, (schedule, attempt, fired_at) in enumerate(items):
+            topic = _topic(schedule)
+            known = partitions[topic]
+            if isinstance(known, BaseException):
+                results[i] = classify_kafka_error(known, attempt)
+                continue
+            record = signed_record(schedule, attempt, fired_at)
+            size = len(record.key) + len(record.value) + sum(len(k) + len(v) for k, v in record.headers)
+            if size > limit:
+                too_large = MessageSizeTooLargeError(f"the record is {size} bytes, above max_request_size {limit}")
+                results[i] = classify_kafka_error(too_large, attempt)
+                continue
+            queue = batches.setdefault((topic, known[zlib.crc32(record.key) % len(known)]), [])
+            if not queue or not queue[-1].add(i, record):
+                queue.append(_Batch(producer.create_batch()))
+                queue[-1].add(i, record)
+        sent = [(key, batch) for key, queue in batches.items() for batch in queue]
+        try:
+            async with asyncio.timeout(self.settings.attempt_timeout_s):
+                await asyncio.gather(*(self._send_queue(producer, key, queue) for key, queue in batches.items()))
+                await asyncio.wait([b.ack for _, b in sent if b.ack is not None] or [_done()])
+        except TimeoutError:
+            pass  # batches not acked by now are timeouts, below
+        for _, batch in sent:
+            outcome = batch.outcome()
+            if isinstance(outcome, PRODUCER_STATE_ERRORS):
+                await self._replace_producer(producer, outcome)
+            for i in batch.indexes:
+                attempt = items[i][1]
+                results[i] = (
+                    DeliveryResult.delivered(attempt) if outcome is None else classify_kafka_error(outcome, attempt)
+                )
+        done = [r for r in results if r is not None]
+        assert len(done) == len(items)
+        return done
 
     @staticmethod
-    async def _broken_topics(producer: Any, topics: set[str]) -> dict[str, BaseException]:
-        """Topics whose metadata cannot be had, with the error; the others are ready to send to."""
+    async def _send_queue(producer: Any, key: tuple[str, int], queue: list[_Batch]) -> None:
+        """Submit one partition's batches in order (each waits until the one before it is drained)."""
+        topic, partition = key
+        for batch in queue:
+            try:
+                batch.ack = await producer.send_batch(batch.builder, topic, partition=partition)
+            except Exception as exc:  # the batch's records fail with it; the next ones may still go
+                batch.error = exc
+
+    @staticmethod
+    async def _partitions(producer: Any, topics: set[str]) -> dict[str, list[int] | BaseException]:
+        """Each topic's partitions in order (as ``key_partitioner`` picks among them), or the error that
+        keeps its metadata from being had."""
         names = sorted(topics)
         outcomes = await asyncio.gather(*(producer.partitions_for(t) for t in names), return_exceptions=True)
-        return {t: o for t, o in zip(names, outcomes, strict=True) if isinstance(o, BaseException)}
-
-    def _submit(self, producer: Any, item: Item, broken: dict[str, BaseException]) -> Placed | DeliveryResult:
-        schedule, attempt, fired_at = item
-        topic = _topic(schedule)
-        if topic in broken:
-            return classify_kafka_error(broken[topic], attempt)
-        return self._outbox.submit(producer, topic, signed_record(schedule, attempt, fired_at))
-
-    async def _wait(self, futures: list[Any]) -> None:
-        if futures:
-            await asyncio.wait(futures, timeout=self.settings.attempt_timeout_s)
+        return {t: o if isinstance(o, BaseException) else sorted(o) for t, o in zip(names, outcomes, strict=True)}
 
     async def _ready_producer(self) -> Any:
         if self._producer is not None:
@@ -357,22 +393,35 @@ class KafkaDispatcher:
         return producer
 
 
-def _settle(pending: Placed | DeliveryResult, attempt: int) -> DeliveryResult:
-    """The outcome of a ``deliver_many`` item once its waits are over; unfinished waits are timeouts."""
-    if isinstance(pending, DeliveryResult):
-        return pending
-    outcome = _finished(pending)
-    if isinstance(outcome, BaseException):
-        return classify_kafka_error(outcome, attempt)
-    ack = _finished(outcome)
-    return classify_kafka_error(ack, attempt) if isinstance(ack, BaseException) else DeliveryResult.delivered(attempt)
+class _Batch:
+    """One producer batch of a ``deliver_many`` pass: which items it carries, then its ack or error."""
+
+    __slots__ = ("ack", "builder", "error", "indexes")
+
+    def __init__(self, builder: Any) -> None:
+        self.builder = builder
+        self.indexes: list[int] = []
+        self.ack: asyncio.Future[Any] | None = None
+        self.error: BaseException | None = None
+
+    def add(self, index: int, record: KafkaRecord) -> bool:
+        """Append the record; False when the batch is full (an empty batch takes any record)."""
+        if self.builder.append(key=record.key, value=record.value, timestamp=None, headers=record.headers) is None:
+            return False
+        self.indexes.append(index)
+        return True
+
+    def outcome(self) -> BaseException | None:
+        """None once acked; else the error (not submitted, refused, or not acked in time: a timeout)."""
+        if self.error is not None:
+            return self.error
+        ack = self.ack
+        if ack is None or not ack.done() or ack.cancelled():
+            return TimeoutError()
+        return ack.exception()
 
 
-def _finished(future: asyncio.Future[Any]) -> Any:
-    """The future's result, or its error; one not done (stops our wait only) or cancelled is a timeout."""
-    if not future.done():
-        future.cancel()
-        return TimeoutError()
-    if future.cancelled():
-        return TimeoutError()
-    return future.exception() or future.result()
+def _done() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future

@@ -24,6 +24,7 @@ from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
 from tickd.schema.model import (
     Client,
     HttpCallback,
+    KafkaCallback,
     Location,
     Options,
     Repeat,
@@ -36,6 +37,9 @@ from tickd.service.confirm import confirmed
 
 T = TypeVar("T")
 _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
+# Half the schedules call back over Kafka (by their id, so no random draw changes): a node fires those of
+# a pass as one group (``DeliveryPipeline._deliver_group``), the others each on its own.
+_KAFKA = KafkaCallback(topic="sim-callbacks")
 _GUARD_S = 2.0
 
 
@@ -114,7 +118,8 @@ class Api:
             fire_at, seq = timing.truncate_ms(at + timedelta(seconds=delay_s)), 0
         poller_id = timing.poller_id_for(sid, client.poller_count)
         location = Location(poller_id, recurring.due_at(sid, fire_at, options, at))
-        schedule = Schedule(client_id, sid, location, fire_at, b'{"n":1}', _CALLBACK, at, options=options, seq=seq)
+        callback = _KAFKA if sid.int % 2 else _CALLBACK
+        schedule = Schedule(client_id, sid, location, fire_at, b'{"n":1}', callback, at, options=options, seq=seq)
         await self.confirmed(at, [location.due_at], None, lambda: self.store.create_schedules([schedule], at))
         return schedule
 

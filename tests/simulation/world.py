@@ -162,6 +162,10 @@ class Subscriber:
             world.on_received(schedule)
         return result
 
+    async def deliver_many(self, schedules: Sequence[Schedule], fired_at: datetime) -> list[DeliveryResult]:
+        """A pass's group of fires (``CallbackRouter.deliver_many``): each answered as ``deliver`` would."""
+        return list(await asyncio.gather(*(self.deliver(s, s.attempts + 1, fired_at) for s in schedules)))
+
     def _epoch(self, instance: InstanceKey) -> int:
         running = self.node.running.get(instance) if self.node is not None else None
         return running.claim.epoch if running is not None else -1
