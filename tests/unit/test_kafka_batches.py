@@ -1,0 +1,162 @@
+"""KafkaDispatcher.deliver_many sends a pass's records as explicit producer batches: per topic partition
+(the partition ``deliver`` would pick), a new batch when one is full, and each record's result is its
+batch's. Against a producer that records what it is given, with aiokafka's own batch builder."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import zlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiokafka.errors import KafkaConnectionError, NotLeaderForPartitionError, UnknownTopicOrPartitionError
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.kafka import KafkaDispatcher, KafkaSettings, key_partitioner
+from tickd.poller.delivery import FIRE_ID_HEADER
+from tickd.schema.model import KafkaCallback, Location, Schedule
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def schedule(topic: str, payload: bytes = b'{"n":1}') -> Schedule:
+    due = NOW + timedelta(seconds=1)
+    return Schedule("c1", uuid.uuid4(), Location(0, due), due, payload, KafkaCallback(topic), NOW)
+
+
+class Producer:
+    """Records the batches it is given; ``fail`` makes a partition's batches fail with that error,
+    ``hang`` leaves their acks pending."""
+
+    def __init__(self, partitions: dict[str, set[int]], batch_size: int = 16 * 1024) -> None:
+        self.partitions = partitions
+        self.batch_size = batch_size
+        self.sent: list[tuple[str, int, list[bytes]]] = []
+        self.fail: dict[tuple[str, int], BaseException] = {}
+        self.hang: set[tuple[str, int]] = set()
+        self.singles = 0
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        if topic not in self.partitions:
+            raise UnknownTopicOrPartitionError()
+        return self.partitions[topic]
+
+    def create_batch(self) -> Any:
+        return Recording(self.batch_size)
+
+    async def send_batch(self, batch: Recording, topic: str, *, partition: int) -> asyncio.Future[None]:
+        batch.close()
+        self.sent.append((topic, partition, batch.fire_ids))
+        ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if (topic, partition) in self.fail:
+            ack.set_exception(self.fail[(topic, partition)])
+        elif (topic, partition) not in self.hang:
+            ack.set_result(None)
+        return ack
+
+    async def send(self, topic: str, *, value: bytes, key: bytes, headers: Any) -> asyncio.Future[None]:
+        self.singles += 1
+        ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ack.set_result(None)
+        return ack
+
+    async def stop(self) -> None:
+        return None
+
+
+class Recording(BatchBuilder):
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(batch_size, 0)
+        self.fire_ids: list[bytes] = []
+
+    def append(self, *, timestamp: Any, key: Any, value: Any, headers: Any = ()) -> Any:
+        metadata = super().append(timestamp=timestamp, key=key, value=value, headers=headers)
+        if metadata is not None:
+            self.fire_ids.append(next(v for k, v in headers if k == FIRE_ID_HEADER))
+        return metadata
+
+
+def dispatcher(producer: Producer, budget_s: float = 0.0, **settings: Any) -> KafkaDispatcher:
+    kafka = KafkaDispatcher(
+        KafkaSettings(bootstrap="127.0.0.1:1", attempt_timeout_s=0.2, outage_budget_s=budget_s, **settings),
+        RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.01, inline_budget_s=0.0),
+    )
+    kafka._producer = producer
+    return kafka
+
+
+async def test_records_go_in_batches_per_partition_as_deliver_would_place_them() -> None:
+    producer = Producer({"orders": {0, 1, 2}, "refunds": {0}})
+    fires = [schedule("orders") for _ in range(30)] + [schedule("refunds") for _ in range(5)]
+    results = await dispatcher(producer).deliver_many([(s, 1, NOW) for s in fires])
+
+    assert all(r.ok and r.attempts == 1 for r in results)
+    assert producer.singles == 0
+    placed = {fire_id: (topic, partition) for topic, partition, ids in producer.sent for fire_id in ids}
+    assert sorted(placed) == sorted(s.fire_id.encode() for s in fires)  # each record once
+    for s in fires:
+        partitions = sorted(producer.partitions[s.callback.topic])  # type: ignore[union-attr]
+        key = str(s.public_id).encode()
+        assert placed[s.fire_id.encode()][1] == key_partitioner(key, partitions, partitions)
+        assert placed[s.fire_id.encode()][1] == partitions[zlib.crc32(key) % len(partitions)]
+    # One batch per partition here: the records fit.
+    assert len(producer.sent) == len({(t, p) for t, p, _ in producer.sent})
+
+
+async def test_a_full_batch_is_followed_by_another_for_the_same_partition() -> None:
+    producer = Producer({"orders": {0}}, batch_size=2048)
+    fires = [schedule("orders", b'{"pad":"' + b"x" * 300 + b'"}') for _ in range(40)]
+    results = await dispatcher(producer).deliver_many([(s, 2, NOW) for s in fires])
+    assert all(r.ok and r.attempts == 2 for r in results)
+    assert len(producer.sent) > 3
+    assert [fire_id for _, _, ids in producer.sent for fire_id in ids] == [s.fire_id.encode() for s in fires]
+
+
+async def test_a_failed_batch_fails_its_records_only_and_they_are_retried_one_by_one() -> None:
+    producer = Producer({"orders": {0, 1}})
+    producer.fail[("orders", 1)] = NotLeaderForPartitionError()
+    fires = [schedule("orders") for _ in range(20)]
+    results = await dispatcher(producer, budget_s=5.0).deliver_many([(s, 1, NOW) for s in fires])
+    on_one = {fire_id for topic, partition, ids in producer.sent if partition == 1 for fire_id in ids}
+    assert on_one and len(on_one) < len(fires)
+    # The failed batch's records were retried singly (the retry loop), and went out that way.
+    assert producer.singles == len(on_one)
+    assert all(r.ok for r in results)
+    assert all(r.attempts == (2 if s.fire_id.encode() in on_one else 1) for s, r in zip(fires, results, strict=True))
+
+
+async def test_an_unknown_topic_fails_its_records_and_not_the_others() -> None:
+    producer = Producer({"orders": {0}})
+    fires = [schedule("orders"), schedule("missing"), schedule("orders")]
+    kafka = dispatcher(producer)
+    kafka._retrier.policy = RetryPolicy(max_attempts=1, base_s=0.01, cap_s=0.01, inline_budget_s=0.0)
+    results = await kafka.deliver_many([(s, 1, NOW) for s in fires])
+    assert results[0].ok and results[2].ok
+    assert not results[1].ok and results[1].retriable and "UnknownTopicOrPartition" in (results[1].error or "")
+
+
+async def test_a_record_above_the_request_limit_fails_for_good_without_a_batch() -> None:
+    producer = Producer({"orders": {0}})
+    fires = [schedule("orders", b'"' + b"x" * 3000 + b'"'), schedule("orders")]
+    results = await dispatcher(producer, max_request_size=2048).deliver_many([(s, 1, NOW) for s in fires])
+    assert not results[0].ok and not results[0].retriable and "max_request_size" in (results[0].error or "")
+    assert results[1].ok
+    assert [ids for _, _, ids in producer.sent] == [[fires[1].fire_id.encode()]]
+
+
+async def test_an_ack_that_never_comes_is_a_timeout_that_may_have_been_received() -> None:
+    producer = Producer({"orders": {0}})
+    producer.hang.add(("orders", 0))
+    kafka = dispatcher(producer)
+    first = await kafka._first_pass([(schedule("orders"), 1, NOW)])
+    assert not first[0].ok and first[0].retriable and first[0].maybe_received and first[0].error == "timeout"
+
+
+async def test_no_producer_fails_every_record_retriably() -> None:
+    kafka = KafkaDispatcher(KafkaSettings(bootstrap="127.0.0.1:1", attempt_timeout_s=0.2), RetryPolicy())
+    kafka._closed = True  # no producer can be had
+    first = await kafka._first_pass([(schedule("orders"), 1, NOW), (schedule("orders"), 4, NOW)])
+    assert [(r.ok, r.retriable, r.attempts) for r in first] == [(False, True, 1), (False, True, 4)]
+    assert all(KafkaConnectionError.__name__ in (r.error or "") for r in first)
