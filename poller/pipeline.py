@@ -132,14 +132,22 @@ class DeliveryPipeline:
                 await self._room.wait()
                 self._room.clear()
             group: list[tuple[Schedule, OpenMinute]] = []
-            for row in await self._plan.take_due(limit - self._inflight):
-                await self._node_slots.acquire()
-                self._inflight += 1
-                state = self._plan.start_fire(row)
-                if self._groupable(row):
-                    group.append((row, state))
-                else:
-                    self._spawn(self._deliver(row, state))
+            try:
+                for row in await self._plan.take_due(limit - self._inflight):
+                    await self._node_slots.acquire()
+                    self._inflight += 1
+                    state = self._plan.start_fire(row)
+                    if self._groupable(row):
+                        group.append((row, state))
+                    else:
+                        self._spawn(self._deliver(row, state))
+            except BaseException:
+                # Cancelled while waiting for a node slot: the group never goes out. Its slots go back
+                # (the node's are shared) and its minutes are poisoned: the next owner fires those rows.
+                self._release(len(group))
+                for _, state in group:
+                    self._plan.end_fire(state, settled=False)
+                raise
             if group:
                 self._spawn(self._deliver_group(group))
 
@@ -227,9 +235,12 @@ class DeliveryPipeline:
                 await self._settle(rows[i], results[i], fired_at)
                 settled[i] = True
 
-            async with asyncio.TaskGroup() as tg:
-                for i in failed:
-                    tg.create_task(settle(i))
+            # Each failure settles on its own (a retry row, a dead letter); one that raises leaves only
+            # its own fire unsettled, and the first such error stops the instance (see _deliver).
+            errors = await asyncio.gather(*(settle(i) for i in failed), return_exceptions=True)
+            first_error = next((e for e in errors if isinstance(e, BaseException)), None)
+            if first_error is not None:
+                raise first_error
         if self._stats is not None:
             for row, result, late in zip(rows, results, lateness, strict=True):
                 outcome = stats.DELIVERED if result.ok else stats.RETRIED if result.retriable else stats.FAILED
