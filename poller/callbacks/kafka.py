@@ -49,7 +49,7 @@ from opentelemetry.trace import SpanKind
 from tickd.poller import signing
 from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
-from tickd.poller.callbacks.outbox import Outbox
+from tickd.poller.callbacks.outbox import Outbox, observe_ack
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, KafkaRecord, kafka_record
 from tickd.schema import tracing
@@ -335,6 +335,8 @@ class KafkaDispatcher:
         except TimeoutError:
             pass  # batches not acked by now are timeouts, below
         for _, batch in sent:
+            if batch.ack is not None and not batch.ack.done():
+                batch.ack.add_done_callback(observe_ack)  # acked or failed after our wait: nobody reads it
             outcome = batch.outcome()
             if isinstance(outcome, PRODUCER_STATE_ERRORS):
                 await self._replace_producer(producer, outcome)

@@ -71,11 +71,12 @@ async def _place(producer: Any, topic: str, record: KafkaRecord, placed: Placed)
             placed.set_exception(exc)
         return
     if placed.done():
-        ack.add_done_callback(_observe)  # sent after all (at least once); nobody reads the outcome
+        ack.add_done_callback(observe_ack)  # sent after all (at least once); nobody reads the outcome
     else:
         placed.set_result(ack)
 
 
-def _observe(ack: asyncio.Future[Any]) -> None:
+def observe_ack(ack: asyncio.Future[Any]) -> None:
+    """Marks a late ack's error as read (a delivery stopped waiting for it), so asyncio does not log it."""
     if not ack.cancelled():
         ack.exception()

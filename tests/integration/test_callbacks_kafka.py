@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
 from tickd.poller.callbacks.backoff import RetryPolicy
@@ -106,6 +107,40 @@ async def test_deliver_many(dispatcher: KafkaDispatcher, kafka_settings: KafkaSe
     check_records(records, sent)
     payload = msgspec.json.decode(records[0].value)["payload"]
     assert set(payload) == {"n"}
+
+
+async def test_batches_keep_each_schedule_on_one_partition_in_order(
+    dispatcher: KafkaDispatcher, kafka_settings: KafkaSettings, topic: str
+) -> None:
+    """On a topic of three partitions, fires sent by ``deliver_many`` (explicit batches per partition)
+    and by ``deliver`` (the producer's partitioner) land each schedule's records on one partition, in
+    the order they were sent: a consumer per partition sees a schedule's fires in fire order."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_settings.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
+    finally:
+        await admin.close()
+    first = schedules(topic, 60)
+    # Three fires of each schedule: two in batches, one single, each a later fire time.
+    second = [dataclasses.replace(s, fire_at=s.fire_at + timedelta(seconds=1)) for s in first]
+    third = [dataclasses.replace(s, fire_at=s.fire_at + timedelta(seconds=2)) for s in first]
+    fired_at = datetime.now(UTC)
+    assert all(r.ok for r in await dispatcher.deliver_many([(s, 1, fired_at) for s in first]))
+    assert all(r.ok for r in await dispatcher.deliver_many([(s, 1, fired_at) for s in second]))
+    assert all(r.ok for r in await asyncio.gather(*(dispatcher.deliver(s, 1, fired_at) for s in third)))
+
+    records = await consume(kafka_settings, topic, 180)
+    assert len(records) == 180
+    partitions: dict[bytes, set[int]] = {}
+    fires: dict[bytes, list[str]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        partitions.setdefault(record.key, set()).add(record.partition)
+        fires.setdefault(record.key, []).append(msgspec.json.decode(record.value)["fire_id"])
+    assert all(len(p) == 1 for p in partitions.values())
+    assert len({p for ps in partitions.values() for p in ps}) == 3  # the keys spread over every partition
+    for s, s2, s3 in zip(first, second, third, strict=True):
+        assert fires[str(s.schedule_id).encode()] == [s.fire_id, s2.fire_id, s3.fire_id]
 
 
 async def test_unreachable_broker_is_retriable_within_budget(topic: str) -> None:
