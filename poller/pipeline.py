@@ -101,22 +101,41 @@ class DeliveryPipeline:
         self._rng = rng
         self._lease = lease
         self._log = log
-        self._deliveries: set[asyncio.Task[None]] = set()
+        self._deliveries: set[asyncio.Task[None]] = set()  # groups, and fires that wait on a throttle
+        # The instance's workers and their queue: every other fire goes through them, one after another
+        # per worker, not in a task of its own. As many as a client may have requests out per node.
+        self._queue: asyncio.Queue[tuple[Schedule, OpenMinute]] = asyncio.Queue()
+        self._workers: set[asyncio.Task[None]] = set()
+        self._worker_limit = settings.http.per_client_limit
+        self._waiting_workers = 0  # workers waiting for a row
+        self._idle = asyncio.Event()  # set when no fire is in flight
 
     # -- in flight ------------------------------------------------------------------------------------
 
     @property
     def in_flight(self) -> bool:
-        return bool(self._deliveries)
+        return self._inflight > 0
 
     async def wait(self, timeout_s: float) -> None:
         """Until the fires in flight have ended, or ``timeout_s`` passes."""
-        await asyncio.wait(self._deliveries, timeout=timeout_s)
+        if self._inflight == 0:
+            return
+        self._idle.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            pass
 
     def abandon(self) -> None:
-        """Cancel the fires still in flight: their minutes are poisoned, the next owner fires them."""
-        for task in list(self._deliveries):
+        """Cancel the fires still in flight, and drop those queued for a worker: their minutes are
+        poisoned, the next owner fires them."""
+        for task in [*self._deliveries, *self._workers]:
             task.cancel()
+        while not self._queue.empty():
+            _, state = self._queue.get_nowait()
+            self._release(1)
+            self._plan.end_fire(state, settled=False)
 
     # -- firing ---------------------------------------------------------------------------------------
 
@@ -139,8 +158,10 @@ class DeliveryPipeline:
                     state = self._plan.start_fire(row)
                     if self._groupable(row):
                         group.append((row, state))
-                    else:
+                    elif self._waits(row):
                         self._spawn(self._deliver(row, state))
+                    else:
+                        self._enqueue(row, state)
             except BaseException:
                 # Cancelled while waiting for a node slot: the group never goes out. Its slots go back
                 # (the node's are shared) and its minutes are poisoned: the next owner fires those rows.
@@ -160,6 +181,35 @@ class DeliveryPipeline:
             return False
         return not self._plan.delivered_before(row.event_id or row.fire_id)
 
+    @staticmethod
+    def _waits(row: Schedule) -> bool:
+        """Whether a fire may wait long before it goes out (a throttled event waits for a token; a batch
+        trigger writes its events): those get a task each, so they never hold a worker."""
+        options = row.options
+        return options is not None and (options.batch or options.throttle is not None)
+
+    def _enqueue(self, row: Schedule, state: OpenMinute) -> None:
+        self._queue.put_nowait((row, state))
+        if self._queue.qsize() > self._waiting_workers and len(self._workers) < self._worker_limit:
+            worker = asyncio.create_task(self._work())
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    async def _work(self) -> None:
+        """One worker: fires queued rows one after another until cancelled (``abandon``). A fire that
+        raises stops the instance (as a task of its own would, see ``_delivery_done``); the worker goes
+        on with the next, which the instance's stop will poison or abandon."""
+        while True:
+            self._waiting_workers += 1
+            try:
+                row, state = await self._queue.get()
+            finally:
+                self._waiting_workers -= 1
+            try:
+                await self._deliver(row, state)
+            except Exception as exc:
+                self._plan.fire_crashed(exc)
+
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._deliveries.add(task)
@@ -170,6 +220,8 @@ class DeliveryPipeline:
             self._node_slots.release()
         self._inflight -= count
         self._room.set()
+        if self._inflight == 0:
+            self._idle.set()
 
     def _delivery_done(self, task: asyncio.Task[None]) -> None:
         """A delivery that raised stops the instance loudly (the checkpointer re-raises it): its minute is

@@ -327,14 +327,20 @@ class KafkaDispatcher:
             if not queue or not queue[-1].add(i, record):
                 queue.append(_Batch(producer.create_batch()))
                 queue[-1].add(i, record)
-        sent = [(key, batch) for key, queue in batches.items() for batch in queue]
+        sent = [batch for queue in batches.values() for batch in queue]
         try:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
-                await asyncio.gather(*(self._send_queue(producer, key, queue) for key, queue in batches.items()))
-                await asyncio.wait([b.ack for _, b in sent if b.ack is not None] or [_done()])
+                # One partition after another: a submit returns at once unless the partition's batch before
+                # it is not drained yet (then it waits for that, bounded by the same timeout).
+                for (topic, partition), queue in batches.items():
+                    for batch in queue:
+                        await batch.submit(producer, topic, partition)
+                acks = [b.ack for b in sent if b.ack is not None and not b.ack.done()]
+                if acks:
+                    await asyncio.wait(acks)
         except TimeoutError:
             pass  # batches not acked by now are timeouts, below
-        for _, batch in sent:
+        for batch in sent:
             if batch.ack is not None and not batch.ack.done():
                 batch.ack.add_done_callback(observe_ack)  # acked or failed after our wait: nobody reads it
             outcome = batch.outcome()
@@ -350,22 +356,16 @@ class KafkaDispatcher:
         return done
 
     @staticmethod
-    async def _send_queue(producer: Any, key: tuple[str, int], queue: list[_Batch]) -> None:
-        """Submit one partition's batches in order (each waits until the one before it is drained)."""
-        topic, partition = key
-        for batch in queue:
-            try:
-                batch.ack = await producer.send_batch(batch.builder, topic, partition=partition)
-            except Exception as exc:  # the batch's records fail with it; the next ones may still go
-                batch.error = exc
-
-    @staticmethod
     async def _partitions(producer: Any, topics: set[str]) -> dict[str, list[int] | BaseException]:
         """Each topic's partitions in order (as ``key_partitioner`` picks among them), or the error that
-        keeps its metadata from being had."""
-        names = sorted(topics)
-        outcomes = await asyncio.gather(*(producer.partitions_for(t) for t in names), return_exceptions=True)
-        return {t: o if isinstance(o, BaseException) else sorted(o) for t, o in zip(names, outcomes, strict=True)}
+        keeps its metadata from being had. Known metadata answers at once; one topic at a time."""
+        found: dict[str, list[int] | BaseException] = {}
+        for topic in sorted(topics):
+            try:
+                found[topic] = sorted(await producer.partitions_for(topic))
+            except (KafkaError, OSError) as exc:
+                found[topic] = exc
+        return found
 
     async def _ready_producer(self) -> Any:
         if self._producer is not None:
@@ -413,6 +413,12 @@ class _Batch:
         self.indexes.append(index)
         return True
 
+    async def submit(self, producer: Any, topic: str, partition: int) -> None:
+        try:
+            self.ack = await producer.send_batch(self.builder, topic, partition=partition)
+        except (KafkaError, OSError) as exc:  # the batch's records fail with it; the next ones may still go
+            self.error = exc
+
     def outcome(self) -> BaseException | None:
         """None once acked; else the error (not submitted, refused, or not acked in time: a timeout)."""
         if self.error is not None:
@@ -421,9 +427,3 @@ class _Batch:
         if ack is None or not ack.done() or ack.cancelled():
             return TimeoutError()
         return ack.exception()
-
-
-def _done() -> asyncio.Future[None]:
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    future.set_result(None)
-    return future
