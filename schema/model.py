@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -56,7 +57,11 @@ def encode_callback(callback: Callback) -> str:
     return _encoder.encode(callback).decode()
 
 
+@functools.lru_cache(maxsize=4096)
 def decode_callback(raw: str | bytes) -> Callback:
+    """A stored callback, decoded once per distinct text: the rows of a minute mostly share a few
+    callbacks, and every row read would otherwise hold a copy (callbacks are frozen; nothing mutates
+    their headers)."""
     return _callback_decoder.decode(raw)
 
 
