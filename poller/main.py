@@ -20,7 +20,7 @@ from tickd.poller.metrics import Metrics, status_app
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.poller.signer import SigningKeys, SigningStamp, Stamps
-from tickd.schema import logs, tracing
+from tickd.schema import eventloop, logs, tracing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import ConfigError, StoreUnavailable
 from tickd.schema.store import Store
@@ -84,12 +84,13 @@ def main() -> int:
     logs.configure()
     try:
         settings = PollerSettings.from_env()
+        factory = eventloop.loop_factory()
         tracing.setup("tickd-poller")
     except ConfigError as exc:
         print(f"tickd-poller: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(run(settings))
+        eventloop.run(run(settings), factory)
     except ConfigError as exc:  # credentials or certificates refused at start (settings.py checked the rest)
         log.error("node_failed", error=exc.message, variable=exc.field)
         return 2

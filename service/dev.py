@@ -32,7 +32,8 @@ from tickd.poller.main import stamped_router
 from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
-from tickd.schema import logs
+from tickd.schema import eventloop, logs
+from tickd.schema.errors import ConfigError
 from tickd.schema.memory import MemoryStore
 from tickd.schema.model import Client, Schedule
 from tickd.schema.settings import StoreSettings
@@ -177,7 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse(argv)
     logs.configure()
     try:
-        asyncio.run(_main(options))
+        eventloop.run(_main(options), eventloop.loop_factory())
+    except ConfigError as exc:
+        print(f"tickd-dev: {exc.message}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"tickd-dev: {exc}", file=sys.stderr)
         return 1

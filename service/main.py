@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from tickd.schema import logs, tracing
+from tickd.schema import eventloop, logs, tracing
 from tickd.schema.errors import ConfigError, StoreUnavailable
 from tickd.schema.settings import StoreSettings
 from tickd.service.app import create_app
@@ -21,6 +21,7 @@ def main() -> None:
     try:
         settings = ApiSettings.from_env()
         store_settings = StoreSettings.from_env()
+        factory = eventloop.loop_factory()
         tracing.setup("tickd-api")
     except ConfigError as exc:
         log.error("config_invalid", error=exc.message, variable=exc.field)
@@ -37,6 +38,7 @@ def main() -> None:
             access_log=None,  # metrics and structlog events instead of a line per request
             shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
             print=None,
+            loop=factory(),
         )
     except ConfigError as exc:  # Cassandra refused the credentials or certificates at start
         log.error("api_failed", error=exc.message, variable=exc.field)
