@@ -47,6 +47,7 @@ from tickd.schema.model import (
     Client,
     DeadLetter,
     EventOf,
+    HttpCallback,
     KafkaCallback,
     Location,
     Options,
@@ -101,9 +102,10 @@ class DeliveryPipeline:
         self._rng = rng
         self._lease = lease
         self._log = log
-        self._deliveries: set[asyncio.Task[None]] = set()  # groups, and fires that wait on a throttle
-        # The instance's workers and their queue: every other fire goes through them, one after another
-        # per worker, not in a task of its own. As many as a client may have requests out per node.
+        self._deliveries: set[asyncio.Task[None]] = set()  # groups, and fires with a task of their own
+        # The instance's HTTP workers and their queue: its HTTP fires go through them, one after another
+        # per worker, not in a task each. As many as a client may have requests out per node, so a slow
+        # endpoint holds back only this client's HTTP fires.
         self._queue: asyncio.Queue[tuple[Schedule, OpenMinute]] = asyncio.Queue()
         self._workers: set[asyncio.Task[None]] = set()
         self._worker_limit = settings.http.per_client_limit
@@ -142,9 +144,11 @@ class DeliveryPipeline:
     async def run(self) -> None:
         """Fire the rows as they come due, until cancelled (fires in flight go on: see ``abandon``).
 
-        Each pass takes every row due by now (up to the instance's free slots): the plain ones (a Kafka
-        callback, no chain, expansion or throttle first) go out together as one group, the others each
-        in a task of its own."""
+        Each pass takes every row due by now (up to the instance's free slots): the plain Kafka ones (no
+        chain, expansion or throttle first) go out together as one group, HTTP ones that never wait long
+        go to the instance's workers, and the rest (throttled events, batch triggers, Kafka fires with a
+        chain first) each get a task of its own: a broker outage, retried in place for up to its budget,
+        or a throttle's wait, then holds nothing else back."""
         limit = self._s.instance_max_inflight
         while True:
             while self._inflight >= limit:
@@ -158,10 +162,10 @@ class DeliveryPipeline:
                     state = self._plan.start_fire(row)
                     if self._groupable(row):
                         group.append((row, state))
-                    elif self._waits(row):
-                        self._spawn(self._deliver(row, state))
-                    else:
+                    elif isinstance(row.callback, HttpCallback) and not self._waits(row):
                         self._enqueue(row, state)
+                    else:
+                        self._spawn(self._deliver(row, state))
             except BaseException:
                 # Cancelled while waiting for a node slot: the group never goes out. Its slots go back
                 # (the node's are shared) and its minutes are poisoned: the next owner fires those rows.
