@@ -18,7 +18,6 @@ a Kafka ack of the event must give back (see ``poller.acks``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from tickd.schema import aio
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import HttpCallback, KafkaCallback, Schedule
 
@@ -255,7 +255,7 @@ class CallbackRouter:
             for (i, _), result in zip(batched, sent, strict=True):
                 results[i] = result
         if single:
-            sent = await asyncio.gather(*(self.route(s).deliver(s, s.attempts + 1, fired_at) for _, s in single))
+            sent = await aio.gather(*(self.route(s).deliver(s, s.attempts + 1, fired_at) for _, s in single))
             for (i, _), result in zip(single, sent, strict=True):
                 results[i] = result
         done = [r for r in results if r is not None]
