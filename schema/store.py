@@ -6,7 +6,7 @@ code that is not about storage may pass a fake that satisfies this protocol.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import date, datetime
 from typing import Protocol
 from uuid import UUID
@@ -130,7 +130,7 @@ class ScheduleStore(Protocol):
 
     def read_minute_stamps(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
-    ) -> AsyncIterator[list[RowStamp]]:
+    ) -> AsyncGenerator[list[RowStamp], None]:
         """The same rows as ``read_minute``, each as its ``RowStamp`` only: what a poller's re-reads of an
         open minute compare with what it holds, at a fraction of the cost of whole rows."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import UTC, date, datetime
 from uuid import UUID
 
@@ -375,7 +375,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
 
     async def read_minute_stamps(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
-    ) -> AsyncIterator[list[RowStamp]]:
+    ) -> AsyncGenerator[list[RowStamp], None]:
         start = from_due if from_due is not None else minute
         values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
         async for rows in self._db.pages("read_minute_stamps", values):

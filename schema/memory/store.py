@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
@@ -435,12 +435,12 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
 
     def read_minute_stamps(
         self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
-    ) -> AsyncIterator[list[RowStamp]]:
+    ) -> AsyncGenerator[list[RowStamp], None]:
         return self._read_minute_stamps(instance, minute, norm(from_due if from_due is not None else minute))
 
     async def _read_minute_stamps(
         self, instance: InstanceKey, minute: datetime, start: datetime
-    ) -> AsyncIterator[list[RowStamp]]:
+    ) -> AsyncGenerator[list[RowStamp], None]:
         key = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute}
 
         def select() -> list[tuple[Any, Values]]:
