@@ -2,7 +2,8 @@
 
 ``deliver`` enqueues a record and awaits its ack; concurrent deliveries share the producer's batches
 (``linger_ms``), so throughput comes from concurrency, not from sending one record at a time.
-``deliver_many`` enqueues a whole list and then awaits every ack.
+``deliver_many`` (a fire pass's records) queues them with the node's batch sender, which packs every
+pass's records into explicit producer batches per topic partition, and awaits their acks.
 
 A broker outage (connection refused, timeouts, leader elections) is retried in memory within the
 policy's inline budget and then handed back retriable, however many attempts it took: an outage is
@@ -48,8 +49,9 @@ from opentelemetry.trace import SpanKind
 
 from tickd.poller import signing
 from tickd.poller.callbacks.backoff import RetryPolicy
+from tickd.poller.callbacks.batches import BatchSender, Pass
 from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
-from tickd.poller.callbacks.outbox import Outbox, observe_ack
+from tickd.poller.callbacks.outbox import Outbox
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, KafkaRecord, kafka_record
 from tickd.schema import tracing
@@ -210,6 +212,7 @@ class KafkaDispatcher:
         self._producer: Any = None
         self._lock = asyncio.Lock()
         self._outbox = Outbox()
+        self._batches = BatchSender()
         self._closed = False
         self._start_failed_at = -float("inf")
         self._start_error: BaseException | None = None
@@ -226,6 +229,7 @@ class KafkaDispatcher:
         """Flush what is queued and close; safe to call twice."""
         self._closed = True
         await self._outbox.close()
+        await self._batches.close()
         async with self._lock:
             producer, self._producer = self._producer, None
         if producer is not None:
@@ -298,10 +302,9 @@ class KafkaDispatcher:
         task.add_done_callback(self._stopping.discard)
 
     async def _first_pass(self, items: Sequence[Item]) -> list[DeliveryResult]:
-        """One attempt for every item, as explicit producer batches: the records of each topic partition
-        appended to batches (``create_batch``) and each batch submitted whole (``send_batch``), so the
-        producer's per-record path and its futures are skipped; then every batch's ack awaited. A
-        record fails as its batch does."""
+        """One attempt for every item: each record queued for its topic partition with the node's batch
+        sender (``poller.callbacks.batches``), which packs the records of every pass into explicit
+        producer batches; then the pass waits for its records' acks. A record fails as its batch does."""
         try:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
                 producer = await self._ready_producer()
@@ -309,7 +312,7 @@ class KafkaDispatcher:
         except (KafkaError, OSError, TimeoutError) as exc:
             return [classify_kafka_error(exc, attempt) for _, attempt, _ in items]
         results: list[DeliveryResult | None] = [None] * len(items)
-        batches: dict[tuple[str, int], list[_Batch]] = {}
+        owner = Pass(len(items))
         limit = self.settings.max_request_size
         for i, (schedule, attempt, fired_at) in enumerate(items):
             topic = _topic(schedule)
@@ -323,34 +326,24 @@ class KafkaDispatcher:
                 too_large = MessageSizeTooLargeError(f"the record is {size} bytes, above max_request_size {limit}")
                 results[i] = classify_kafka_error(too_large, attempt)
                 continue
-            queue = batches.setdefault((topic, known[zlib.crc32(record.key) % len(known)]), [])
-            if not queue or not queue[-1].add(i, record):
-                queue.append(_Batch(producer.create_batch()))
-                queue[-1].add(i, record)
-        sent = [batch for queue in batches.values() for batch in queue]
-        try:
-            async with asyncio.timeout(self.settings.attempt_timeout_s):
-                # One partition after another: a submit returns at once unless the partition's batch before
-                # it is not drained yet (then it waits for that, bounded by the same timeout).
-                for (topic, partition), queue in batches.items():
-                    for batch in queue:
-                        await batch.submit(producer, topic, partition)
-                acks = [b.ack for b in sent if b.ack is not None and not b.ack.done()]
-                if acks:
-                    await asyncio.wait(acks)
-        except TimeoutError:
-            pass  # batches not acked by now are timeouts, below
-        for batch in sent:
-            if batch.ack is not None and not batch.ack.done():
-                batch.ack.add_done_callback(observe_ack)  # acked or failed after our wait: nobody reads it
-            outcome = batch.outcome()
+            self._batches.queue(producer, topic, known[zlib.crc32(record.key) % len(known)], owner, i, record)
+        if owner.open:
+            try:
+                async with asyncio.timeout(self.settings.attempt_timeout_s):
+                    await asyncio.shield(owner.done)
+            except TimeoutError:
+                pass  # records without an ack by now are timeouts, below
+            owner.abandoned = True
+        for i, result in enumerate(results):
+            if result is not None:
+                continue
+            outcome = owner.outcome(i)
             if isinstance(outcome, PRODUCER_STATE_ERRORS):
                 await self._replace_producer(producer, outcome)
-            for i in batch.indexes:
-                attempt = items[i][1]
-                results[i] = (
-                    DeliveryResult.delivered(attempt) if outcome is None else classify_kafka_error(outcome, attempt)
-                )
+            attempt = items[i][1]
+            results[i] = (
+                DeliveryResult.delivered(attempt) if outcome is None else classify_kafka_error(outcome, attempt)
+            )
         done = [r for r in results if r is not None]
         assert len(done) == len(items)
         return done
@@ -393,37 +386,3 @@ class KafkaDispatcher:
             compression=producer_config(self.settings)["compression_type"],
         )
         return producer
-
-
-class _Batch:
-    """One producer batch of a ``deliver_many`` pass: which items it carries, then its ack or error."""
-
-    __slots__ = ("ack", "builder", "error", "indexes")
-
-    def __init__(self, builder: Any) -> None:
-        self.builder = builder
-        self.indexes: list[int] = []
-        self.ack: asyncio.Future[Any] | None = None
-        self.error: BaseException | None = None
-
-    def add(self, index: int, record: KafkaRecord) -> bool:
-        """Append the record; False when the batch is full (an empty batch takes any record)."""
-        if self.builder.append(key=record.key, value=record.value, timestamp=None, headers=record.headers) is None:
-            return False
-        self.indexes.append(index)
-        return True
-
-    async def submit(self, producer: Any, topic: str, partition: int) -> None:
-        try:
-            self.ack = await producer.send_batch(self.builder, topic, partition=partition)
-        except (KafkaError, OSError) as exc:  # the batch's records fail with it; the next ones may still go
-            self.error = exc
-
-    def outcome(self) -> BaseException | None:
-        """None once acked; else the error (not submitted, refused, or not acked in time: a timeout)."""
-        if self.error is not None:
-            return self.error
-        ack = self.ack
-        if ack is None or not ack.done() or ack.cancelled():
-            return TimeoutError()
-        return ack.exception()

@@ -5,6 +5,7 @@ batch's. Against a producer that records what it is given, with aiokafka's own b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 import zlib
 from datetime import UTC, datetime, timedelta
@@ -160,3 +161,91 @@ async def test_no_producer_fails_every_record_retriably() -> None:
     first = await kafka._first_pass([(schedule("orders"), 1, NOW), (schedule("orders"), 4, NOW)])
     assert [(r.ok, r.retriable, r.attempts) for r in first] == [(False, True, 1), (False, True, 4)]
     assert all(KafkaConnectionError.__name__ in (r.error or "") for r in first)
+
+
+class Draining(Producer):
+    """Like ``Producer``, but a partition's submit waits while its batch before is undrained (as aiokafka's
+    accumulator does): here until the test lets the first batch drain."""
+
+    def __init__(self, partitions: dict[str, set[int]]) -> None:
+        super().__init__(partitions)
+        self.drained = asyncio.Event()
+        self.submits = 0
+
+    async def send_batch(self, batch: Recording, topic: str, *, partition: int) -> asyncio.Future[None]:
+        self.submits += 1
+        if self.submits > 1:
+            await self.drained.wait()
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_passes_of_many_instances_share_the_nodes_batches() -> None:
+    """Passes that queue in the same loop turn (instances firing side by side) go out as one batch per
+    partition, not one per pass: what keeps requests full when each pass holds a few records."""
+    producer = Producer({"orders": {0, 1}})
+    kafka = dispatcher(producer)
+    passes = [[schedule("orders") for _ in range(3)] for _ in range(8)]
+    answers = await asyncio.gather(*(kafka.deliver_many([(s, 1, NOW) for s in fires]) for fires in passes))
+    assert all(r.ok for results in answers for r in results)
+    assert len(producer.sent) == 2  # 24 records, two partitions
+    assert sorted(i for _, _, ids in producer.sent for i in ids) == sorted(
+        s.fire_id.encode() for fires in passes for s in fires
+    )
+
+
+async def test_records_queued_while_a_partition_drains_go_in_the_next_batch_in_order() -> None:
+    producer = Draining({"orders": {0}})
+    kafka = dispatcher(producer)
+    kafka.settings = dataclasses.replace(kafka.settings, attempt_timeout_s=5.0)
+    first = asyncio.create_task(kafka.deliver_many([(schedule("orders"), 1, NOW)]))
+    second_fires = [schedule("orders") for _ in range(2)]
+    later_fires = [[schedule("orders") for _ in range(3)] for _ in range(4)]
+    await asyncio.sleep(0.01)  # the first batch is out; the second pass's batch waits for it to drain
+    second = asyncio.create_task(kafka.deliver_many([(s, 1, NOW) for s in second_fires]))
+    await asyncio.sleep(0.01)
+    later = [asyncio.create_task(kafka.deliver_many([(s, 1, NOW) for s in fires])) for fires in later_fires]
+    await asyncio.sleep(0.01)
+    producer.drained.set()
+    results = [await first, await second] + [await t for t in later]
+    assert all(r.ok for rs in results for r in rs)
+    # The four later passes were queued while the second batch waited: they leave as one batch after it.
+    assert [len(ids) for _, _, ids in producer.sent] == [1, 2, 12]
+    assert producer.sent[2][2] == [s.fire_id.encode() for fires in later_fires for s in fires]
+
+
+async def test_a_pass_that_stops_waiting_leaves_its_unsent_records_behind() -> None:
+    producer = Draining({"orders": {0}})
+    kafka = dispatcher(producer)  # attempt timeout 0.2 s
+    first = asyncio.create_task(kafka.deliver_many([(schedule("orders"), 1, NOW)]))
+    await asyncio.sleep(0.01)
+    stuck = [schedule("orders") for _ in range(2)]
+    second = await kafka._first_pass([(s, 1, NOW) for s in stuck])  # its batch waits to drain: times out
+    assert [(r.ok, r.error, r.maybe_received) for r in second] == [(False, "timeout", True)] * 2
+    behind = [schedule("orders") for _ in range(2)]
+    third = asyncio.create_task(kafka._first_pass([(s, 1, NOW) for s in behind]))
+    await asyncio.sleep(0.3)  # the third pass times out too, before its records were packed
+    producer.drained.set()
+    await first
+    assert not any(r.ok for r in await third)
+    await asyncio.sleep(0.01)
+    sent = [i for _, _, ids in producer.sent for i in ids]
+    # The second pass's batch was submitted before it stopped waiting (it may still arrive); the third's
+    # records were never packed into a batch: abandoned, they are not sent (its retry sends them).
+    assert {s.fire_id.encode() for s in stuck} <= set(sent)
+    assert not {s.fire_id.encode() for s in behind} & set(sent)
+
+
+async def test_closing_fails_what_is_still_queued() -> None:
+    producer = Draining({"orders": {0}})
+    kafka = dispatcher(producer)
+    kafka.settings = dataclasses.replace(kafka.settings, attempt_timeout_s=5.0)
+    first = asyncio.create_task(kafka._first_pass([(schedule("orders"), 1, NOW)]))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(kafka._first_pass([(schedule("orders"), 1, NOW)]))
+    third = asyncio.create_task(kafka._first_pass([(schedule("orders"), 1, NOW)]))
+    await asyncio.sleep(0.01)
+    await kafka._batches.close()
+    assert (await first)[0].ok
+    for task in (second, third):
+        (result,) = await task
+        assert not result.ok and result.retriable
