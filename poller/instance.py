@@ -115,6 +115,15 @@ class PollerInstance:
         """The first minute not checkpointed yet, if one is loaded."""
         return min(self._plan.open, default=None)
 
+    def describe(self, now: datetime) -> dict[str, object]:
+        """The instance's state for the node's /status: its plan, fires in flight, outcomes unwritten."""
+        return {
+            "epoch": self.claim.epoch,
+            **self._plan.describe(now),
+            "in_flight": self._pipeline.inflight_count,
+            "outcomes_waiting": self._outcomes.waiting,
+        }
+
     def _current_client(self) -> Client:
         return self.client
 

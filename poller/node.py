@@ -99,11 +99,15 @@ class Node:
         )
 
     def status(self) -> dict[str, object]:
+        now = self._now()
         return {
             "node_id": self.node_id,
             "fenced": self._fenced,
             "live_nodes": sorted(self._live),
             "instances": {str(k): r.instance.claim.epoch for k, r in sorted(self._running.items())},
+            # Per instance: rows waiting, the first due time, the gates (lease, changes read), fires in
+            # flight and outcomes unwritten: what a stalled instance waits on.
+            "detail": {str(k): r.instance.describe(now) for k, r in sorted(self._running.items())},
         }
 
     @property

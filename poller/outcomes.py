@@ -66,6 +66,11 @@ class OutcomeWriter:
         self._queued.set()
         await asyncio.shield(done)
 
+    @property
+    def waiting(self) -> int:
+        """Outcomes queued and not written yet."""
+        return len(self._waiting)
+
     async def run(self) -> None:
         """Flush ``flush_s`` after the first outcome queued since the last flush (the others queued
         meanwhile go in the same batches), until cancelled; idle, it does not wake up."""

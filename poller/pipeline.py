@@ -118,6 +118,11 @@ class DeliveryPipeline:
     def in_flight(self) -> bool:
         return self._inflight > 0
 
+    @property
+    def inflight_count(self) -> int:
+        """Fires taken off the plan and not ended yet (delivering, or waiting for their outcome write)."""
+        return self._inflight
+
     async def wait(self, timeout_s: float) -> None:
         """Until the fires in flight have ended, or ``timeout_s`` passes."""
         if self._inflight == 0:

@@ -182,6 +182,21 @@ class FiringPlan:
         """Until a minute may have moved (opened, closed, a fire ended), or ``timeout_s`` passes."""
         await _wait(self._changed, timeout_s)
 
+    def describe(self, now: datetime) -> dict[str, object]:
+        """What the plan holds and what gates it (for the node's /status): rows waiting, the first due
+        time, whether the lease holds, and how far back changes are known to be read."""
+        first = self._heap[0][0] if self._heap else None
+        return {
+            "pending": len(self._pending),
+            "first_due_in_s": None if first is None else round((first - now).total_seconds(), 3),
+            "lease": self._lease(),
+            "changes_seen_age_s": None
+            if self._seen_until is None
+            else round((now - self._seen_until).total_seconds(), 3),
+            "marks_unread": self._unread_poll is not None,
+            "open_minutes": [m.isoformat() for m in sorted(self.open)],
+        }
+
     # -- fires delivered --------------------------------------------------------------------------------
 
     def note_delivered(self, key: str) -> None:

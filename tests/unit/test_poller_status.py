@@ -42,3 +42,30 @@ def test_reread_timings_must_cover_the_hot_write_deadline() -> None:
         {"TICKD_HOT_WRITE_DEADLINE_S": "5", "TICKD_MARK_SETTLE_S": "6", "TICKD_REREAD_LAG_S": "6"}
     )
     assert settings.store.hot_write_deadline_s == 5.0
+
+
+async def test_a_plans_description_names_what_holds_its_rows_back() -> None:
+    """/status's per-instance detail: rows waiting, how soon the first is due, and the two gates (the
+    lease, changes read) that keep a due row from firing."""
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from tickd.poller.plan import FiringPlan
+    from tickd.schema.model import HttpCallback, Location, Schedule
+
+    now = datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC)
+    lease = {"held": False}
+    plan = FiringPlan(0, lambda: now, lambda: lease["held"], see_ahead_s=1.0, recheck_s=0.5)
+    minute = now.replace(second=0)
+    plan.open_minute(minute, now, 1.0)
+    for due_s in (-2.0, 5.0):
+        due = now + timedelta(seconds=due_s)
+        plan.consider(Schedule("c1", uuid.uuid4(), Location(0, due), due, b"{}", HttpCallback("http://x/"), now))
+    described = plan.describe(now)
+    assert described["pending"] == 2 and described["first_due_in_s"] == -2.0
+    assert described["lease"] is False and described["changes_seen_age_s"] is None
+    assert described["open_minutes"] == [minute.isoformat()]
+    lease["held"] = True
+    plan.marks_polled(now - timedelta(seconds=3))
+    described = plan.describe(now)
+    assert described["lease"] is True and described["changes_seen_age_s"] == 3.0
