@@ -91,6 +91,7 @@ clean: infra-down
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline $(if $(PROFILE),--profile) $(ARGS)
 
-# 100,000 fires due in one minute across a client's pollers, to Kafka and to HTTP (bounded; stops itself).
+# Ramps the offered Kafka and HTTP fire rates until p99 lateness crosses 1 s, then 100,000 Kafka fires due in
+# one minute on a fresh node (peak RSS), and the raw aiokafka ceiling (bounded; stops itself; ARGS=--help).
 bench-fire: install infra-up
-	$(BIN)/python -m bench.fire
+	$(BIN)/python -m bench.fire $(ARGS)
