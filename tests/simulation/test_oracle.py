@@ -66,3 +66,22 @@ def test_a_doubtful_fire_is_judged_by_when_it_fired_and_its_events_by_when_it_ex
     assert "expanded at t=58.00" in _late_maybe_verdicts(expanded_at=58.0, delivered_at=66.0, event=True)[0]
     assert "delivered at t=66.00" in _late_maybe_verdicts(expanded_at=None, delivered_at=66.0, event=False)[0]
     assert _late_maybe_verdicts(expanded_at=None, delivered_at=54.0, event=False) == []  # within the grace
+
+
+def _cancel_verdicts(delivered_at: float) -> list[str]:
+    """A fire in retry cancelled (acknowledged at t=50); an attempt of it delivered at ``delivered_at``
+    whose outcome its node never recorded (it crashed)."""
+    sid = uuid.uuid4()
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    promise = Promise("c0", sid, now)
+    promise.cancelled_at, promise.cancelled_t = now + timedelta(seconds=30), 50.0
+    oracle = Oracle(guard_s=2.0)
+    oracle.promises[sid] = promise
+    instance = InstanceKey("c0", 0)
+    oracle.deliveries.append(Delivery(delivered_at, "n0#1", instance, 1, promise.fire_id, None, sid, 3, True))
+    return oracle.violations()
+
+
+def test_a_cancel_forbids_deliveries_after_it_not_before_seed_65464() -> None:
+    assert _cancel_verdicts(40.0) == []
+    assert any("delivered after a cancel" in v for v in _cancel_verdicts(60.0))

@@ -62,6 +62,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (40244, True, "the workload: a reschedule placed its row by a poller count cached before a lost-answer resize"),
     (54851, True, "the oracle: a doubtful version's events, expanded before a later change, may go out after it"),
     (56448, True, "a cancel racing a failed gathered write was swallowed; the instance, and SIGTERM, never ended"),
+    (65464, True, "the oracle: an attempt delivered by a node that crashed before recording it, then a cancel"),
 ]
 
 

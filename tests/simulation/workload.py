@@ -284,8 +284,8 @@ class Workload:
         except StoreUnavailable:
             promise.unsure(promise.fire_id)
             return
-        promise.cancelled_at = at
-        promise.settled(asyncio.get_running_loop().time())
+        promise.cancelled_at, promise.cancelled_t = at, asyncio.get_running_loop().time()
+        promise.settled(promise.cancelled_t)
 
     async def _reschedule(self) -> None:
         promise = self._pick()
