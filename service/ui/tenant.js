@@ -109,20 +109,26 @@ export async function schedules(root) {
   let next = null;
   let shown = [];
   let exact = false; // shown is one schedule found by id or business key: not filtered again
+  let latest = 0; // the newest load; an answer to an older one (e.g. the first list, slower than a search) is dropped
 
   async function load(more, note = null) {
     mount(message, note);
-    exact = false;
-    if (UUID.test(filters.search)) return lookup(filters.search);
-    if (filters.search && !more && (await byKey(filters.search))) return;
+    const mine = ++latest;
+    const current = () => mine === latest;
+    if (UUID.test(filters.search)) return lookup(filters.search, current);
+    if (filters.search && !more && (await byKey(filters.search, current))) return;
+    if (!current()) return;
     const params = new URLSearchParams({ from: filters.from.toISOString(), to: filters.to.toISOString(), limit: String(PAGE) });
     if (filters.status) params.set("status", filters.status);
     try {
       const page = await pages(`/v1/schedules?${params}`, "schedules", more ? next : null, PAGE);
+      if (!current()) return;
       next = page.next;
       shown = more ? shown.concat(page.items) : page.items;
+      exact = false;
       render();
     } catch (err) {
+      if (!current()) return;
       mount(results);
       mount(message, notice(err.message));
     }
@@ -130,31 +136,38 @@ export async function schedules(root) {
 
   // A business key's schedule (PUT /v1/schedules/by-key/{key}); false when the text names none, and the
   // list below is searched by id prefix instead.
-  async function byKey(key) {
+  async function byKey(key, current) {
+    let found;
     try {
-      shown = [await api("GET", `/v1/schedules/by-key/${encodeURIComponent(key)}`)];
+      found = await api("GET", `/v1/schedules/by-key/${encodeURIComponent(key)}`);
     } catch (err) {
       if (err instanceof ApiError && (err.status === 404 || err.status === 400)) return false;
-      mount(results);
-      mount(message, notice(err.message));
+      if (current()) {
+        mount(results);
+        mount(message, notice(err.message));
+      }
       return true;
     }
-    next = null;
-    exact = true;
-    render();
+    if (current()) showOne(found);
     return true;
   }
 
-  async function lookup(id) {
+  async function lookup(id, current) {
     try {
-      shown = [await api("GET", `/v1/schedules/${id}`)];
-      next = null;
-      exact = true;
-      render();
+      const found = await api("GET", `/v1/schedules/${id}`);
+      if (current()) showOne(found);
     } catch (err) {
+      if (!current()) return;
       mount(results);
       mount(message, notice(err instanceof ApiError && err.status === 404 ? `No schedule ${id}.` : err.message));
     }
+  }
+
+  function showOne(schedule) {
+    shown = [schedule];
+    next = null;
+    exact = true;
+    render();
   }
 
   function render() {

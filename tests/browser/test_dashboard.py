@@ -3,11 +3,12 @@ Each test leaves a full-page screenshot in its tmp_path."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from pathlib import Path
 
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, Route, expect
 
 from tests.browser.conftest import (
     LAPTOP,
@@ -81,6 +82,39 @@ async def test_tenant_finds_a_schedule_by_its_business_key(
     await page.fill("#f-search", other["schedule_id"][:8])
     await page.click("form.filters button[type=submit]")
     await expect(page.locator(f"tr[data-id='{other['schedule_id']}']")).to_have_count(1)
+
+
+async def test_a_slow_first_list_does_not_overwrite_a_search(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    """The list the page loads on sign-in answers after the search the user typed meanwhile: the search's
+    one row stays (the stale list of every schedule used to replace it)."""
+    cart = await dev.call("PUT", "/v1/schedules/by-key/cart-slow", dev.api_key, http_schedule(subscriber, delay_s=5400))
+    for _ in range(3):
+        await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, delay_s=5400))
+    page = await open_page(LAPTOP)
+    held: asyncio.Queue[Route] = asyncio.Queue()
+
+    async def hold_first_list(route: Route) -> None:
+        if not holding:
+            holding.append(route)
+            await held.put(route)
+        else:
+            await route.continue_()
+
+    holding: list[Route] = []
+    await page.route(re.compile(r".*/v1/schedules\?.*"), hold_first_list)
+    await sign_in(page, dev.api_key)
+    first_list = await asyncio.wait_for(held.get(), 10)
+
+    await page.fill("#f-search", "cart-slow")
+    await page.click("form.filters button[type=submit]")
+    await expect(page.locator(f"tr[data-id='{cart['schedule_id']}']")).to_have_count(1)
+    async with page.expect_response(re.compile(r".*/v1/schedules\?.*")):
+        await first_list.continue_()
+    await page.evaluate("new Promise((done) => setTimeout(done, 300))")  # the page has handled the answer
+    assert await page.locator("table tbody tr").count() == 1
+    await _shot(page, tmp_path, "laptop-search-after-slow-list")
 
 
 async def test_tenant_watches_a_schedule_fire_on_its_timeline(
