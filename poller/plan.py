@@ -26,6 +26,18 @@ RowKey = tuple[datetime, UUID]
 _DELIVERED_KEPT = 100_000
 
 
+@dataclass(eq=False, slots=True)
+class SliceRead:
+    """A read of an open minute's rows due in ``[start, until)`` (None: to its end), begun at ``began``
+    (node clock)."""
+
+    minute: datetime
+    start: datetime
+    until: datetime | None
+    began: datetime
+    done: bool = False
+
+
 @dataclass
 class OpenMinute:
     """What an instance knows about one loaded minute."""
@@ -38,8 +50,12 @@ class OpenMinute:
     # A fire of this minute ended without its outcome stored (crashed, or abandoned at a drain deadline):
     # the minute must never be checkpointed by this owner, so the next one fires it again.
     poisoned: bool = False
-    # Reads of this minute started and not finished (the first load, re-reads after hot marks).
+    # Reads of this minute started and not finished (its stream of slices, re-reads after hot marks).
     reads: int = 0
+    # Rows due before this are loaded (the minute is streamed in due-time slices); None: all of them.
+    horizon: datetime | None = None
+    # The slice being read, if one is: rows up to its end (None: the rest of the minute) are taken.
+    loading: SliceRead | None = None
     last_touch: datetime | None = None
     first_touch: datetime | None = None
     hot_until: datetime | None = None
@@ -65,14 +81,50 @@ class FiringPlan:
         self._unread_poll: datetime | None = None  # a poll that brought new marks, not re-read yet
         self._marks_new = False
         self._see_ahead = timedelta(seconds=see_ahead_s)
+        # Slice reads under way or not yet covered by a re-read pass (re-reads stop at a minute's horizon).
+        self._unsure: list[SliceRead] = []
         # Fires (fire ids, events: event ids) this owner delivered, newest last, at most _DELIVERED_KEPT.
         self._delivered: dict[str, None] = {}
 
     # -- minutes --------------------------------------------------------------------------------------
 
-    def open_minute(self, minute: datetime, now: datetime, settle_s: float) -> None:
-        # A write racing this read shows up as a mark touched just before now: keep re-reading briefly.
-        self.open[minute] = OpenMinute(minute, first_touch=now, hot_until=now + timedelta(seconds=settle_s))
+    def open_minute(self, minute: datetime, now: datetime, settle_s: float) -> OpenMinute:
+        """Open ``minute`` with nothing of it loaded yet (its slices come through ``slice_reading``). A
+        write racing its first read shows up as a mark touched just before now, maybe polled before the
+        minute was open: keep re-reading (what is loaded) briefly."""
+        state = self.open[minute] = OpenMinute(
+            minute, horizon=minute, first_touch=now, hot_until=now + timedelta(seconds=settle_s)
+        )
+        return state
+
+    def slice_reading(self, state: OpenMinute, until: datetime | None, began: datetime) -> SliceRead:
+        """A read of ``state``'s rows due from its horizon to ``until`` (a slice; None: the rest) begins at
+        ``began``. A change acknowledged after that may be missing from what it loads, and until a
+        re-read pass covers the slice, no poll after ``began`` vouches for those rows: they fire by
+        ``began`` (``_changes_seen``)."""
+        assert state.horizon is not None and state.loading is None
+        read = state.loading = SliceRead(state.minute, state.horizon, until, began)
+        self._unsure.append(read)
+        return read
+
+    def slice_read(self, read: SliceRead) -> None:
+        """The slice read is over: its minute is loaded up to its end. A write that raced it may be
+        missing: the next re-read pass re-reads the slice once (``reread_pass_begins``), and its rows
+        fire once that pass is done."""
+        state = self.open[read.minute]
+        state.horizon, state.loading = read.until, None
+        read.done = True
+        self._wake.set()
+
+    def reread_pass_begins(self) -> list[SliceRead]:
+        """The slice reads a re-read pass beginning now covers (those over): it re-reads each slice."""
+        return [read for read in self._unsure if read.done]
+
+    def reread_pass_done(self, covered: list[SliceRead]) -> None:
+        for read in covered:
+            self._unsure.remove(read)
+        if covered:
+            self._wake.set()
 
     def close_minute(self, minute: datetime) -> OpenMinute:
         state = self.open.pop(minute)
@@ -89,7 +141,7 @@ class FiringPlan:
             return
         state = self.open.get(row.location.minute)
         key = (row.location.due_at, row.schedule_id)
-        if state is None or key in state.fired:
+        if state is None or key in state.fired or not _taken(state, key[0]):
             return
         known = self._pending.get(key)
         if row.status is not Status.SCHEDULED:
@@ -104,6 +156,12 @@ class FiringPlan:
             self._wake.set()
         if known is None or row.version >= known.version:
             self._pending[key] = row
+
+    def pending_through(self, minute: datetime) -> int:
+        """Rows of ``minute`` and of the open minutes before it waiting to fire. A minute's stream waits
+        for room by this count, not by all rows: rows of a later minute fire only once the earlier ones
+        are loaded, so counting them could stall both for good."""
+        return sum(state.pending for m, state in self.open.items() if m <= minute)
 
     def changed(self, minute: datetime, stamp: RowStamp) -> bool:
         """Whether a re-read row of ``minute``, seen by its stamp only, would change the plan if read
@@ -195,6 +253,11 @@ class FiringPlan:
             else round((now - self._seen_until).total_seconds(), 3),
             "marks_unread": self._unread_poll is not None,
             "open_minutes": [m.isoformat() for m in sorted(self.open)],
+            # Per open minute, how far its rows are read (due time; None: all of them).
+            "loaded_until": {
+                m.isoformat(): None if s.horizon is None else s.horizon.isoformat()
+                for m, s in sorted(self.open.items())
+            },
         }
 
     # -- fires delivered --------------------------------------------------------------------------------
@@ -243,7 +306,23 @@ class FiringPlan:
     def _changes_seen(self, due: datetime) -> bool:
         """Whether a cancel or change acknowledged in time (the API's guard) for a row due at ``due``
         would be in the plan by now; if the marks could not be read lately, the row waits."""
-        return self._seen_until is not None and self._seen_until + self._see_ahead >= due
+        for state in self.open.values():
+            if state.horizon is not None and due >= state.horizon:
+                return False  # not loaded yet: a row a fire put here waits for its slice to be read
+        seen = self._seen_until
+        for read in self._unsure:
+            if due >= read.start and seen is not None and read.began < seen:
+                seen = read.began
+        return seen is not None and seen + self._see_ahead >= due
+
+
+def _taken(state: OpenMinute, due: datetime) -> bool:
+    """Whether a row due at ``due`` belongs in the plan yet: loaded, or in the slice being read. A row
+    further on (a retry or an occurrence this owner stored) is left to the slice read that reaches it:
+    it begins after the row was stored, so it finds it."""
+    if state.horizon is None or due < state.horizon:
+        return True
+    return state.loading is not None and (state.loading.until is None or due < state.loading.until)
 
 
 async def _wait(event: asyncio.Event, timeout_s: float | None) -> None:

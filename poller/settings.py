@@ -43,6 +43,13 @@ class PollerSettings:
     claim_verify_s: float = 5.0
     # A minute's partition is read this long before the minute starts.
     preload_s: float = 5.0
+    # A minute is read in slices of this many seconds of due times, each ``preload_s`` before it is due.
+    # Small slices spread the reads: bench-fire at 3,000 Kafka fires/s, p99 lateness 0.36 s with 2 s
+    # slices, 0.88-1.02 s with 10 s (every instance read 10 s of rows at once, the loop fell behind).
+    read_slice_s: float = 2.0
+    # Rows an instance holds waiting to fire, at most: the next slice waits for room (bounds memory
+    # when a node catches up on a backlog).
+    plan_max_rows: int = 5000
     # A minute stays open (late writes and hot marks still handled) this long after it ends.
     minute_close_s: float = 10.0
     mark_poll_s: float = 0.5
@@ -87,6 +94,8 @@ class PollerSettings:
             clients_refresh_s=env_float(env, "TICKD_CLIENTS_REFRESH_S", d.clients_refresh_s, low=0.1, high=600),
             claim_verify_s=env_float(env, "TICKD_CLAIM_VERIFY_S", d.claim_verify_s, low=0.5, high=600),
             preload_s=env_float(env, "TICKD_PRELOAD_S", d.preload_s, low=0.5, high=50),
+            read_slice_s=env_float(env, "TICKD_READ_SLICE_S", d.read_slice_s, low=0.5, high=60),
+            plan_max_rows=env_int(env, "TICKD_PLAN_MAX_ROWS", d.plan_max_rows, low=1, high=10_000_000),
             minute_close_s=env_float(env, "TICKD_MINUTE_CLOSE_S", d.minute_close_s, low=1, high=300),
             mark_poll_s=env_float(env, "TICKD_MARK_POLL_S", d.mark_poll_s, low=0.05, high=10),
             mark_settle_s=env_float(env, "TICKD_MARK_SETTLE_S", d.mark_settle_s, low=0, high=60),

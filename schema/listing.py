@@ -87,7 +87,12 @@ class Listing:
     """``list_schedules`` for an adapter that provides ``read_minute`` (mixed in)."""
 
     def read_minute(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncIterator[list[Schedule]]:
         raise NotImplementedError
 

@@ -124,12 +124,23 @@ class ScheduleStore(Protocol):
         """A recurring schedule's fires, newest first, nominal time before ``before``."""
 
     def read_minute(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncIterator[list[Schedule]]:
-        """The rows of one partition in due-time order, a page at a time."""
+        """The rows of one partition in due-time order, a page at a time: those due at or after
+        ``from_due`` and, given ``until_due``, before it (a poller reads a minute in such slices)."""
 
     def read_minute_stamps(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncGenerator[list[RowStamp], None]:
         """The same rows as ``read_minute``, each as its ``RowStamp`` only: what a poller's re-reads of an
         open minute compare with what it holds, at a fraction of the cost of whole rows."""

@@ -365,20 +365,28 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             self._horizons.note(instance, minute)
 
     async def read_minute(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncIterator[list[Schedule]]:
-        start = from_due if from_due is not None else minute
-        values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
-        async for rows in self._db.pages("read_minute", values):
+        query, values = _minute_range("read_minute", instance, minute, from_due, until_due)
+        async for rows in self._db.pages(query, values):
             # A row without fire_at is a fence of a client change that never landed (schema.changes).
             yield [_schedule(row) for row in rows if row.fire_at is not None]
 
     async def read_minute_stamps(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncGenerator[list[RowStamp], None]:
-        start = from_due if from_due is not None else minute
-        values = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute, "from_due": start}
-        async for rows in self._db.pages("read_minute_stamps", values):
+        query, values = _minute_range("read_minute_stamps", instance, minute, from_due, until_due)
+        async for rows in self._db.pages(query, values):
             yield [_stamp(row) for row in rows if row.fire_at is not None]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
@@ -451,6 +459,21 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             async for page in self._db.pages("read_dead_letters", {"client_id": client_id, "day": day})
             for row in page
         ]
+
+
+def _minute_range(
+    query: str, instance: InstanceKey, minute: datetime, from_due: datetime | None, until_due: datetime | None
+) -> tuple[str, dict[str, object]]:
+    """The query (``query``, or its ``_until`` form with an upper bound) and values of a minute read."""
+    values: dict[str, object] = {
+        "client_id": instance.client_id,
+        "poller_id": instance.poller_id,
+        "minute": minute,
+        "from_due": from_due if from_due is not None else minute,
+    }
+    if until_due is None:
+        return query, values
+    return f"{query}_until", {**values, "until_due": until_due}
 
 
 def _stamp(row: Row) -> RowStamp:

@@ -418,36 +418,49 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             self._note_horizon(instance, minute)
 
     def read_minute(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncIterator[list[Schedule]]:
-        return self._read_minute(instance, minute, norm(from_due if from_due is not None else minute))
+        return self._read_minute(instance, minute, *_due_range(minute, from_due, until_due))
 
     async def _read_minute(
-        self, instance: InstanceKey, minute: datetime, start: datetime
+        self, instance: InstanceKey, minute: datetime, start: datetime, until: datetime | None
     ) -> AsyncIterator[list[Schedule]]:
-        key = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute}
-
-        def select() -> list[tuple[Any, Values]]:
-            return [(o, r) for o, r in self.tables.partition(t.SCHEDULES, key) if r["due_at"] >= start]
-
-        async for rows in self._db.pages("read_minute", select):
+        async for rows in self._db.pages("read_minute", self._minute_rows(instance, minute, start, until)):
             yield [to.schedule(r) for r in rows if not to.is_fence(r)]
 
     def read_minute_stamps(
-        self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
     ) -> AsyncGenerator[list[RowStamp], None]:
-        return self._read_minute_stamps(instance, minute, norm(from_due if from_due is not None else minute))
+        return self._read_minute_stamps(instance, minute, *_due_range(minute, from_due, until_due))
 
     async def _read_minute_stamps(
-        self, instance: InstanceKey, minute: datetime, start: datetime
+        self, instance: InstanceKey, minute: datetime, start: datetime, until: datetime | None
     ) -> AsyncGenerator[list[RowStamp], None]:
+        async for rows in self._db.pages("read_minute_stamps", self._minute_rows(instance, minute, start, until)):
+            yield [to.stamp(r) for r in rows if not to.is_fence(r)]
+
+    def _minute_rows(self, instance: InstanceKey, minute: datetime, start: datetime, until: datetime | None) -> Select:
+        """The select of a minute read: the partition's rows due in ``[start, until)``."""
         key = {"client_id": instance.client_id, "poller_id": instance.poller_id, "minute": minute}
 
         def select() -> list[tuple[Any, Values]]:
-            return [(o, r) for o, r in self.tables.partition(t.SCHEDULES, key) if r["due_at"] >= start]
+            return [
+                (o, r)
+                for o, r in self.tables.partition(t.SCHEDULES, key)
+                if r["due_at"] >= start and (until is None or r["due_at"] < until)
+            ]
 
-        async for rows in self._db.pages("read_minute_stamps", select):
-            yield [to.stamp(r) for r in rows if not to.is_fence(r)]
+        return select
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
@@ -825,3 +838,10 @@ def _letter_key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[
 
 def _instance_key(instance: InstanceKey) -> dict[str, Any]:
     return {"client_id": instance.client_id, "poller_id": instance.poller_id}
+
+
+def _due_range(
+    minute: datetime, from_due: datetime | None, until_due: datetime | None
+) -> tuple[datetime, datetime | None]:
+    """A minute read's due-time bounds: from ``from_due`` (the minute's start), before ``until_due``."""
+    return norm(from_due if from_due is not None else minute), None if until_due is None else norm(until_due)

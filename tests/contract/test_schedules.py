@@ -240,6 +240,23 @@ async def test_read_minute_in_due_order_across_pages(env: Env, new_schedule: Fac
     tail = await read_all(store, InstanceKey(client_id, 1), minute, from_due=cut)
     assert tail == [r for r in rows if r.location.due_at >= cut]
 
+    # A slice (a poller streams a minute so) ends before ``until_due``; slices side by side are the minute.
+    end = rows[33].location.due_at
+    assert end > cut
+    middle = await read_all(store, InstanceKey(client_id, 1), minute, from_due=cut, until_due=end)
+    assert middle == [r for r in rows if cut <= r.location.due_at < end]
+    slices = [
+        await read_all(
+            store,
+            InstanceKey(client_id, 1),
+            minute,
+            from_due=minute + timedelta(seconds=s),
+            until_due=minute + timedelta(seconds=s + 10),
+        )
+        for s in range(0, 60, 10)
+    ]
+    assert [r for part in slices for r in part] == rows
+
 
 async def test_minute_stamps_are_the_rows_as_read_whole(env: Env, new_schedule: Factory, client_id: str) -> None:
     """A poller's cheap re-read (``read_minute_stamps``) sees what ``read_minute`` sees, page by page and
@@ -277,6 +294,9 @@ async def test_minute_stamps_are_the_rows_as_read_whole(env: Env, new_schedule: 
     cut = expected[12].due_at
     tail = [s async for page in store.read_minute_stamps(instance, minute, from_due=cut) for s in page]
     assert tail == [s for s in expected if s.due_at >= cut]
+    end = expected[25].due_at
+    part = [s async for page in store.read_minute_stamps(instance, minute, from_due=cut, until_due=end) for s in page]
+    assert part == [s for s in expected if cut <= s.due_at < end] and len(part) >= 10
 
 
 async def test_a_full_last_page_is_followed_by_an_empty_one(env: Env, new_schedule: Factory, client_id: str) -> None:

@@ -200,6 +200,10 @@ class World:
         self.faults.side_rng.seed(f"stats-{config.seed}")
         page_size = self.rng.choice([3, 7, 50, 5000])
         self.store_settings = StoreSettings(keyspace="sim", page_size=page_size)
+        # How nodes stream minutes in: drawn apart from ``rng``, so that earlier seeds keep their runs.
+        knobs = random.Random(f"stream-{config.seed}")
+        self.read_slice_s = knobs.choice([0.5, 3.0, 10.0, 60.0])
+        self.plan_max_rows = knobs.choice([2, 20, 5000])
         self.memory = MemoryStore(self.true_clock, page_size=page_size, faults=self.faults)
         self.store = CheckedStore(self.memory, self)
         self.oracle = Oracle(guard_s=2.0)
@@ -220,6 +224,8 @@ class World:
             shutdown_deadline_s=5.0,
             store=self.store_settings,
             retry=self.retry,
+            read_slice_s=self.read_slice_s,
+            plan_max_rows=self.plan_max_rows,
         )
 
     def start_node(self, name: str) -> NodeHandle:

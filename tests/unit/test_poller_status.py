@@ -57,7 +57,8 @@ async def test_a_plans_description_names_what_holds_its_rows_back() -> None:
     lease = {"held": False}
     plan = FiringPlan(0, lambda: now, lambda: lease["held"], see_ahead_s=1.0, recheck_s=0.5)
     minute = now.replace(second=0)
-    plan.open_minute(minute, now, 1.0)
+    state = plan.open_minute(minute, now, 1.0)
+    plan.slice_read(plan.slice_reading(state, None, now))  # read whole
     for due_s in (-2.0, 5.0):
         due = now + timedelta(seconds=due_s)
         plan.consider(Schedule("c1", uuid.uuid4(), Location(0, due), due, b"{}", HttpCallback("http://x/"), now))

@@ -47,8 +47,11 @@ async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it()
     loader = MinuteLoader(instance, store, plan, settings, clock, log)
     checkpoints = Checkpointer(claim, lambda: client, store, plan, settings, Metrics(), clock, log, loader.sweep)
 
-    plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
+    state = plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
+    read = plan.slice_reading(state, None, clock.now)
     assert await loader.read(MINUTE, None) == 0
+    plan.slice_read(read)  # the minute read whole, as one slice
+    plan.reread_pass_done(plan.reread_pass_begins())  # and a re-read pass after it (the loader's loop)
     # The late row: written straight into the partition, as a held-up batch lands (no mark is polled).
     due = MINUTE + timedelta(seconds=30)
     row = Schedule("c0", uuid.uuid4(), Location(0, due), due, b"{}", HttpCallback(url="https://x.test/"), clock.now)
