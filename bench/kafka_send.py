@@ -7,11 +7,12 @@ Sends 20,000 records of 1 KiB to a fresh topic per mode and prints msgs/s (media
 - send + gather:  enqueue every record with send(), then await all the ack futures.
 - explicit batch: fill create_batch() builders and submit them per partition with send_batch().
 - deliver x N:    KafkaDispatcher.deliver once per record, all concurrent (how the engine fires), with
-                  body encoding, headers, timeouts and the outbox.
+                  body encoding, headers, timeouts and the node's batch sender.
 - deliver_many:   KafkaDispatcher.deliver_many with the same records.
 
 Not in the table: 20,000 concurrent send_and_wait tasks on the raw producer fail with
-KafkaTimeoutError (every sender parked on a full batch wakes at each drain); see poller/callbacks/outbox.py.
+KafkaTimeoutError (every sender parked on a full batch wakes at each drain); poller/callbacks/batches.py
+sends explicit batches from one task instead.
 
 Usage: python bench/kafka_send.py [--bootstrap 127.0.0.1:9092] [--count 20000] [--runs 3]
 """

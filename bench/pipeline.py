@@ -4,7 +4,7 @@
 fired by one real ``Node`` on the simulation's virtual-time event loop (no waiting: a minute passes as
 fast as its callbacks run, so what is measured is CPU, not sleep). Deliveries go through the real
 ``CallbackRouter`` (signed with the client's secret, as a node's are) and, for Kafka, the real
-``KafkaDispatcher`` (retrier, outbox, signing) with a stand-in producer that acknowledges each record at
+``KafkaDispatcher`` (retrier, batch sender, signing) with a stand-in producer that acknowledges each record at
 once; for HTTP, a stand-in dispatcher that builds each request's body and headers as the real one does
 and answers 200.
 

@@ -77,11 +77,10 @@ class BatchSender:
 
     def queue(self, producer: Any, topic: str, partition: int, owner: Pass, index: int, record: KafkaRecord) -> None:
         """Queue one record of ``owner`` for the partition; its outcome lands in ``owner``."""
+        owner.open += 1
         if self._closed:
-            owner.open += 1
             owner.settle(index, KafkaConnectionError("callback dispatcher closed"))
             return
-        owner.open += 1
         self._queued.setdefault((producer, topic, partition), []).append((owner, index, record))
         self._wake.set()
         if self._task is None:
@@ -124,17 +123,22 @@ class BatchSender:
             record = entry[2]
             if batch is None:
                 batch = producer.create_batch()
-            if batch.append(key=record.key, value=record.value, timestamp=None, headers=record.headers) is None:
+            if not _append(batch, record):
                 if members:
                     await _submit(producer, topic, partition, batch, members)
                 batch, members = producer.create_batch(), []
-                if batch.append(key=record.key, value=record.value, timestamp=None, headers=record.headers) is None:
+                if not _append(batch, record):
                     entry[0].settle(entry[1], MessageSizeTooLargeError("the record does not fit in a batch"))
                     batch = None
                     continue
             members.append(entry)
         if batch is not None and members:
             await _submit(producer, topic, partition, batch, members)
+
+
+def _append(batch: Any, record: KafkaRecord) -> bool:
+    """Append to a producer batch builder; False when it is full (an empty one takes any record)."""
+    return batch.append(key=record.key, value=record.value, timestamp=None, headers=record.headers) is not None
 
 
 async def _submit(producer: Any, topic: str, partition: int, batch: Any, members: list[_Entry]) -> None:

@@ -51,7 +51,6 @@ from tickd.poller import signing
 from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.batches import BatchSender, Pass
 from tickd.poller.callbacks.kafka_security import KafkaSecurity, client_config
-from tickd.poller.callbacks.outbox import Outbox
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, KafkaRecord, kafka_record
 from tickd.schema import tracing
@@ -211,7 +210,6 @@ class KafkaDispatcher:
         self._retrier = Retrier(settings.retry_policy(policy), give_up=False, rng=rng)
         self._producer: Any = None
         self._lock = asyncio.Lock()
-        self._outbox = Outbox()
         self._batches = BatchSender()
         self._closed = False
         self._start_failed_at = -float("inf")
@@ -228,7 +226,6 @@ class KafkaDispatcher:
     async def close(self) -> None:
         """Flush what is queued and close; safe to call twice."""
         self._closed = True
-        await self._outbox.close()
         await self._batches.close()
         async with self._lock:
             producer, self._producer = self._producer, None
@@ -261,33 +258,24 @@ class KafkaDispatcher:
 
     async def _retry(self, item: Item, first: DeliveryResult | None, started: float | None) -> DeliveryResult:
         schedule, attempt, fired_at = item
-        topic = _topic(schedule)
 
         async def attempt_once(n: int) -> DeliveryResult:
-            return await self._attempt(schedule, topic, n, fired_at)
+            return await self._attempt(schedule, n, fired_at)
 
         log = fire_logger(schedule, "kafka")
         with tracing.deliver_span(schedule):
             return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
 
-    async def _attempt(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:
+    async def _attempt(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
         with tracing.span("callback.kafka", SpanKind.PRODUCER):
-            return await self._produce(schedule, topic, attempt, fired_at)
+            return await self._produce(schedule, attempt, fired_at)
 
-    async def _produce(self, schedule: Schedule, topic: str, attempt: int, fired_at: datetime) -> DeliveryResult:
-        producer: Any = None
-        try:
-            async with asyncio.timeout(self.settings.attempt_timeout_s):
-                producer = await self._ready_producer()
-                await producer.partitions_for(topic)  # wait for metadata here, not in the shared outbox
-                ack = await self._outbox.submit(producer, topic, _traced(signed_record(schedule, attempt, fired_at)))
-                await ack
-        except PRODUCER_STATE_ERRORS as exc:
-            await self._replace_producer(producer, exc)
-            return classify_kafka_error(exc, attempt)
-        except (KafkaError, OSError, TimeoutError) as exc:
-            return classify_kafka_error(exc, attempt)
-        return DeliveryResult.delivered(attempt)
+    async def _produce(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        """One attempt of one record, through the node's batch sender like a pass's records (a record
+        sent on its own, beside explicit batches, waited a broker round trip per record: after a stall
+        thousands of retries queued that way held every fire slot for the 30 s outage budget)."""
+        (result,) = await self._first_pass([(schedule, attempt, fired_at)], traced=True)
+        return result
 
     async def _replace_producer(self, broken: Any, exc: BaseException) -> None:
         """Drop a producer whose idempotence state is broken; the next attempt starts a fresh one.
@@ -301,10 +289,11 @@ class KafkaDispatcher:
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
-    async def _first_pass(self, items: Sequence[Item]) -> list[DeliveryResult]:
+    async def _first_pass(self, items: Sequence[Item], *, traced: bool = False) -> list[DeliveryResult]:
         """One attempt for every item: each record queued for its topic partition with the node's batch
         sender (``poller.callbacks.batches``), which packs the records of every pass into explicit
-        producer batches; then the pass waits for its records' acks. A record fails as its batch does."""
+        producer batches; then the pass waits for its records' acks. A record fails as its batch does.
+        ``traced``: the records carry the current span's ``traceparent`` (one attempt's span)."""
         try:
             async with asyncio.timeout(self.settings.attempt_timeout_s):
                 producer = await self._ready_producer()
@@ -321,6 +310,8 @@ class KafkaDispatcher:
                 results[i] = classify_kafka_error(known, attempt)
                 continue
             record = signed_record(schedule, attempt, fired_at)
+            if traced:
+                record = _traced(record)
             size = len(record.key) + len(record.value) + sum(len(k) + len(v) for k, v in record.headers)
             if size > limit:
                 too_large = MessageSizeTooLargeError(f"the record is {size} bytes, above max_request_size {limit}")
