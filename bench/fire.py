@@ -48,11 +48,12 @@ from tests.acceptance.harness import (
     PollerProcess,
     Receiver,
     create_client,
+    schedule_row,
 )
 from tickd.schema import timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.migrate import drop, migrate
-from tickd.schema.model import Callback, Client, HttpCallback, KafkaCallback, Location, Schedule
+from tickd.schema.model import Callback, Client, HttpCallback, KafkaCallback, Schedule
 from tickd.schema.settings import StoreSettings
 
 P99_LIMIT_S = 1.0
@@ -162,7 +163,7 @@ class Seeder:
 
     async def seed(self, client: Client, fire_times: Sequence[datetime], callback: Callback) -> list[Made]:
         now = datetime.now(UTC)
-        rows = [_schedule(client, t, callback, now) for t in fire_times]
+        rows = [schedule_row(client, t, callback, now) for t in fire_times]
         gate = asyncio.Semaphore(SEED_IN_FLIGHT)
 
         async def write(group: list[Schedule]) -> None:
@@ -176,16 +177,6 @@ class Seeder:
             self.rate = len(rows) / took
         log(f"{client.client_id}: {len(rows)} schedules seeded in {took:.1f} s ({len(rows) / took:.0f}/s)")
         return [Made(r) for r in rows]
-
-
-def _schedule(client: Client, fire_at: datetime, callback: Callback, now: datetime) -> Schedule:
-    """What the API writes for a create: a random id, the due time, the poller instance by id."""
-    schedule_id = uuid.uuid4()
-    fire_at = fire_at.replace(microsecond=fire_at.microsecond // 1000 * 1000)
-    due = timing.due_time(fire_at, now)
-    payload = json.dumps({"n": schedule_id.hex[:8]}).encode()
-    poller_id = timing.poller_id_for(schedule_id, client.poller_count)
-    return Schedule(client.client_id, schedule_id, Location(poller_id, due), fire_at, payload, callback, now)
 
 
 def evenly(start: datetime, rate: float, seconds: float) -> list[datetime]:

@@ -185,10 +185,7 @@ class DeliveryPipeline:
         """Whether a due row goes out with the pass's group: a Kafka fire with nothing to do first."""
         if not isinstance(row.callback, KafkaCallback) or (row.repeat is not None and row.attempts == 0):
             return False
-        options = row.options
-        if options is not None and (options.batch or options.throttle is not None):
-            return False
-        return not self._plan.delivered_before(row.event_id or row.fire_id)
+        return not self._waits(row) and not self._plan.delivered_before(row.event_id or row.fire_id)
 
     @staticmethod
     def _waits(row: Schedule) -> bool:

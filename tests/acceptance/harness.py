@@ -575,14 +575,19 @@ async def create_client(
 async def create_schedule(store: CassandraStore, client: Client, fire_at: datetime, callback: Callback) -> Made:
     """Exactly what the API does for a POST: random id, due time, poller by id, one atomic write."""
     now = now_utc()
+    schedule = schedule_row(client, fire_at, callback, now)
+    await store.create_schedule(schedule, now)
+    return Made(schedule)
+
+
+def schedule_row(client: Client, fire_at: datetime, callback: Callback, now: datetime) -> Schedule:
+    """The row the API writes for a create at ``now``: a random id, the due time, the poller by id."""
     schedule_id = uuid.uuid4()
     fire_at = ms(fire_at)
     due = timing.due_time(fire_at, now)
     poller_id = timing.poller_id_for(schedule_id, client.poller_count)
     payload = json.dumps({"n": schedule_id.hex[:8]}).encode()
-    schedule = Schedule(client.client_id, schedule_id, Location(poller_id, due), fire_at, payload, callback, now)
-    await store.create_schedule(schedule, now)
-    return Made(schedule)
+    return Schedule(client.client_id, schedule_id, Location(poller_id, due), fire_at, payload, callback, now)
 
 
 async def create_many(
