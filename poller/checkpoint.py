@@ -4,7 +4,8 @@
 ignored from then on) and records, as skipped, the minutes older than the catch-up window. ``run``
 closes each minute once no late write can land in it and every row of it has been read, fired and
 recorded, and one last whole read of it found nothing new (a write held up past the API's deadline can
-land unmarked), writing the checkpoint fenced by the epoch.
+land unmarked), writing the checkpoint fenced by the epoch. That last read comes at an offset of the
+instance's own (``sweep_spread_s``), so a node's instances do not all read a whole minute at once.
 
 Error edges, all out of ``run`` into the instance's task group and from there to the node:
 ``InstanceCrashed`` when a delivery raised (its minute is poisoned, so the checkpoint stays before it
@@ -16,7 +17,7 @@ checkpoint stays where it was, which is always safe: the next owner resumes earl
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from structlog.typing import FilteringBoundLogger
 
@@ -59,6 +60,8 @@ class Checkpointer:
         self._log = log
         self._checkpoint: datetime | None = None
         self.drained = False
+        spread = minutes.sweep_offset_s(self._instance.client_id, self._instance.poller_id, settings.sweep_spread_s)
+        self._sweep_after = timedelta(seconds=spread)
 
     # -- resuming -------------------------------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class Checkpointer:
             if state.poisoned or state.reads:
                 return  # never checkpoint past a fire whose outcome is not stored, nor past unread rows
             closes = minutes.closes_at(minute, self._s.minute_close_s)
-            if now < closes or state.pending or state.inflight:
+            if now < closes + self._sweep_after or state.pending or state.inflight:
                 return
             seen = self._plan.seen_until
             if seen is None or seen < closes:

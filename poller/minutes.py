@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tickd.schema.timing import minute_bucket
 
 MINUTE = timedelta(minutes=1)
+_GOLDEN = 0.6180339887498949
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,14 @@ def opens_at(minute: datetime, preload_s: float) -> datetime:
 def closes_at(minute: datetime, close_s: float) -> datetime:
     """After this no late write can still land in ``minute``: its checkpoint may be written."""
     return minute + MINUTE + timedelta(seconds=close_s)
+
+
+def sweep_offset_s(client_id: str, poller_id: int, spread_s: float) -> float:
+    """How long after its minutes close this instance reads each one a last time, in ``[0, spread_s)``:
+    a client's instances evenly apart (golden-ratio steps by poller id), clients shifted by their id, so
+    that the instances of a node do not all read a whole minute at the same moment."""
+    shift = zlib.crc32(client_id.encode()) / 2**32
+    return (shift + poller_id * _GOLDEN) % 1.0 * spread_s
 
 
 def reread_from(minute: datetime, first_touch: datetime, now: datetime, lag_s: float) -> datetime:

@@ -204,6 +204,7 @@ class World:
         knobs = random.Random(f"stream-{config.seed}")
         self.read_slice_s = knobs.choice([0.5, 3.0, 10.0, 60.0])
         self.plan_max_rows = knobs.choice([2, 20, 5000])
+        self.sweep_spread_s = random.Random(f"sweep-{config.seed}").choice([0.0, 5.0, 15.0, 30.0])
         self.memory = MemoryStore(self.true_clock, page_size=page_size, faults=self.faults)
         self.store = CheckedStore(self.memory, self)
         self.oracle = Oracle(guard_s=2.0)
@@ -226,6 +227,7 @@ class World:
             retry=self.retry,
             read_slice_s=self.read_slice_s,
             plan_max_rows=self.plan_max_rows,
+            sweep_spread_s=self.sweep_spread_s,
         )
 
     def start_node(self, name: str) -> NodeHandle:

@@ -1,3 +1,4 @@
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -81,3 +82,12 @@ def test_settings_refuse_inconsistent_timing() -> None:
     with pytest.raises(ConfigError, match="HOT_WINDOW"):
         PollerSettings.from_env({"TICKD_PRELOAD_S": "40", "TICKD_REREAD_LAG_S": "60", "TICKD_HOT_WINDOW_S": "90"})
     assert PollerSettings.from_env({"TICKD_NODE_ID": "n9"}).node_id == "n9"
+
+
+def test_sweep_offsets_spread_a_clients_instances_over_the_spread() -> None:
+    offsets = sorted(minutes.sweep_offset_s("client-a", p, 16.0) for p in range(16))
+    assert all(0 <= o < 16.0 for o in offsets)
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    assert min(gaps) > 0.3 and max(gaps) < 3.0  # none share a moment, none far apart
+    assert minutes.sweep_offset_s("client-a", 3, 0.0) == 0.0
+    assert minutes.sweep_offset_s("client-a", 3, 16.0) != minutes.sweep_offset_s("client-b", 3, 16.0)

@@ -57,7 +57,7 @@ async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it()
     row = Schedule("c0", uuid.uuid4(), Location(0, due), due, b"{}", HttpCallback(url="https://x.test/"), clock.now)
     await store.create_schedule(row, clock.now - timedelta(seconds=60))  # not hot then: no mark at all
 
-    clock.now = MINUTE + timedelta(seconds=60 + settings.minute_close_s + 1)
+    clock.now = MINUTE + timedelta(seconds=60 + settings.minute_close_s + settings.sweep_spread_s + 1)
     plan.marks_polled(clock.now)  # a mark poll after the close point saw nothing new
     await checkpoints.close_ready_minutes()
 
@@ -65,3 +65,41 @@ async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it()
     assert plan.open[MINUTE].pending == 1  # ... but planned: it fires next
     taken = await plan.next_due()
     assert taken.schedule_id == row.schedule_id
+
+
+async def test_each_instance_closes_its_minute_at_its_own_offset() -> None:
+    """The last whole read, and so the checkpoint, waits for the instance's offset after the close point
+    (instances of one node spread their whole-minute reads instead of making them at once)."""
+    clock = Clock()
+    store = MemoryStore(clock)
+    born = clock.now - timedelta(days=1)
+    client = Client("c0", 16, True, "hash", born, born)
+    await store.create_client(client)
+    settings = PollerSettings(node_id="n0", metrics_port=0, sweep_spread_s=20.0)
+    log = structlog.get_logger("test")
+    closed_at: dict[int, float] = {}
+    for poller_id in (0, 5, 11):
+        instance = InstanceKey("c0", poller_id)
+        claim = await store.claim(instance, "n0", None, clock.now)
+        assert claim is not None
+        plan = FiringPlan(poller_id, clock, lambda: True, see_ahead_s=1.0, recheck_s=0.5)
+        loader = MinuteLoader(instance, store, plan, settings, clock, log)
+        checkpoints = Checkpointer(claim, lambda: client, store, plan, settings, Metrics(), clock, log, loader.sweep)
+        clock.now = MINUTE - timedelta(seconds=5)
+        state = plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
+        read = plan.slice_reading(state, None, clock.now)
+        await loader.read(MINUTE, None)
+        plan.slice_read(read)
+        plan.reread_pass_done(plan.reread_pass_begins())
+        for tenth in range(0, 260):
+            clock.now = MINUTE + timedelta(seconds=60 + settings.minute_close_s + tenth / 10)
+            plan.marks_polled(clock.now)
+            await checkpoints.close_ready_minutes()
+            if MINUTE not in plan.open:
+                closed_at[poller_id] = tenth / 10
+                break
+        checkpoint = await store.get_checkpoint(instance)
+        assert checkpoint is not None and checkpoint.minute == MINUTE
+    offsets = sorted(closed_at.values())
+    assert len(closed_at) == 3 and all(0 <= o <= settings.sweep_spread_s for o in offsets)
+    assert offsets[-1] - offsets[0] >= 3.0, closed_at  # not all at the close point
