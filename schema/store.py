@@ -69,7 +69,8 @@ class ScheduleStore(Protocol):
 
     async def reserve_idempotency_key(self, reservation: IdempotencyKey) -> IdempotencyKey:
         """Reserve the key for ``reservation`` unless it is reserved already (compare-and-set); the
-        reservation the key holds: ``reservation`` itself if it was free. Kept 24 h."""
+        reservation the key holds: ``reservation`` itself (the same object) if it was free, else a new one
+        with the holder's id, digest and time. Kept 24 h."""
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None: ...
 

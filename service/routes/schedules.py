@@ -488,8 +488,11 @@ async def trigger_schedule(request: web.Request) -> web.Response:
     if key is not None:
         digest = idempotency.request_digest(request.method, request.path, b"null")  # no body
         own = triggers.trigger_id(parent.schedule_id, at)
-        bound = await store.reserve_idempotency_key(IdempotencyKey(client.client_id, key, own, digest, at))
-        if bound.schedule_id != own:
+        reservation = IdempotencyKey(client.client_id, key, own, digest, at)
+        bound = await store.reserve_idempotency_key(reservation)
+        # Whether this request reserved the key, by identity: a retry in the same millisecond derives the
+        # same trigger id, so the ids alone cannot tell (CI: the retry answered 201, not a replay).
+        if bound is not reservation:
             replayed = await _trigger_reserved(request, bound, digest)
             if replayed is not None:
                 return replayed

@@ -18,9 +18,10 @@ def _reservation(env: Env, client_id: str, key: str = "k1", digest: str = "d1") 
 
 async def test_a_key_is_reserved_once_and_tells_who_holds_it(env: Env, store: Store, client_id: str) -> None:
     first = _reservation(env, client_id)
-    assert await store.reserve_idempotency_key(first) == first
+    assert await store.reserve_idempotency_key(first) is first  # identity: the caller's own reservation
     second = dataclasses.replace(_reservation(env, client_id, digest="d2"), created_at=env.later(5))
-    assert await store.reserve_idempotency_key(second) == first  # its id, digest and time: not the caller's
+    held_by_first = await store.reserve_idempotency_key(second)
+    assert held_by_first == first and held_by_first is not second  # its id, digest and time: not the caller's
     other_client = _reservation(env, f"{client_id}-other")
     assert await store.reserve_idempotency_key(other_client) == other_client
     other_key = _reservation(env, client_id, key="k2")

@@ -8,10 +8,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tests.integration.api_helpers import Api, Register, schedule_body
 from tickd.schema import timing
 from tickd.schema.model import DeadLetter, FireOutcome, Status
 from tickd.schema.store import Store
+from tickd.service.routes import schedules as schedule_routes
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
@@ -70,6 +73,23 @@ async def test_idempotency_key(api: Api, register: Register) -> None:
     assert reused.status == 422 and (await reused.json())["error"]["code"] == "idempotency_key_reused"
     bad = await api.post(path, headers={**key, "Idempotency-Key": "é" * 3})
     assert bad.status == 400
+
+
+async def test_a_retry_with_its_key_in_the_same_millisecond_is_a_replay(
+    api: Api, register: Register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both requests derive the same trigger id (parent and millisecond): the second is still told it is
+    a replay (CI saw 201 when the two calls shared a millisecond)."""
+    _, key = await register()
+    parent = await create(api, key)
+    at = datetime.now(UTC).replace(microsecond=123000)
+    monkeypatch.setattr(schedule_routes, "now", lambda: at)
+    headers = {**key, "Idempotency-Key": "same-ms"}
+    path = f"/v1/schedules/{parent['schedule_id']}/trigger"
+    first = await ok(await api.post(path, headers=headers), 201)
+    again = await api.post(path, headers=headers)
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert (await ok(again, 200))["schedule_id"] == first["schedule_id"]
 
 
 async def test_a_triggers_dead_letter_is_redriven_to_it(api: Api, store: Store, register: Register) -> None:
