@@ -25,11 +25,14 @@ async def read_json(request: web.Request, max_bytes: int) -> bytes:
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"body is larger than {max_bytes} bytes", code="too_large")
-    try:
-        async with asyncio.timeout(request.app[keys.SETTINGS].body_read_timeout_s):
-            body = await _read(request, max_bytes)
-    except TimeoutError:
-        raise RequestTimeout("the body did not arrive in time", code="request_timeout") from None
+    if request.content.is_eof():
+        body = await _read(request, max_bytes)  # all of it has arrived (the usual case): nothing to wait for
+    else:
+        try:
+            async with asyncio.timeout(request.app[keys.SETTINGS].body_read_timeout_s):
+                body = await _read(request, max_bytes)
+        except TimeoutError:
+            raise RequestTimeout("the body did not arrive in time", code="request_timeout") from None
     if not body.isascii():
         try:
             body.decode("utf-8")  # JSON is UTF-8 (RFC 8259); a payload is delivered byte for byte
