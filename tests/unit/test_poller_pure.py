@@ -91,3 +91,16 @@ def test_sweep_offsets_spread_a_clients_instances_over_the_spread() -> None:
     assert min(gaps) > 0.3 and max(gaps) < 3.0  # none share a moment, none far apart
     assert minutes.sweep_offset_s("client-a", 3, 0.0) == 0.0
     assert minutes.sweep_offset_s("client-a", 3, 16.0) != minutes.sweep_offset_s("client-b", 3, 16.0)
+
+
+@pytest.mark.parametrize("value", ["-1", "31", "nan", "inf", "abc", "", "0x10", "15;rm", "1e308"])
+def test_a_sweep_spread_outside_0_to_30_seconds_is_refused_by_name(value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        PollerSettings.from_env({"TICKD_SWEEP_SPREAD_S": value})
+    assert refused.value.field == "TICKD_SWEEP_SPREAD_S"
+
+
+def test_a_sweep_spread_is_read_from_the_environment() -> None:
+    assert PollerSettings.from_env({"TICKD_SWEEP_SPREAD_S": " 0 "}).sweep_spread_s == 0.0
+    assert PollerSettings.from_env({"TICKD_SWEEP_SPREAD_S": "30"}).sweep_spread_s == 30.0
+    assert PollerSettings.from_env({}).sweep_spread_s == 15.0
