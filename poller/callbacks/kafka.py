@@ -267,15 +267,12 @@ class KafkaDispatcher:
             return await self._retrier.run(attempt_once, attempt, log, first=first, started_at=started)
 
     async def _attempt(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
-        with tracing.span("callback.kafka", SpanKind.PRODUCER):
-            return await self._produce(schedule, attempt, fired_at)
-
-    async def _produce(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
         """One attempt of one record, through the node's batch sender like a pass's records (a record
         sent on its own, beside explicit batches, waited a broker round trip per record: after a stall
         thousands of retries queued that way held every fire slot for the 30 s outage budget)."""
-        (result,) = await self._first_pass([(schedule, attempt, fired_at)], traced=True)
-        return result
+        with tracing.span("callback.kafka", SpanKind.PRODUCER):
+            (result,) = await self._first_pass([(schedule, attempt, fired_at)], traced=True)
+            return result
 
     async def _replace_producer(self, broken: Any, exc: BaseException) -> None:
         """Drop a producer whose idempotence state is broken; the next attempt starts a fresh one.

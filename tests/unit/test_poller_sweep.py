@@ -32,6 +32,17 @@ class Clock:
         return self.now
 
 
+async def _read_whole(plan: FiringPlan, loader: MinuteLoader, clock: Clock, settings: PollerSettings) -> int:
+    """Open MINUTE, read it whole as one slice, and run a re-read pass after it (as the loader's loop
+    does); the rows read."""
+    state = plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
+    read = plan.slice_reading(state, None, clock.now)
+    rows = await loader.read(MINUTE, None)
+    plan.slice_read(read)
+    plan.reread_pass_done(plan.reread_pass_begins())
+    return rows
+
+
 async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it() -> None:
     clock = Clock()
     store = MemoryStore(clock)
@@ -47,11 +58,7 @@ async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it()
     loader = MinuteLoader(instance, store, plan, settings, clock, log)
     checkpoints = Checkpointer(claim, lambda: client, store, plan, settings, Metrics(), clock, log, loader.sweep)
 
-    state = plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
-    read = plan.slice_reading(state, None, clock.now)
-    assert await loader.read(MINUTE, None) == 0
-    plan.slice_read(read)  # the minute read whole, as one slice
-    plan.reread_pass_done(plan.reread_pass_begins())  # and a re-read pass after it (the loader's loop)
+    assert await _read_whole(plan, loader, clock, settings) == 0
     # The late row: written straight into the partition, as a held-up batch lands (no mark is polled).
     due = MINUTE + timedelta(seconds=30)
     row = Schedule("c0", uuid.uuid4(), Location(0, due), due, b"{}", HttpCallback(url="https://x.test/"), clock.now)
@@ -86,11 +93,7 @@ async def test_each_instance_closes_its_minute_at_its_own_offset() -> None:
         loader = MinuteLoader(instance, store, plan, settings, clock, log)
         checkpoints = Checkpointer(claim, lambda: client, store, plan, settings, Metrics(), clock, log, loader.sweep)
         clock.now = MINUTE - timedelta(seconds=5)
-        state = plan.open_minute(MINUTE, clock.now, settings.mark_settle_s)
-        read = plan.slice_reading(state, None, clock.now)
-        await loader.read(MINUTE, None)
-        plan.slice_read(read)
-        plan.reread_pass_done(plan.reread_pass_begins())
+        await _read_whole(plan, loader, clock, settings)
         for tenth in range(0, 260):
             clock.now = MINUTE + timedelta(seconds=60 + settings.minute_close_s + tenth / 10)
             plan.marks_polled(clock.now)
