@@ -53,6 +53,7 @@ async def serve(settings: PollerSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(router.close)
         await kafka.start()
         metrics = Metrics()
+        metrics.watch_store(connected.request_counts)  # not traced(): it would make the method a coroutine
         node = Node(settings, store, router, metrics)
         services = []
         if settings.ack_topic is not None:

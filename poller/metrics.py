@@ -15,6 +15,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from tickd.schema.request_metrics import RequestCounts, StoreRequests
 from tickd.schema.stats import LATENESS_EDGES_S
 
 # The same buckets GET /v1/stats counts in (schema.stats), so both answer alike.
@@ -102,6 +103,11 @@ class Metrics:
     def store_error(self, operation: str) -> None:
         """Count a ``StoreUnavailable`` caught by ``operation`` (a name from the code, never from data)."""
         self.store_errors.labels(operation).inc()
+
+    def watch_store(self, counts: RequestCounts) -> None:
+        """Export the store's request counts (``CassandraStore.request_counts``) as
+        ``tickd_store_requests_total{statement, kind}``, read when scraped: the coordination cost per node."""
+        self.registry.register(StoreRequests(counts))
 
     def watch_node(
         self,

@@ -110,6 +110,7 @@ def _use_store(app: web.Application, store: Store) -> None:
 def _connected_store(store_settings: StoreSettings) -> Callable[[web.Application], AsyncIterator[None]]:
     async def connect(app: web.Application) -> AsyncIterator[None]:
         store = await CassandraStore.connect(store_settings)
+        app[keys.METRICS].watch_store(store.request_counts)
         _use_store(app, traced(store))
         yield
         await store.close()

@@ -15,6 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from tickd.schema.request_metrics import RequestCounts, StoreRequests
 from tickd.service.errors import Handler
 
 _BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -44,6 +45,11 @@ class ApiMetrics:
         self.schedules_created = Counter(
             "tickd_api_schedules_created", "Schedules created (single and batch)", registry=self.registry
         )
+
+    def watch_store(self, counts: RequestCounts) -> None:
+        """Export the store's request counts (``CassandraStore.request_counts``) as
+        ``tickd_store_requests_total{statement, kind}``, read when scraped."""
+        self.registry.register(StoreRequests(counts))
 
     def middleware(self) -> web.middleware:  # type: ignore[valid-type]
         @web.middleware

@@ -53,5 +53,10 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
     async def ping(self) -> None:
         await self._db.rows("ping", {})
 
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Requests sent so far by (statement, kind): ``Bridge.request_counts``. Cheap enough per scrape;
+        not part of the store port (the in-memory store has no requests to count)."""
+        return self._db.request_counts()
+
     async def close(self) -> None:
         await asyncio.to_thread(self._cluster.shutdown)

@@ -4,12 +4,19 @@ Every request goes through ``Bridge``: ``execute_async`` with callbacks (run on 
 that resolve an asyncio future through ``loop.call_soon_threadsafe``, so nothing blocks the event loop.
 Reads page explicitly to their end. Statements come from ``schema/cql/queries.cql``, prepared once, and
 are bound by name: a write is ``(statement name, {marker: value})``.
+
+The bridge counts its requests by statement name (``Bridge.request_counts``, exported as
+``tickd_store_requests_total``): one per round trip it sends, so a read counts once per page and a batch
+once, under ``batch:<its distinct statement names, sorted, joined by +>``. Each statement's kind (``lwt``,
+``read``, ``write``, ``batch``) is read from its CQL once, when it is prepared.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,6 +102,40 @@ def _value_bytes(value: Any) -> int:
     return 16 + CELL_OVERHEAD_BYTES  # uuids, timestamps, numbers: at most 16 bytes
 
 
+# The kinds of statement the request counts tell apart. An LWT (a conditional clause: IF NOT EXISTS, IF
+# EXISTS, IF <condition>) is a Paxos round, four round trips between the replicas; the rest are one each.
+LWT = "lwt"
+READ = "read"
+WRITE = "write"
+BATCH = "batch"
+BATCH_PREFIX = "batch:"
+
+# Where the word IF can appear without being the conditional clause: string literals ('it''s', $$...$$),
+# quoted names ("if"), bind markers (:if) and comments. Unquoted, IF is a reserved word: it names no column.
+_NOT_KEYWORDS = re.compile(
+    r"'(?:[^']|'')*'|\$\$.*?\$\$|\"(?:[^\"]|\"\")*\"|:\w+|--[^\n]*|//[^\n]*|/\*.*?\*/", re.DOTALL
+)
+_CONDITION = re.compile(r"\bIF\b", re.IGNORECASE)
+
+
+def kind_of(cql: str) -> str:
+    """The kind of one CQL statement: ``read`` (a SELECT), ``lwt`` (any statement with a conditional
+    clause, a conditional batch included), ``batch`` (BEGIN ... BATCH), else ``write`` (other DML)."""
+    text = _NOT_KEYWORDS.sub(" ", cql)
+    first = text.split(None, 1)[0].upper() if text.strip() else ""
+    if first == "SELECT":
+        return READ
+    if _CONDITION.search(text):
+        return LWT
+    return BATCH if first == "BEGIN" else WRITE
+
+
+def batch_kind(kinds: Iterable[str]) -> str:
+    """The kind of a batch of statements of ``kinds``: ``lwt`` if one of them is (Cassandra then runs the
+    whole batch as one conditional update, a Paxos round), else ``batch``."""
+    return LWT if LWT in kinds else BATCH
+
+
 def build_cluster(settings: StoreSettings) -> Cluster:
     # Replicas shuffled: with a fixed order every statement of a partition goes to its first replica,
     # and one silent replica stalls all of them until the driver gives up on it.
@@ -159,11 +200,13 @@ def connect_refusal(settings: StoreSettings, exc: BaseException) -> ConfigError 
 
 
 class Statements:
-    """Every statement of ``queries.cql``, prepared once, with the marker names each one binds."""
+    """Every statement of ``queries.cql``, prepared once, with the marker names each one binds and its
+    kind (``kind_of`` its CQL)."""
 
     def __init__(self, prepared: Mapping[str, PreparedStatement]) -> None:
         self._prepared = dict(prepared)
         self._markers = {name: frozenset(c.name for c in s.column_metadata) for name, s in prepared.items()}
+        self.kinds: dict[str, str] = {name: kind_of(s.query_string) for name, s in prepared.items()}
 
     @classmethod
     def prepare(cls, session: Session, page_size: int) -> Statements:
@@ -214,6 +257,9 @@ class Bridge:
     def __init__(self, session: Session, statements: Statements) -> None:
         self._session = session
         self.statements = statements
+        # Requests sent, by statement name (or batch name): one increment per round trip, nothing more on
+        # the hot path; kinds are joined in when the counts are read (a scrape).
+        self._requests: Counter[str] = Counter()
 
     async def rows(self, name: str, values: Values) -> list[Row]:
         """Every row the statement returns, page after page to the end (a write returns none; a LIMIT
@@ -245,10 +291,22 @@ class Bridge:
         for name, values in writes:
             batch.add(*self.statements.bind(name, values))
         batch.is_idempotent = all(self.statements[name].is_idempotent for name, _ in writes)
-        await self._request("batch of " + "+".join(sorted({name for name, _ in writes})), batch, None, None)
+        await self._request(BATCH_PREFIX + "+".join(sorted({name for name, _ in writes})), batch, None, None)
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Requests sent so far (answered, failed or still out) by (statement or batch name, kind). Only
+        the bridge's own: the driver's retries and speculative executions of a request are not counted."""
+        return {(name, self._kind(name)): count for name, count in list(self._requests.items())}
+
+    def _kind(self, name: str) -> str:
+        if name.startswith(BATCH_PREFIX):
+            return batch_kind(self.statements.kinds[n] for n in name.removeprefix(BATCH_PREFIX).split("+"))
+        return self.statements.kinds[name]
 
     async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
+        """Send one request: ``what`` (a statement name, or a batch's) is what it is counted and reported as."""
         guard.check()
+        self._requests[what] += 1
         try:
             return await self._submit(statement, values, paging_state)
         except Exception as exc:

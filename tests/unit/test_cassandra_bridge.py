@@ -15,6 +15,7 @@ from cassandra.connection import ConnectionBusy, ConnectionException, Connection
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
 
 from tickd.schema.cassandra import adapter
+from tickd.schema.cassandra import bridge as bridge_module
 from tickd.schema.cassandra.bridge import Bridge, Statements
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.settings import StoreSettings
@@ -36,11 +37,21 @@ UNAVAILABLE = [
 ]
 
 
-def _stmt(*markers: str) -> Any:
-    return SimpleNamespace(column_metadata=[SimpleNamespace(name=m) for m in markers], is_idempotent=True)
+def _stmt(cql: str, *markers: str, idempotent: bool = True) -> Any:
+    return SimpleNamespace(
+        query_string=cql, column_metadata=[SimpleNamespace(name=m) for m in markers], is_idempotent=idempotent
+    )
 
 
-STATEMENTS = Statements({"get_claim": _stmt("client_id", "poller_id"), "read_hot_marks": _stmt("minute")})
+STATEMENTS = Statements(
+    {
+        "get_claim": _stmt("SELECT owner, epoch FROM instance_claims WHERE ...", "client_id", "poller_id"),
+        "read_hot_marks": _stmt("SELECT client_id FROM hot_marks WHERE minute = :minute", "minute"),
+        "mark_hot": _stmt("UPDATE hot_marks SET touched_at = :touched_at WHERE minute = :minute", "minute"),
+        "record_skipped": _stmt("INSERT INTO skipped_minutes (minute) VALUES (:minute)", "minute"),
+        "first_claim": _stmt("INSERT INTO instance_claims (minute) VALUES (:minute) IF NOT EXISTS", "minute"),
+    }
+)
 KEY = {"client_id": "c", "poller_id": 0}
 
 
@@ -163,3 +174,50 @@ async def test_connect_with_every_host_down_is_store_unavailable(monkeypatch: py
     with pytest.raises(StoreUnavailable, match=r"^connect to Cassandra at 127\.0\.0\.1: NoHostAvailable: ") as info:
         await adapter.CassandraStore.connect(StoreSettings())
     assert info.value.__cause__ is exc and shut == [True]
+
+
+class StubBatch:
+    """Stands in for the driver's BatchStatement, which only takes real prepared statements."""
+
+    def __init__(self, batch_type: Any) -> None:
+        self.statements: list[Any] = []
+        self.is_idempotent = True
+
+    def add(self, statement: Any, values: Any) -> None:
+        self.statements.append((statement, values))
+
+
+async def test_requests_are_counted_per_round_trip_with_their_kind() -> None:
+    b = bridge(StubFuture([1], b"p1"), StubFuture([2], b"p2"), StubFuture([]), StubFuture([[True]]), StubFuture([]))
+    assert b.request_counts() == {}
+    await b.rows("read_hot_marks", {"minute": 0})  # three pages, three requests
+    await b.applied("first_claim", {"minute": 0})
+    await b.write("mark_hot", {"minute": 0})
+    assert b.request_counts() == {("read_hot_marks", "read"): 3, ("first_claim", "lwt"): 1, ("mark_hot", "write"): 1}
+
+
+async def test_a_failed_request_is_counted_and_a_refused_one_is_not() -> None:
+    b = bridge(StubFuture(TimeoutError("timed out")))
+    with pytest.raises(StoreUnavailable):
+        await b.rows("get_claim", KEY)
+    with pytest.raises(ValueError):  # never sent: the values do not bind
+        await b.rows("get_claim", {"client_id": "c"})
+    assert b.request_counts() == {("get_claim", "read"): 1}
+
+
+async def test_a_batch_counts_once_under_its_statement_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bridge_module, "BatchStatement", StubBatch)
+    b = bridge(StubFuture([]), StubFuture([]), StubFuture(TimeoutError("timed out")))
+    writes = [("record_skipped", {"minute": 1}), ("mark_hot", {"minute": 1}), ("mark_hot", {"minute": 2})]
+    await b.batch(writes, logged=True)
+    await b.batch(writes[1:], logged=False)
+    with pytest.raises(StoreUnavailable, match=r"^batch:mark_hot\+record_skipped: TimeoutError: "):
+        await b.batch(writes[::-1], logged=True)
+    assert b.request_counts() == {("batch:mark_hot+record_skipped", "batch"): 2, ("batch:mark_hot", "batch"): 1}
+
+
+async def test_a_batch_holding_a_conditional_statement_is_an_lwt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bridge_module, "BatchStatement", StubBatch)
+    b = bridge(StubFuture([[True]]))
+    await b.batch([("first_claim", {"minute": 1}), ("mark_hot", {"minute": 1})], logged=True)
+    assert b.request_counts() == {("batch:first_claim+mark_hot", "lwt"): 1}
