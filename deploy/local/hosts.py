@@ -10,7 +10,9 @@ Faults, per host (both need only iproute2; this kernel has no netem, no tc class
 - ``cut --mode blackhole`` (default): a ``blackhole`` qdisc on both veth ends, so every packet to or from
   the host vanishes silently, as on a real partition (peers see timeouts, never a reset);
 - ``cut --mode down``: the root end of the veth set down (the host sees no carrier, the bridge no port).
-``heal`` undoes either. ``down`` stops every process left in the namespaces (TERM, then KILL) and deletes
+``heal`` undoes either. ``partition N M..`` cuts only the links between host N and hosts M.. (a
+``blackhole`` route to the other's address in both namespaces), so N still reaches everyone else; ``join N``
+undoes it. ``down`` stops every process left in the namespaces (TERM, then KILL) and deletes
 every namespace and link named with our prefixes, so it also cleans up after a crashed test.
 
 Standard library only (like infra.py), needs root. Usable as a module (``import hosts`` with this
@@ -191,6 +193,7 @@ def ensure(count: int) -> list[Host]:
         item = Host(index)
         if host_ready(item):
             heal(item)
+            join(item)
         else:
             create_host(item)
         made.append(item)
@@ -276,6 +279,32 @@ def heal(item: Host) -> None:
     run(["ip", "link", "set", item.veth, "up"])
 
 
+def blackholed(item: Host) -> list[str]:
+    """Addresses the host's own routing table drops (``partition``), sorted."""
+    out = in_netns(item, ["ip", "-4", "route", "show", "type", "blackhole"], check=False).stdout
+    return sorted(line.split()[1].split("/")[0] for line in out.splitlines() if line.startswith("blackhole "))
+
+
+def partition(item: Host, others: list[Host]) -> None:
+    """Cut the link between ``item`` and each of ``others`` only, both ways: a ``blackhole`` route to the
+    other's address in each namespace, so packets between the two are dropped (a sender in either gets an
+    error on a new connection, an open connection goes silent) while both still reach everyone else."""
+    for other in others:
+        if other.index == item.index:
+            raise HostsError(f"{item.netns} cannot be partitioned from itself")
+        in_netns(item, ["ip", "route", "replace", "blackhole", f"{other.address}/32"])
+        in_netns(other, ["ip", "route", "replace", "blackhole", f"{item.address}/32"])
+
+
+def join(item: Host) -> None:
+    """Undo every ``partition`` of ``item``: its blackhole routes, and every other host's route to it."""
+    for address in blackholed(item):
+        in_netns(item, ["ip", "route", "del", "blackhole", f"{address}/32"])
+    for other in existing_hosts():
+        if other.index != item.index and item.address in blackholed(other):
+            in_netns(other, ["ip", "route", "del", "blackhole", f"{item.address}/32"])
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -299,7 +328,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = "ready" if host_ready(item) else "BROKEN (run up again)"
         cut_mode = is_cut(item)
         pids = netns_pids(item.netns)
-        print(f"{item.netns}: {item.address} {state}{f', CUT ({cut_mode})' if cut_mode else ''}, pids {pids or '-'}")
+        dropped = blackholed(item)
+        print(
+            f"{item.netns}: {item.address} {state}{f', CUT ({cut_mode})' if cut_mode else ''}"
+            f"{f', no route to {dropped}' if dropped else ''}, pids {pids or '-'}"
+        )
     return 0
 
 
@@ -317,6 +350,16 @@ def cmd_cut(args: argparse.Namespace) -> int:
 
 def cmd_heal(args: argparse.Namespace) -> int:
     heal(host(args.host))
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    partition(host(args.host), [host(other) for other in args.others])
+    return 0
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    join(host(args.host))
     return 0
 
 
@@ -341,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     mend = sub.add_parser("heal", help="undo cut on host N")
     mend.add_argument("host", type=int)
     mend.set_defaults(func=cmd_heal)
+    split = sub.add_parser("partition", help="cut only the links between host N and hosts M.. (both ways)")
+    split.add_argument("host", type=int)
+    split.add_argument("others", type=int, nargs="+")
+    split.set_defaults(func=cmd_partition)
+    rejoin = sub.add_parser("join", help="undo every partition of host N")
+    rejoin.add_argument("host", type=int)
+    rejoin.set_defaults(func=cmd_join)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
