@@ -64,8 +64,9 @@ chromium:
 test: install lint chromium
 	PYTHON=$(PYTHON) BIN=$(BIN) bash tests/run.sh
 
-# The 3-node cluster scenarios (tests/cluster, root, ~6 min): starts the cluster if it is not running and
-# stops it after; not part of `make test`.
+# The multi-host tier alone (tests/cluster, root): a 3-node Cassandra, pollers and a subscriber on their own
+# network namespaces; starts the cluster if it is not running and stops it after. `make test` runs it too
+# (last, when run as root).
 test-cluster: install
 	TICKD_CLUSTER_TESTS=1 TICKD_KEYSPACE=$${TICKD_KEYSPACE:-tickd_test} $(BIN)/pytest tests/cluster -m cluster
 

@@ -145,8 +145,11 @@ class PollerProcess:
         log_dir: Path,
         env: Mapping[str, str] | None = None,
         log_name: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix`` runs the node through another command (``ip netns exec <ns>``: tests/cluster)."""
         self.node_id = node_id
+        self.prefix = list(prefix)
         self.name = log_name or node_id
         self.metrics_port = free_port()
         self.log_path = log_dir / f"{self.name}.log"
@@ -160,6 +163,7 @@ class PollerProcess:
             "TICKD_KAFKA_BOOTSTRAP": KAFKA_BOOTSTRAP,
             **(env or {}),
         }
+        self.metrics_host = self.env.get("TICKD_METRICS_HOST", "127.0.0.1")
         self.events: list[dict[str, Any]] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -171,7 +175,7 @@ class PollerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            [str(POLLER_BIN)],
+            [*self.prefix, str(POLLER_BIN)],
             env=self.env,
             cwd=REPO,
             stdin=subprocess.DEVNULL,
@@ -224,7 +228,7 @@ class PollerProcess:
         return None if self.proc is None else self.proc.poll()
 
     async def status(self, timeout_s: float = 3.0) -> dict[str, Any]:
-        url = f"http://127.0.0.1:{self.metrics_port}/status"
+        url = f"http://{self.metrics_host}:{self.metrics_port}/status"
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as resp:
             resp.raise_for_status()
@@ -232,7 +236,7 @@ class PollerProcess:
             return body
 
     async def metrics(self, timeout_s: float = 3.0) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        url = f"http://{self.metrics_host}:{self.metrics_port}/metrics"
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as resp:
             return await resp.text()
@@ -381,27 +385,32 @@ class Delivery:
     header_fire_id: str | None
     header_attempt: str | None
     body: dict[str, Any] = field(repr=False)
+    remote: str = ""  # the sender's address
 
 
 class Receiver:
     """A fake subscriber: records every request it gets, answers per endpoint ``Behaviour``."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, on_delivery: Callable[[Delivery], None] | None = None
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.on_delivery = on_delivery
         self.deliveries: list[Delivery] = []
         self.bad_requests: list[str] = []
         self._behaviours: dict[str, Behaviour] = {}
         self._attempts: Counter[str] = Counter()
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
-        self.port = 0
 
     async def start(self) -> Receiver:
         app = web.Application()
         app.router.add_route("*", "/{endpoint}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        self.port = free_port()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=1024)
+        self.port = self.port or free_port()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
         await site.start()
         return self
 
@@ -412,7 +421,7 @@ class Receiver:
 
     def endpoint(self, name: str, behaviour: Behaviour = OK) -> str:
         self._behaviours[name] = behaviour
-        return f"http://127.0.0.1:{self.port}/{name}"
+        return f"http://{self.host}:{self.port}/{name}"
 
     async def _handle(self, request: web.Request) -> web.Response:
         arrival = time.time()
@@ -426,20 +435,22 @@ class Receiver:
             return web.Response(status=400)
         self._attempts[fire_id] += 1
         status = self._status(behaviour, self._attempts[fire_id])
-        self.deliveries.append(
-            Delivery(
-                name,
-                fire_id,
-                str(body.get("schedule_id")),
-                str(body.get("client_id")),
-                _int(body.get("attempt")),
-                arrival,
-                status,
-                request.headers.get("X-Tickd-Fire-Id"),
-                request.headers.get("X-Tickd-Attempt"),
-                body,
-            )
+        delivery = Delivery(
+            name,
+            fire_id,
+            str(body.get("schedule_id")),
+            str(body.get("client_id")),
+            _int(body.get("attempt")),
+            arrival,
+            status,
+            request.headers.get("X-Tickd-Fire-Id"),
+            request.headers.get("X-Tickd-Attempt"),
+            body,
+            request.remote or "",
         )
+        self.deliveries.append(delivery)
+        if self.on_delivery is not None:
+            self.on_delivery(delivery)
         if behaviour.hang:
             await self._closing.wait()
         elif behaviour.delay_s:

@@ -1,6 +1,6 @@
 """Cluster fixtures: a 3-node Cassandra cluster on test hosts (network namespaces, so root is needed) and a
-real ``tickd-api`` on it. Opt-in, because a cluster costs ~1 min to start and ~1 min per fresh keyspace on
-2 cores: these tests are collected only with ``TICKD_CLUSTER_TESTS=1`` (``make test-cluster``).
+real ``tickd-api`` on it. Collected only with ``TICKD_CLUSTER_TESTS=1``: ``make test`` runs this tier on its
+own after the others (as root; the single node is stopped first), ``make test-cluster`` runs only it.
 
 The session starts the cluster if it is not running and stops it (and removes the hosts) at the end; a
 cluster that was already running is left running, with every node started again and every host healed.

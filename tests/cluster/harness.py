@@ -8,21 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from tests.acceptance.harness import Delivery, PollerProcess
+from tests.cluster.sink import READY
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_PY = REPO / "deploy" / "local" / "cluster.py"
+HOSTS_PY = REPO / "deploy" / "local" / "hosts.py"
 API_BIN = Path(sys.executable).parent / "tickd-api"
 LOG_ROOT = REPO / ".cache" / "cluster-tests"
 ADMIN_TOKEN = "cluster-test-admin-token"
@@ -61,11 +67,13 @@ class Cluster:
 
     env: dict[str, str] = field(default_factory=dict)
 
-    async def run(self, *args: str, timeout_s: float = QUICK_TIMEOUT_S, check: bool = True) -> tuple[int, str]:
-        """Run ``cluster.py <args>``; its output is echoed (pytest shows it on failure)."""
+    async def run(
+        self, *args: str, timeout_s: float = QUICK_TIMEOUT_S, check: bool = True, script: Path = CLUSTER_PY
+    ) -> tuple[int, str]:
+        """Run ``cluster.py <args>`` (or ``hosts.py``); its output is echoed (pytest shows it on failure)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            str(CLUSTER_PY),
+            str(script),
             *args,
             cwd=REPO,
             stdin=subprocess.DEVNULL,
@@ -79,12 +87,12 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-            raise ClusterError(f"cluster.py {' '.join(args)} did not finish within {timeout_s:.0f} s") from None
+            raise ClusterError(f"{script.name} {' '.join(args)} did not finish within {timeout_s:.0f} s") from None
         text = out.decode(errors="replace")
-        print(f"$ cluster.py {' '.join(args)}\n{text}", flush=True)
+        print(f"$ {script.name} {' '.join(args)}\n{text}", flush=True)
         code = proc.returncode if proc.returncode is not None else -1
         if check and code != 0:
-            raise ClusterError(f"cluster.py {' '.join(args)} exited {code}:\n{text[-3000:]}")
+            raise ClusterError(f"{script.name} {' '.join(args)} exited {code}:\n{text[-3000:]}")
         return code, text
 
     async def up(self) -> None:
@@ -101,6 +109,25 @@ class Cluster:
 
     async def kill(self, node: int) -> None:
         await self.run("kill", str(node))
+
+    async def stop(self, node: int) -> None:
+        """SIGTERM: Cassandra drains and announces its shutdown to its peers (a clean stop)."""
+        await self.run("stop", str(node), timeout_s=NODE_TIMEOUT_S)
+
+    def log_size(self, node: int) -> int:
+        try:
+            return server_log(node).stat().st_size
+        except OSError:
+            return 0
+
+    def saw_down(self, node: int, peer: int, since: int) -> bool:
+        """Whether ``node``'s log, from byte ``since`` on, says ``peer`` is now DOWN (gossip convicted it)."""
+        try:
+            with server_log(node).open("rb") as log:
+                log.seek(since)
+                return f"/{host_address(peer)}:7000 is now DOWN".encode() in log.read()
+        except OSError:
+            return False
 
     async def start(self, node: int) -> float:
         """Start one node and wait until it answers and gossips; return how long that took."""
@@ -119,6 +146,101 @@ class Cluster:
 
     async def down(self) -> None:
         await self.run("down", timeout_s=QUICK_TIMEOUT_S + 30)
+
+    async def hosts(self, count: int) -> None:
+        """Test hosts 1..count exist and are healed and joined (the Cassandra nodes use 1..3)."""
+        await self.run("up", str(count), script=HOSTS_PY)
+
+    async def partition(self, index: int, others: Sequence[int]) -> None:
+        """Drop every packet between host ``index`` and each of ``others``; both still reach the rest."""
+        await self.run("partition", str(index), *map(str, others), script=HOSTS_PY)
+
+    async def join(self, index: int) -> None:
+        await self.run("join", str(index), script=HOSTS_PY)
+
+
+def server_log(node: int) -> Path:
+    """Cassandra node ``node``'s log (deploy/local/cluster.py keeps it under the infra dir)."""
+    infra_dir = os.environ.get("TICKD_INFRA_DIR", "").strip() or str(REPO / ".cache" / "infra")
+    return Path(infra_dir) / "cluster" / f"node{node}" / "server.log"
+
+
+def host_address(index: int) -> str:
+    """The address hosts.py gives host ``index`` (10.213.0.(10+index))."""
+    return f"10.213.0.{10 + index}"
+
+
+def netns_prefix(index: int) -> list[str]:
+    return ["ip", "netns", "exec", f"tk-h{index}"]
+
+
+def poller_on(index: int, node_id: str, env: Mapping[str, str], log_dir: Path, **more: str) -> PollerProcess:
+    """A real ``tickd-poller`` in host ``index``'s namespace, its /status and /metrics on the host's address.
+    ``env`` is the scenario's (the cluster's TICKD_* and its keyspace). Not started."""
+    settings = {**env, "TICKD_METRICS_HOST": host_address(index), **more}
+    return PollerProcess(node_id, settings["TICKD_KEYSPACE"], log_dir, settings, prefix=netns_prefix(index))
+
+
+class SinkProcess:
+    """``tests/cluster/sink.py`` in host ``index``'s namespace: every delivery it gets, read back from its
+    stdout as ``Delivery`` objects (``remote`` is the sending poller's host address)."""
+
+    def __init__(self, index: int, log_dir: Path, port: int = 8080) -> None:
+        self.url = f"http://{host_address(index)}:{port}/hook"
+        self.argv = [*netns_prefix(index), sys.executable, "-m", "tests.cluster.sink", host_address(index), str(port)]
+        self.log_path = log_dir / "sink.log"
+        self.deliveries: list[Delivery] = []
+        self.ready = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> SinkProcess:
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name="sink", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        with self.log_path.open("ab") as out:
+            for raw in self.proc.stdout:
+                out.write(raw)
+                try:
+                    fields = json.loads(raw)
+                except ValueError:
+                    continue
+                if fields.get("event") == READY:
+                    self.ready.set()
+                elif isinstance(fields, dict) and "fire_id" in fields:
+                    self.deliveries.append(Delivery(**fields, body={}))
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        if not await asyncio.to_thread(self.ready.wait, timeout_s):
+            raise AssertionError(f"sink not ready in {timeout_s:.0f} s: {self.log_path.read_text(errors='replace')}")
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(10)
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
+            self.proc.stdout.close()
 
 
 class ApiProcess:

@@ -143,3 +143,73 @@ async def first_success(stage: Stage, base: str, key: dict[str, str], bound_s: f
         assert answer.status == 503, answer
         await asyncio.sleep(0.5)
     return time.monotonic() - began, None
+
+
+# The slack after both live nodes logged the crashed one DOWN: a create sent just before then may still
+# have chosen it for its batchlog, and waits out the write timeout (2 s) before it answers.
+CONVICTED_SLACK_S = 3.0
+CRASH_WINDOW_S = 45.0
+
+
+@pytest.mark.timeout(900)
+async def test_c3_one_node_crashes_costs_creates_until_convicted(stage: Stage) -> None:
+    """kill -9 one node of three. Two replicas remain, so LOCAL_QUORUM can be met, but a create is a
+    logged batch, and Cassandra writes a batch's log to two *other* nodes it believes alive: on three
+    nodes, until gossip convicts the crashed one (phi_convict_threshold 8: ~10-20 s), every logged batch
+    whose coordinator picks it for the batchlog times out (consistency TWO). Such a create must answer a
+    timely 503 saying the write may not have applied (never a 500 or a hang), only inside that window;
+    reads and creates after it answer 2xx. A clean stop (SIGTERM) announces itself and costs nothing
+    (test_pollers P2)."""
+    api = stage.api().start()
+    try:
+        await api.wait_ready(stage.session)
+        key = await register(stage, api.base)
+        made = await create(stage, api.base, key)
+        assert made.status == 201, made
+        marks = {n: stage.cluster.log_size(n) for n in (1, 2)}
+        convicted: dict[int, float] = {}
+
+        async def watch() -> None:
+            while len(convicted) < 2:
+                for n in (1, 2):
+                    if n not in convicted and stage.cluster.saw_down(n, 3, marks[n]):
+                        convicted[n] = time.monotonic()
+                await asyncio.sleep(0.2)
+
+        watcher = asyncio.create_task(watch())
+        killed_at = time.monotonic()
+        await stage.cluster.kill(3)
+        sent: list[tuple[float, Answer]] = []
+        while time.monotonic() - killed_at < CRASH_WINDOW_S:
+            began = time.monotonic()
+            sent.append((began, await create(stage, api.base, key, idempotency_key=f"c3-{uuid.uuid4().hex}")))
+            sent.append((time.monotonic(), await create(stage, api.base, key)))
+            read = await request(
+                stage.session,
+                "GET",
+                f"{api.base}/v1/schedules/{made.body['schedule_id']}",
+                headers=key,
+                deadline_s=CLIENT_DEADLINE_S,
+            )
+            sent.append((time.monotonic(), read))
+        await asyncio.wait_for(watcher, 30)
+        convicted_at = max(convicted.values())
+        failed = [(t, a) for t, a in sent if a.status not in (200, 201)]
+        late = [(round(t - killed_at, 2), a) for t, a in failed if t > convicted_at + CONVICTED_SLACK_S]
+        report(
+            "C3 one node kill -9",
+            requests=len(sent),
+            failed=len(failed),
+            failed_statuses=sorted({a.status for _, a in failed}),
+            last_failure_after_kill_s=max((t - killed_at for t, _ in failed), default=0.0),
+            convicted_after_s=convicted_at - killed_at,
+            max_answer_s=max(a.elapsed_s for _, a in sent),
+        )
+        assert all(a.status == 503 and a.elapsed_s <= ANSWER_BOUND_S for _, a in failed), failed[:3]
+        assert all(a.body.get("error", {}).get("code") == "store_unavailable" for _, a in failed), failed[:3]
+        assert not late, f"{len(late)} failures after both live nodes convicted node 3: {late[:3]}"
+        after = [a for t, a in sent if t > convicted_at + CONVICTED_SLACK_S]
+        assert len(after) >= 10, f"only {len(after)} requests after the conviction: widen CRASH_WINDOW_S"
+    finally:
+        api.stop()
+        await stage.cluster.start(3)

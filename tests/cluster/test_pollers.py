@@ -1,0 +1,520 @@
+"""Poller nodes on their own hosts over the 3-node Cassandra cluster (replication factor 3, LOCAL_QUORUM).
+
+Layout: Cassandra nodes on hosts 1-3, poller nodes on hosts 4-6 (each a real ``tickd-poller`` in its own
+network namespace, with its own address), the subscriber on host 7 (``sink.py``). Every delivery the
+subscriber records carries the sending host's address, so each fire is attributed to the node that sent it.
+
+P1: one poller host is partitioned from the three Cassandra hosts for 40 s while 3,000 schedules fire over
+two minutes. It keeps running and can still reach the subscriber, so a node that failed to fence itself
+would be seen delivering for instances it no longer owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+from cassandra import ConsistencyLevel
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+from cassandra.cluster import Cluster as Driver
+from cassandra.policies import WhiteListRoundRobinPolicy
+
+from tests.acceptance.harness import (
+    Delivery,
+    Interval,
+    Made,
+    PollerProcess,
+    create_client,
+    create_many,
+    delivered_all,
+    exclusivity_violations,
+    gather_status,
+    instances_of,
+    now_utc,
+    ownership_intervals,
+    spread,
+    tally,
+    wait_placement,
+)
+from tests.cluster.conftest import Stage
+from tests.cluster.harness import ADMIN, SinkProcess, host_address, poller_on, report, request
+from tests.cluster.test_quorum import ANSWER_BOUND_S, CLIENT_DEADLINE_S
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.model import HttpCallback
+from tickd.schema.settings import StoreSettings
+
+CASSANDRA_HOSTS = (1, 2, 3)
+POLLER_HOSTS = (4, 5, 6)
+SINK_HOST = 7
+POLLERS = 12  # instances of the one client: 4 per node
+TAKEOVER_BOUND_S = 15.0
+# A request written by a node just before it stopped an instance is recorded by the subscriber a moment
+# after the node's instance_stopped line (same machine, same clock).
+IN_FLIGHT_SLACK_S = 0.5
+
+
+@dataclass
+class World:
+    stage: Stage
+    store: CassandraStore
+    sink: SinkProcess
+    nodes: list[PollerProcess] = field(default_factory=list)
+
+    def node_at(self, address: str) -> str:
+        return {host_address(h): f"n{h}" for h in range(4, 10)}.get(address, address)
+
+
+@asynccontextmanager
+async def world(stage: Stage, sink_host: int = SINK_HOST) -> AsyncIterator[World]:
+    await stage.cluster.hosts(sink_host)
+    sink = SinkProcess(sink_host, stage.log_dir).start()
+    store = await CassandraStore.connect(StoreSettings.from_env({**os.environ, **stage.env}))
+    here = World(stage, store, sink)
+    try:
+        await sink.wait_ready()
+        yield here
+    finally:
+        for node in here.nodes:
+            node.close()
+        sink.close()
+        await store.close()
+        for index in range(POLLER_HOSTS[0], sink_host):
+            await stage.cluster.join(index)
+
+
+async def start_pollers(here: World, hosts: Sequence[int] = POLLER_HOSTS, **env: str) -> list[PollerProcess]:
+    """Poller nodes ``n<host>`` on ``hosts``, added to the world's; returns the new ones once started."""
+    new = [poller_on(h, f"n{h}", here.stage.env, here.stage.log_dir, **env).start() for h in hosts]
+    here.nodes.extend(new)
+    await asyncio.gather(*(n.wait_for("node_started", timeout_s=120) for n in new))
+    return new
+
+
+def stale_deliveries(
+    deliveries: Sequence[Delivery], here: World, where: dict[str, str], spans: dict[str, list[Interval]]
+) -> list[str]:
+    """Deliveries a node sent for an instance it did not own at that moment (per its own log), or after
+    another node had started the instance (per that node's log)."""
+    problems = []
+    for d in deliveries:
+        node, inst = here.node_at(d.remote), where.get(d.fire_id)
+        if inst is None:
+            continue
+        own = [s for s in spans.get(inst, []) if s.node == node and s.start <= d.arrival <= s.end + IN_FLIGHT_SLACK_S]
+        if not own:
+            problems.append(f"{d.fire_id} from {node} at {d.arrival:.3f}: {node} did not run {inst} then")
+            continue
+        later = [s for s in spans[inst] if s.node != node and own[0].start < s.start < d.arrival]
+        if later:
+            problems.append(
+                f"{d.fire_id} from {node} at {d.arrival:.3f}: {later[0].node} runs {inst} since {later[0].start:.3f}"
+            )
+    return problems
+
+
+def longest_gap(times: Sequence[float], start: float, end: float) -> float:
+    """The longest stretch within [start, end] with no delivery."""
+    inside = sorted(t for t in times if start <= t <= end)
+    points = [start, *inside, end]
+    return max((b - a for a, b in itertools.pairwise(points)), default=end - start)
+
+
+@pytest.mark.timeout(900)
+async def test_p1_poller_host_partitioned_from_cassandra(stage: Stage) -> None:
+    async with world(stage) as here:
+        client = await create_client(here.store, "p1", POLLERS)
+        nodes = await start_pollers(here)
+        prefix = f"{client.client_id}/"
+        await wait_placement(
+            nodes, prefix, instances_of(client), timeout_s=90, accept=lambda p: len(set(p.values())) == 3, stable_s=3
+        )
+        start = now_utc() + timedelta(seconds=25)
+        times = spread(3000, start, start + timedelta(seconds=120))
+        made: list[Made] = await create_many(here.store, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
+        where = {m.fire_id: str(m.schedule.instance) for m in made}
+        print(f"P1: created 3000 schedules, first due at {start.isoformat()}")
+
+        await asyncio.sleep(max(0.0, start.timestamp() + 30 - time.time()))  # a third of the way in
+        owners = await gather_status(nodes, prefix)
+        victim = nodes[0]
+        lost = sorted(i for i, v in owners.items() if v == [victim.node_id])
+        assert lost, f"{victim.node_id} runs nothing: {owners}"
+        cut_at = time.time()
+        await stage.cluster.partition(POLLER_HOSTS[0], CASSANDRA_HOSTS)
+        await victim.wait_for("node_fenced", timeout_s=30)
+        takeover: dict[str, float] = {}
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            for e in (e for n in nodes[1:] for e in n.find("instance_started")):
+                if e.get("instance") in lost and e["_t"] > cut_at:
+                    takeover[e["instance"]] = min(takeover.get(e["instance"], 1e18), e["_t"] - cut_at)
+            await asyncio.sleep(0.5)
+        healed_at = time.time()
+        await stage.cluster.join(POLLER_HOSTS[0])
+        back = await victim.wait_for("instance_started", lambda e: e["_t"] > healed_at, timeout_s=60)
+        rejoined_s = back["_t"] - healed_at
+        placement = await wait_placement(
+            nodes, prefix, instances_of(client), timeout_s=60, accept=lambda p: len(set(p.values())) == 3, stable_s=3
+        )
+
+        await delivered_all(made, lambda: {d.fire_id for d in here.sink.deliveries}, timeout_s=150)
+        await asyncio.sleep(3)  # late duplicates
+        deliveries = list(here.sink.deliveries)
+        t = tally(made, [(d.fire_id, d.arrival) for d in deliveries])
+        spans = ownership_intervals(nodes)
+        stale = stale_deliveries(deliveries, here, where, spans)
+        overlap = exclusivity_violations(spans)
+        fenced = victim.find("node_fenced")[0]
+        by_sender = Counter(here.node_at(d.remote) for d in deliveries)
+        during = [
+            d for d in deliveries if cut_at <= d.arrival <= healed_at and here.node_at(d.remote) == victim.node_id
+        ]
+        epochs = {i: [(s.node, s.epoch) for s in spans[i]] for i in lost}
+        due = {m.fire_id: m.fire_ts for m in made}
+        first: dict[str, float] = {}
+        for d in deliveries:
+            first[d.fire_id] = min(d.arrival, first.get(d.fire_id, d.arrival))
+        moved_late = [first[f] - due[f] for f, inst in where.items() if inst in lost and f in first]
+        report(
+            "P1 poller host partitioned from Cassandra 40 s, 3 nodes x 12 pollers, 3000 HTTP",
+            **t.fields(),
+            takeover_max_s=max(takeover.values(), default=float("nan")),
+            taken_over=f"{len(takeover)}/{len(lost)}",
+            fenced_after_s=fenced["_t"] - cut_at,
+            victim_deliveries_while_cut=len(during),
+            rejoined_after_s=rejoined_s,
+            moved_instances_late_max_s=max(moved_late, default=float("nan")),
+            longest_gap_s=longest_gap([d.arrival for d in deliveries], times[0].timestamp(), max(times).timestamp()),
+            per_sender=dict(by_sender),
+            per_node_after=dict(Counter(placement.values())),
+        )
+        print(f"P1 epochs of the moved instances: {epochs}")
+        assert not t.missing, f"{len(t.missing)} fires lost, e.g. {t.missing[:5]}"
+        assert not t.unknown, t.unknown[:5]
+        assert set(takeover) == set(lost), f"not taken over within 40 s: {sorted(set(lost) - set(takeover))}"
+        assert max(takeover.values()) <= TAKEOVER_BOUND_S, takeover
+        assert not stale, stale[:5]
+        assert not overlap, overlap[:5]
+        for inst in lost:  # each move went up in epoch; the victim's return took a newer one still
+            assert [e for _, e in epochs[inst]] == sorted(e for _, e in epochs[inst]), epochs[inst]
+        assert all(n.alive for n in nodes), [n.tail() for n in nodes if not n.alive]
+
+
+@dataclass
+class Create:
+    """One POST /v1/schedules the creator made: when, the answer, and the fire id a 201 promised."""
+
+    sent: float
+    status: int
+    elapsed_s: float
+    fire_id: str | None
+    fire_ts: float | None
+    schedule_id: str | None
+
+
+async def keep_creating(
+    stage: Stage, base: str, key: dict[str, str], url: str, log: list[Create], stop: asyncio.Event
+) -> None:
+    """Creates one schedule due 15 s ahead every 50 ms (sequentially: a slow answer slows the rate)."""
+    while not stop.is_set():
+        sent = time.time()
+        answer = await request(
+            stage.session,
+            "POST",
+            f"{base}/v1/schedules",
+            headers=key,
+            json={
+                "delay_s": 15,
+                "payload": {"n": int(sent * 1000)},
+                "callback": {"type": "http", "url": url, "timeout_s": 5},
+            },
+            deadline_s=CLIENT_DEADLINE_S,
+        )
+        body = answer.body if answer.status == 201 else {}
+        fire_at = body.get("fire_at")
+        log.append(
+            Create(
+                sent,
+                answer.status,
+                answer.elapsed_s,
+                body.get("fire_id"),
+                datetime.fromisoformat(fire_at.replace("Z", "+00:00")).timestamp() if fire_at else None,
+                body.get("schedule_id"),
+            )
+        )
+        await asyncio.sleep(0.05)
+
+
+def on_node_3(stage: Stage, client_id: str, schedule_ids: Sequence[str]) -> int:
+    """How many of ``schedule_ids`` node 3 holds itself: read at consistency ONE through a session that
+    may only talk to node 3 (blocking; run it in a thread)."""
+
+    profile = ExecutionProfile(
+        load_balancing_policy=WhiteListRoundRobinPolicy([host_address(3)]), consistency_level=ConsistencyLevel.ONE
+    )
+    driver = Driver([host_address(3)], execution_profiles={EXEC_PROFILE_DEFAULT: profile}, protocol_version=5)
+    try:
+        session = driver.connect(stage.env["TICKD_KEYSPACE"])
+        query = session.prepare("SELECT schedule_id FROM schedule_refs WHERE client_id = ? AND schedule_id = ?")
+        found = 0
+        for sid in schedule_ids:
+            if session.execute(query, (client_id, uuid.UUID(sid))).one() is not None:
+                found += 1
+        return found
+    finally:
+        driver.shutdown()
+
+
+@pytest.mark.timeout(900)
+async def test_p2_cassandra_nodes_down_while_creating_and_firing(stage: Stage) -> None:
+    """A real API and three pollers while one schedule a 50 ms is created, due 15 s later:
+    A) node 3 stopped (SIGTERM: it drains and tells its peers): every create still 201, fires keep coming
+    (a node that crashes instead costs creates until the others convict it: test_quorum's C3);
+    B) node 2 killed too (no quorum): creates answer 503 promptly, never 500 or a hang; the pollers fence;
+    C) node 2 started again: creates and fires resume; D) node 3 started again: it catches up by hinted
+    handoff (it holds, read at ONE on it alone, the schedules created while it was down).
+    Every create answered 201 is delivered, duplicates only with the same fire id."""
+    async with world(stage) as here:
+        api = stage.api().start()
+        try:
+            await api.wait_ready(stage.session)
+            client_id, key = await register_client(stage, api.base, POLLERS)
+            nodes = await start_pollers(here)
+            await wait_placement(nodes, f"{client_id}/", {f"{client_id}/{p}" for p in range(POLLERS)}, timeout_s=90)
+            log: list[Create] = []
+            stop = asyncio.Event()
+            creator = asyncio.create_task(keep_creating(stage, api.base, key, here.sink.url, log, stop))
+            marks: dict[str, float] = {"begin": time.time()}
+            await asyncio.sleep(20)
+            await stage.cluster.stop(3)
+            marks["node3_stopped"] = time.time()
+            await asyncio.sleep(30)
+            await stage.cluster.kill(2)
+            marks["node2_killed"] = time.time()
+            await asyncio.gather(
+                *(n.wait_for("node_fenced", lambda e: e["_t"] > marks["node2_killed"], timeout_s=40) for n in nodes)
+            )
+            marks["all_fenced"] = time.time()
+            await asyncio.sleep(max(0.0, marks["node2_killed"] + 30 - time.time()))
+            marks["node2_starting"] = time.time()
+            await stage.cluster.start(2)
+            marks["node2_back"] = time.time()
+            await asyncio.sleep(20)
+            await stage.cluster.start(3)
+            marks["node3_back"] = time.time()
+            await asyncio.sleep(10)
+            stop.set()
+            await creator
+            marks["end"] = time.time()
+
+            acked = [c for c in log if c.status == 201]
+            made = {c.fire_id: c.fire_ts for c in acked if c.fire_id and c.fire_ts}
+            assert await delivered_all_ids(set(made), here, timeout_s=120)
+            await asyncio.sleep(3)
+            deliveries = list(here.sink.deliveries)
+            counts = Counter(d.fire_id for d in deliveries)
+            missing = sorted(set(made) - set(counts))
+            unknown = sorted(set(counts) - set(made))
+            dups = {f: n for f, n in counts.items() if n > 1}
+
+            def phase(a: str, b: str) -> list[Create]:
+                return [c for c in log if marks[a] <= c.sent < marks[b]]
+
+            one_down = phase("node3_stopped", "node2_killed")
+            no_quorum = [c for c in phase("node2_killed", "node2_starting") if c.sent > marks["node2_killed"] + 1]
+            after = phase("node2_back", "end")
+            first_ok = min((c.sent for c in after if c.status == 201), default=float("nan"))
+            in_a = [c.schedule_id for c in one_down if c.status == 201 and c.schedule_id]
+            held, caught_up_s = 0, float("nan")
+            began = time.monotonic()
+            while time.monotonic() - began < 120:
+                held = await asyncio.to_thread(on_node_3, stage, client_id, in_a)
+                if held == len(in_a):
+                    caught_up_s = time.time() - marks["node3_back"]
+                    break
+                await asyncio.sleep(5)
+            fires = sorted(d.arrival for d in deliveries)
+            report(
+                "P2 Cassandra nodes down while creating and firing, 3 pollers x 12 instances",
+                creates=len(log),
+                created_201=len(acked),
+                delivered=len(set(counts) & set(made)),
+                missing=len(missing),
+                dup_fire_ids=len(dups),
+                unknown=len(unknown),
+                one_down_creates=len(one_down),
+                one_down_not_201=sum(1 for c in one_down if c.status != 201),
+                one_down_max_s=max((c.elapsed_s for c in one_down), default=float("nan")),
+                no_quorum_creates=len(no_quorum),
+                no_quorum_statuses=dict(Counter(c.status for c in no_quorum)),
+                no_quorum_max_s=max((c.elapsed_s for c in no_quorum), default=float("nan")),
+                fenced_after_s=marks["all_fenced"] - marks["node2_killed"],
+                first_201_after_node2_back_s=first_ok - marks["node2_back"],
+                node3_holds=f"{held}/{len(in_a)}",
+                node3_caught_up_after_s=caught_up_s,
+                # Fires come 15 s after their creates: these windows have creates 15 s before every moment.
+                longest_gap_one_down_s=longest_gap(fires, marks["node3_stopped"], marks["node2_killed"]),
+                longest_gap_after_s=longest_gap(fires, marks["node2_back"] + 16, marks["end"]),
+            )
+            assert not missing, f"{len(missing)} acknowledged schedules never fired: {missing[:5]}"
+            assert len(unknown) <= sum(1 for c in log if c.status != 201), unknown[:5]
+            assert one_down and all(c.status == 201 for c in one_down), [c for c in one_down if c.status != 201][:5]
+            assert no_quorum and all(c.status == 503 for c in no_quorum), [c for c in no_quorum if c.status != 503][:5]
+            assert all(c.elapsed_s <= ANSWER_BOUND_S for c in log), max(c.elapsed_s for c in log)
+            assert held == len(in_a), f"node 3 holds {held} of the {len(in_a)} schedules created while it was down"
+            assert api.proc is not None and api.proc.poll() is None, "tickd-api exited"
+            assert all(n.alive for n in nodes), [n.tail() for n in nodes if not n.alive]
+        finally:
+            api.stop()
+
+
+async def delivered_all_ids(want: set[str], here: World, timeout_s: float) -> bool:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if want <= {d.fire_id for d in here.sink.deliveries}:
+            return True
+        await asyncio.sleep(0.5)
+    return False
+
+
+async def register_client(stage: Stage, base: str, pollers: int) -> tuple[str, dict[str, str]]:
+    client_id = f"p2-{uuid.uuid4().hex[:8]}"
+    answer = await request(
+        stage.session,
+        "POST",
+        f"{base}/v1/clients",
+        headers=ADMIN,
+        json={"client_id": client_id, "poller_count": pollers},
+        deadline_s=CLIENT_DEADLINE_S,
+    )
+    assert answer.status == 201, answer
+    return client_id, {"Authorization": f"Bearer {answer.body['api_key']}"}
+
+
+# What the pollers spend on coordination: membership, ownership, checkpoints, hot marks, clients. The rest
+# is the work itself: reading minutes (per instance and slice) and recording what was delivered.
+COORDINATION = frozenset(
+    {
+        "heartbeat",
+        "live_nodes",
+        "leave_cluster",
+        "list_clients",
+        "get_client",
+        "get_claim",
+        "list_claims",
+        "first_claim",
+        "take_claim",
+        "release_claim",
+        "get_checkpoint",
+        "write_checkpoint",
+        "record_skipped",
+        "read_hot_marks",
+        "get_horizon",
+        "ping",
+    }
+)
+MINUTE_READS = frozenset({"read_minute", "read_minute_until", "read_minute_stamps", "read_minute_stamps_until"})
+WINDOW_S = float(os.environ.get("TICKD_CLUSTER_COST_WINDOW_S", "60"))
+METRIC_LINE = re.compile(r'^tickd_store_requests_total\{kind="(\w+)",statement="([\w:+]+)"\} ([0-9.e+]+)$', re.M)
+
+
+async def request_counts(nodes: Sequence[PollerProcess]) -> Counter[tuple[str, str]]:
+    """(statement, kind) -> requests, summed over the nodes' /metrics."""
+    total: Counter[tuple[str, str]] = Counter()
+    for text in await asyncio.gather(*(n.metrics() for n in nodes)):
+        for kind, statement, value in METRIC_LINE.findall(text):
+            total[(statement, kind)] += int(float(value))
+    return total
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Requests per second over one window, summed over the nodes."""
+
+    coordination_lwt: float
+    coordination_read: float
+    coordination_write: float
+    minute_reads: float
+    other: float
+    top: list[tuple[str, float]]
+
+    @classmethod
+    def of(cls, before: Counter[tuple[str, str]], after: Counter[tuple[str, str]], seconds: float) -> Cost:
+        rate = {key: (after[key] - before[key]) / seconds for key in after}
+
+        def total(pick: Callable[[str, str], bool]) -> float:
+            return round(sum(r for (name, kind), r in rate.items() if pick(name, kind)), 2)
+
+        coordination = [(n, r) for (n, _), r in rate.items() if n in COORDINATION and r > 0]
+        return cls(
+            coordination_lwt=total(lambda n, k: n in COORDINATION and k == "lwt"),
+            coordination_read=total(lambda n, k: n in COORDINATION and k == "read"),
+            coordination_write=total(lambda n, k: n in COORDINATION and k == "write"),
+            minute_reads=total(lambda n, k: n in MINUTE_READS),
+            other=total(lambda n, k: n not in COORDINATION and n not in MINUTE_READS),
+            top=sorted(((n, round(r, 2)) for n, r in coordination), key=lambda x: -x[1])[:6],
+        )
+
+    @property
+    def coordination(self) -> float:
+        return self.coordination_lwt + self.coordination_read + self.coordination_write
+
+
+async def measure(nodes: Sequence[PollerProcess]) -> Cost:
+    before = await request_counts(nodes)
+    began = time.monotonic()
+    await asyncio.sleep(WINDOW_S)
+    after = await request_counts(nodes)
+    return Cost.of(before, after, time.monotonic() - began)
+
+
+@pytest.mark.timeout(1200)
+async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage) -> None:
+    """10 clients x 16 pollers. Requests per second summed over the nodes, each over a window of
+    TICKD_CLUSTER_COST_WINDOW_S (60 s, so every minute's checkpoints are in it) once placement is stable:
+    3 nodes idle, 3 nodes while 6,000 schedules fire, 6 nodes idle. Coordination must not grow with the
+    schedules (invariant 5); it grows with the nodes (a heartbeat and a ring read each per node)."""
+    async with world(stage, sink_host=10) as here:
+        clients = [await create_client(here.store, f"p3c{i}", 16) for i in range(10)]
+        every = set().union(*(instances_of(c) for c in clients))
+        three = await start_pollers(here, (4, 5, 6))
+        await wait_placement(three, "p3c", every, timeout_s=120, stable_s=5)
+        idle3 = await measure(three)
+
+        start = now_utc() + timedelta(seconds=15)
+        made: list[Made] = []
+        for client in clients:
+            times = spread(600, start, start + timedelta(seconds=WINDOW_S + 10), seed=len(made))
+            made += await create_many(here.store, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
+        await asyncio.sleep(max(0.0, start.timestamp() - time.time()))
+        busy3 = await measure(three)
+        assert await delivered_all_ids({m.fire_id for m in made}, here, timeout_s=60)
+
+        six = [*three, *await start_pollers(here, (7, 8, 9))]
+        await wait_placement(six, "p3c", every, timeout_s=120, accept=lambda p: len(set(p.values())) == 6, stable_s=5)
+        idle6 = await measure(six)
+        for name, cost in (("3 nodes idle", idle3), ("3 nodes, 6000 fires", busy3), ("6 nodes idle", idle6)):
+            report(
+                f"P3 coordination, 10 clients x 16 pollers, {name} (requests/s)",
+                lwt=cost.coordination_lwt,
+                reads=cost.coordination_read,
+                writes=cost.coordination_write,
+                minute_reads=cost.minute_reads,
+                delivery_and_other=cost.other,
+                top=cost.top,
+            )
+        assert busy3.coordination_lwt == idle3.coordination_lwt == 0, (idle3, busy3)
+        assert busy3.coordination <= idle3.coordination * 1.15, (idle3, busy3)
+        assert busy3.minute_reads <= idle3.minute_reads * 1.15 + 1, (idle3, busy3)
+        assert idle6.coordination > idle3.coordination, (idle3, idle6)
+        assert all(n.alive for n in six), [n.tail() for n in six if not n.alive]
