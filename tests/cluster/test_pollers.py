@@ -514,7 +514,10 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
                 top=cost.top,
             )
         assert busy3.coordination_lwt == idle3.coordination_lwt == 0, (idle3, busy3)
-        assert busy3.coordination <= idle3.coordination * 1.15, (idle3, busy3)
+        # Firing adds one read of each firing client per node per TICKD_CLIENTS_REFRESH_S (5 s; its
+        # signing secrets), bounded by clients x nodes, whatever the number of schedules.
+        client_refreshes = len(clients) * len(three) / 5.0
+        assert busy3.coordination <= idle3.coordination * 1.15 + client_refreshes, (idle3, busy3)
         assert busy3.minute_reads <= idle3.minute_reads * 1.15 + 1, (idle3, busy3)
         assert idle6.coordination > idle3.coordination, (idle3, idle6)
         assert all(n.alive for n in six), [n.tail() for n in six if not n.alive]
