@@ -385,7 +385,7 @@ class Delivery:
     header_fire_id: str | None
     header_attempt: str | None
     body: dict[str, Any] = field(repr=False)
-    remote: str = ""  # the sender's address
+    remote: str = field(default="", kw_only=True)  # the sender's address (keyword-only: subclasses add fields)
 
 
 class Receiver:
@@ -446,7 +446,7 @@ class Receiver:
             request.headers.get("X-Tickd-Fire-Id"),
             request.headers.get("X-Tickd-Attempt"),
             body,
-            request.remote or "",
+            remote=request.remote or "",
         )
         self.deliveries.append(delivery)
         if self.on_delivery is not None:

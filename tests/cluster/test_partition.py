@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from tests.cluster.conftest import Stage
-from tests.cluster.harness import Answer, report, request
-from tests.cluster.test_quorum import ANSWER_BOUND_S, CLIENT_DEADLINE_S, create, register
+from tests.cluster.harness import Answer, report
+from tests.cluster.test_quorum import ANSWER_BOUND_S, create, read, with_one_schedule
 
 WINDOW_S = 40.0
 FAST_S = 2.0
@@ -33,10 +33,7 @@ CUT_GRACE_S = 20.0
 async def test_c2_one_node_cut_fails_only_until_the_driver_drops_it(stage: Stage) -> None:
     api = stage.api().start()
     try:
-        await api.wait_ready(stage.session)
-        key = await register(stage, api.base)
-        made = await create(stage, api.base, key)
-        assert made.status == 201, made
+        key, made = await with_one_schedule(stage, api)
         await stage.cluster.cut(3)
         cut_at = time.monotonic()
         answers: list[tuple[float, Answer]] = []
@@ -44,14 +41,7 @@ async def test_c2_one_node_cut_fails_only_until_the_driver_drops_it(stage: Stage
             sent = time.monotonic() - cut_at
             answers.append((sent, await create(stage, api.base, key, idempotency_key=f"c2-{uuid.uuid4().hex}")))
             sent = time.monotonic() - cut_at
-            read = await request(
-                stage.session,
-                "GET",
-                f"{api.base}/v1/schedules/{made.body['schedule_id']}",
-                headers=key,
-                deadline_s=CLIENT_DEADLINE_S,
-            )
-            answers.append((sent, read))
+            answers.append((sent, await read(stage, api.base, key, str(made.body["schedule_id"]))))
         failed = [(t, a) for t, a in answers if a.status not in (200, 201)]
         after = [(t, a) for t, a in answers if t > CUT_GRACE_S]
         report(

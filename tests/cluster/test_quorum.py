@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from tests.cluster.conftest import Stage
-from tests.cluster.harness import ADMIN, Answer, report, request
+from tests.cluster.harness import ADMIN, Answer, ApiProcess, report, request
 
 # The store's request timeout (TICKD_CASSANDRA_TIMEOUT_S, default 10 s) plus the API's own work.
 STORE_TIMEOUT_S = 10.0
@@ -46,10 +46,7 @@ async def test_c1_two_of_three_down_answers_503_then_recovers(stage: Stage, faul
     driver and the live node learn only from timeouts; the processes keep running and come back by heal."""
     api = stage.api().start()
     try:
-        await api.wait_ready(stage.session)
-        key = await register(stage, api.base)
-        made = await create(stage, api.base, key)
-        assert made.status == 201, made
+        key, made = await with_one_schedule(stage, api)
 
         for node in (2, 3):
             await (stage.cluster.kill(node) if fault == "kill" else stage.cluster.cut(node))
@@ -109,6 +106,21 @@ async def create(stage: Stage, base: str, key: dict[str, str], idempotency_key: 
     )
 
 
+async def read(stage: Stage, base: str, key: dict[str, str], schedule_id: str) -> Answer:
+    return await request(
+        stage.session, "GET", f"{base}/v1/schedules/{schedule_id}", headers=key, deadline_s=CLIENT_DEADLINE_S
+    )
+
+
+async def with_one_schedule(stage: Stage, api: ApiProcess) -> tuple[dict[str, str], Answer]:
+    """Once the API is ready: a new client's key, and the answer to its first create (asserted 201)."""
+    await api.wait_ready(stage.session)
+    key = await register(stage, api.base)
+    made = await create(stage, api.base, key)
+    assert made.status == 201, made
+    return key, made
+
+
 async def answers_during_outage(stage: Stage, base: str, key: dict[str, str], schedule_id: str) -> list[Answer]:
     """Creates (plain, and with an Idempotency-Key: a LOCAL_SERIAL claim) and reads, back to back."""
     answers: list[Answer] = []
@@ -120,15 +132,7 @@ async def answers_during_outage(stage: Stage, base: str, key: dict[str, str], sc
         elif turn % 3 == 1:
             answers.append(await create(stage, base, key, idempotency_key=f"c1-{uuid.uuid4().hex}"))
         else:
-            answers.append(
-                await request(
-                    stage.session,
-                    "GET",
-                    f"{base}/v1/schedules/{schedule_id}",
-                    headers=key,
-                    deadline_s=CLIENT_DEADLINE_S,
-                )
-            )
+            answers.append(await read(stage, base, key, schedule_id))
         turn += 1
     return answers
 
@@ -162,10 +166,7 @@ async def test_c3_one_node_crashes_costs_creates_until_convicted(stage: Stage) -
     (test_pollers P2)."""
     api = stage.api().start()
     try:
-        await api.wait_ready(stage.session)
-        key = await register(stage, api.base)
-        made = await create(stage, api.base, key)
-        assert made.status == 201, made
+        key, made = await with_one_schedule(stage, api)
         marks = {n: stage.cluster.log_size(n) for n in (1, 2)}
         convicted: dict[int, float] = {}
 
@@ -184,14 +185,7 @@ async def test_c3_one_node_crashes_costs_creates_until_convicted(stage: Stage) -
             began = time.monotonic()
             sent.append((began, await create(stage, api.base, key, idempotency_key=f"c3-{uuid.uuid4().hex}")))
             sent.append((time.monotonic(), await create(stage, api.base, key)))
-            read = await request(
-                stage.session,
-                "GET",
-                f"{api.base}/v1/schedules/{made.body['schedule_id']}",
-                headers=key,
-                deadline_s=CLIENT_DEADLINE_S,
-            )
-            sent.append((time.monotonic(), read))
+            sent.append((time.monotonic(), await read(stage, api.base, key, str(made.body["schedule_id"]))))
         await asyncio.wait_for(watcher, 30)
         convicted_at = max(convicted.values())
         failed = [(t, a) for t, a in sent if a.status not in (200, 201)]
