@@ -289,9 +289,9 @@ def partition(item: Host, others: list[Host]) -> None:
     """Cut the link between ``item`` and each of ``others`` only, both ways: a ``blackhole`` route to the
     other's address in each namespace, so packets between the two are dropped (a sender in either gets an
     error on a new connection, an open connection goes silent) while both still reach everyone else."""
+    if any(other.index == item.index for other in others):  # refused before any route is added
+        raise HostsError(f"{item.netns} cannot be partitioned from itself")
     for other in others:
-        if other.index == item.index:
-            raise HostsError(f"{item.netns} cannot be partitioned from itself")
         in_netns(item, ["ip", "route", "replace", "blackhole", f"{other.address}/32"])
         in_netns(other, ["ip", "route", "replace", "blackhole", f"{item.address}/32"])
 

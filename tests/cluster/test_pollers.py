@@ -62,6 +62,7 @@ TAKEOVER_BOUND_S = 15.0
 # A request written by a node just before it stopped an instance is recorded by the subscriber a moment
 # after the node's instance_stopped line (same machine, same clock).
 IN_FLIGHT_SLACK_S = 0.5
+POLLER_AT = {host_address(h): f"n{h}" for h in range(4, 10)}  # a poller host's address -> its node id
 
 
 @dataclass
@@ -72,7 +73,7 @@ class World:
     nodes: list[PollerProcess] = field(default_factory=list)
 
     def node_at(self, address: str) -> str:
-        return {host_address(h): f"n{h}" for h in range(4, 10)}.get(address, address)
+        return POLLER_AT.get(address, address)
 
 
 @asynccontextmanager
@@ -530,7 +531,7 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
             made += await create_many(here.store, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
         await asyncio.sleep(max(0.0, start.timestamp() - time.time()))
         busy3 = await measure(three)
-        assert await delivered_all_ids({m.fire_id for m in made}, here, timeout_s=60)
+        assert await delivered_all(made, lambda: {d.fire_id for d in here.sink.deliveries}, timeout_s=60)
 
         six = [*three, *await start_pollers(here, (7, 8, 9))]
         await wait_placement(six, "p3c", every, timeout_s=120, accept=lambda p: len(set(p.values())) == 6, stable_s=5)
