@@ -10,7 +10,7 @@ from tickd.schema.model import Schedule, encode_callback, encode_options
 
 # What a create writes besides the payload, callback and options (keys, timestamps, the by-id pointer,
 # the pollers' signals, and Cassandra's per-cell overhead), rounded up.
-CREATE_OVERHEAD_BYTES = 1024
+CREATE_OVERHEAD_BYTES = 1280
 
 
 def create_bytes(s: Schedule) -> int:

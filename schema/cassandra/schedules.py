@@ -70,7 +70,7 @@ def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = No
 
 
 def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
-    """The by-id pointer of a new schedule."""
+    """The by-id pointer of a new schedule, below the ballot of any compare-and-set that moves it on."""
     loc = s.location
     values = {
         "client_id": s.client_id,
@@ -79,6 +79,7 @@ def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
         "due_at": loc.due_at,
         "version": s.version,
         "ttl": timing.row_ttl_s(loc.due_at, now, retention_s),
+        "ts": timing.below_ballots(time.time_ns() // 1000),
     }
     return "insert_ref", values
 

@@ -11,7 +11,9 @@
 - Reads return live rows in clustering order; ``page`` cuts them as a paged query does (a full page
   always promises another, possibly empty, page).
 
-Timestamps are in microseconds, like the driver's.
+Timestamps are in microseconds, like the driver's. A lightweight transaction's writes carry its Paxos
+ballot's timestamp, which Cassandra takes from a millisecond clock (``ballot``): a plain write made
+earlier in the same millisecond has a higher timestamp, and wins over the transaction that follows it.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ class Tables:
         self.clock = clock
         self._data: dict[str, dict[Key, dict[Key, Row]]] = {}
         self._last_ts = 0
+        self._last_ballot = 0
         # A partition's live rows as last read, kept until a write to it or its first cell expiry
         # (read rows are never mutated by the adapters): the pollers re-read the same minutes often.
         self._reads: dict[tuple[str, Key], tuple[int, float, list[tuple[tuple[Any, ...], Values]]]] = {}
@@ -150,10 +153,17 @@ class Tables:
 
     def timestamp(self) -> int:
         """A write timestamp: the clock's microseconds, made unique and increasing (the driver's
-        monotonic generator, and Paxos ballots). One source for every client and the server: clocks
-        agree here, so a frozen virtual clock cannot order an LWT before an earlier plain write."""
+        monotonic generator). One source for every client: their clocks agree here."""
         self._last_ts = max(micros(self.clock()), self._last_ts + 1)
         return self._last_ts
+
+    def ballot(self) -> int:
+        """A lightweight transaction's write timestamp: the clock's milliseconds in microseconds, made
+        unique and increasing (Cassandra's ``ClientState.getTimestampForPaxos``). Not above a plain
+        write's timestamp from the same millisecond: a write that a transaction must see as older has
+        to be written below it (``timing.below_ballots``)."""
+        self._last_ballot = max(micros(self.clock()) // 1000 * 1000, self._last_ballot + 1)
+        return self._last_ballot
 
     def apply(self, writes: Iterable[Write], ts: int) -> None:
         now_s = self.now_s()

@@ -65,7 +65,7 @@ class Session:
             else:
                 applied = current is not None and all(current.get(c) == norm(v) for c, v in expect.items())
             if applied:
-                self.tables.apply([write], self.tables.timestamp())
+                self.tables.apply([write], self.tables.ballot())
             return applied, current or Values()
 
         return await self.request(write.name, apply)

@@ -19,7 +19,7 @@ from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.listing import Listing, chunks, in_turn
 from tickd.schema.memory import rows as to
 from tickd.schema.memory import tables as t
-from tickd.schema.memory.engine import Table, Tables, Values, Write, norm
+from tickd.schema.memory.engine import Table, Tables, Values, Write, micros, norm
 from tickd.schema.memory.faults import StoreFaults
 from tickd.schema.memory.session import Select, Session
 from tickd.schema.model import (
@@ -217,7 +217,8 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         loc = s.location
         key = {"client_id": s.client_id, "schedule_id": s.schedule_id}
         values = {"poller_id": loc.poller_id, "due_at": loc.due_at, "version": s.version}
-        return Write("insert_ref", t.REFS, key, values, ttl_s=self._ttl(loc.due_at, now), insert=True)
+        ts = timing.below_ballots(micros(self.clock()))
+        return Write("insert_ref", t.REFS, key, values, ttl_s=self._ttl(loc.due_at, now), insert=True, timestamp=ts)
 
     def _status(self, s: Schedule, loc: Location, status: Status, now: datetime, ts: int | None = None) -> Write:
         key = _row_key(s.client_id, s.schedule_id, loc)  # expiring with the row (see the Cassandra adapter)

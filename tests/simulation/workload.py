@@ -260,9 +260,12 @@ class Workload:
             return  # not acknowledged: may or may not exist, no promise either way
         events_ = schedule.options.events if schedule.options is not None and schedule.options.batch else 0
         repeat = schedule.repeat
-        self.world.oracle.promises[schedule.schedule_id] = Promise(
-            client_id, schedule.schedule_id, schedule.fire_at, events=events_, repeat=repeat
-        )
+        promise = Promise(client_id, schedule.schedule_id, schedule.fire_at, events=events_, repeat=repeat)
+        self.world.oracle.promises[schedule.schedule_id] = promise
+        if self.rng.random() < 0.1:
+            # Changed the moment it is acknowledged (a client correcting itself, a by-key storm): the
+            # change's compare-and-set then runs in the create's millisecond, against its plain write.
+            await (self._cancel(promise) if self.rng.random() < 0.5 else self._reschedule(promise))
 
     def _pick(self) -> Promise | None:
         live = [p for p in self.world.oracle.promises.values() if p.cancelled_at is None]
@@ -273,8 +276,8 @@ class Workload:
             return self.rng.choice(uncertain)
         return self.rng.choice(live) if live else None
 
-    async def _cancel(self) -> None:
-        promise = self._pick()
+    async def _cancel(self, promise: Promise | None = None) -> None:
+        promise = promise or self._pick()
         if promise is None:
             return
         try:
@@ -287,8 +290,8 @@ class Workload:
         promise.cancelled_at, promise.cancelled_t = at, asyncio.get_running_loop().time()
         promise.settled(promise.cancelled_t)
 
-    async def _reschedule(self) -> None:
-        promise = self._pick()
+    async def _reschedule(self, promise: Promise | None = None) -> None:
+        promise = promise or self._pick()
         if promise is None or promise.repeat is not None:
             return
         intended: list[datetime] = []
