@@ -71,6 +71,11 @@ def change_base(
         raise Conflict("the schedule was changed concurrently; read it again and retry")
     write_ts = max(clock_ts, (ref.write_ts or 0) + 1)
     if ref.version == current.version:
+        # A client move cut short between its new row and retiring the old (written without a batchlog,
+        # schema.batchlog) left the old row live beside the new: this change fences it too.
+        moved_from = ref.previous if ref.changed_version == ref.version else None
+        if moved_from is not None and moved_from != current.location:
+            return Base(current.version, write_ts, (moved_from,))
         return Base(current.version, write_ts)
     if not abandoned(current, ref, live, target):
         raise Conflict("the schedule was changed concurrently; read it again and retry")

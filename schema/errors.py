@@ -48,6 +48,13 @@ class StoreUnavailable(TickdError):
     retriable = True
 
 
+class BatchNotLogged(StoreUnavailable):
+    """A logged batch whose batchlog Cassandra could not write (a replica that is down but not yet known
+    down, chosen to hold it): none of its writes were applied yet. They may be applied later, whole, by
+    the node that did log it; the caller may send the same writes again without the batchlog
+    (``schema.batchlog``)."""
+
+
 class ConfigError(TickdError):
     """A TICKD_* setting is malformed; raised at start-up only."""
 

@@ -6,6 +6,7 @@ import asyncio
 
 from cassandra.cluster import Cluster, Session
 
+from tickd.schema import batchlog
 from tickd.schema.cassandra.bridge import (
     Bridge,
     Statements,
@@ -33,6 +34,7 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
         self._cluster = cluster
         self._db = Bridge(session, statements)
         self._horizons = Horizons()
+        self._unlogged = batchlog.Fallbacks()
 
     @classmethod
     async def connect(cls, settings: StoreSettings) -> CassandraStore:

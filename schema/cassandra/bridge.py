@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
+from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException, WriteTimeout
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
 from cassandra.connection import ConnectionBusy, ConnectionException, ProtocolError
@@ -28,13 +28,15 @@ from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
+    RetryPolicy,
     TokenAwarePolicy,
+    WriteType,
 )
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from tickd.schema import guard, queries
-from tickd.schema.errors import ConfigError, StoreUnavailable
+from tickd.schema.errors import BatchNotLogged, ConfigError, StoreUnavailable
 from tickd.schema.settings import StoreSettings
 from tickd.schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
 
@@ -64,9 +66,33 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def unavailable(what: str, exc: BaseException) -> StoreUnavailable:
-    """The ``StoreUnavailable`` for ``exc`` raised while doing ``what`` (a statement name)."""
+    """The ``StoreUnavailable`` for ``exc`` raised while doing ``what`` (a statement name):
+    ``BatchNotLogged`` if a logged batch timed out writing its batchlog, before any of its writes."""
     detail = str(exc) or repr(exc)
+    if isinstance(exc, WriteTimeout) and exc.write_type == WriteType.BATCH_LOG:
+        return BatchNotLogged(f"{what}: {type(exc).__name__}: {detail}")
     return StoreUnavailable(f"{what}: {type(exc).__name__}: {detail}")
+
+
+class NoBatchlogRetry(RetryPolicy):  # type: ignore[misc]
+    """The driver's default, but a batch whose batchlog timed out is not sent again: on three nodes the
+    retry picks the same unconvicted dead node to hold its log and waits out another write timeout. The
+    adapters send its writes without a batchlog instead (``schema.batchlog``)."""
+
+    def on_write_timeout(
+        self,
+        query: Any,
+        consistency: int,
+        write_type: int,
+        required_responses: int,
+        received_responses: int,
+        retry_num: int,
+    ) -> tuple[int, int | None]:
+        if write_type == WriteType.BATCH_LOG:
+            return self.RETHROW, None
+        return super().on_write_timeout(  # type: ignore[no-any-return]
+            query, consistency, write_type, required_responses, received_responses, retry_num
+        )
 
 
 def unset_if_none(value: Any) -> Any:
@@ -151,6 +177,7 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
         request_timeout=settings.request_timeout_s,
         speculative_execution_policy=speculative,
+        retry_policy=NoBatchlogRetry(),
     )
     auth = None
     if settings.username:

@@ -16,12 +16,12 @@ from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
 
-from tickd.schema import aio, changes, listing, moves, timing
+from tickd.schema import aio, batchlog, changes, listing, moves, timing
 from tickd.schema.cassandra import runs
 from tickd.schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from tickd.schema.cassandra.dead_letters import dead_letter_of
-from tickd.schema.errors import Conflict
+from tickd.schema.errors import BatchNotLogged, Conflict
 from tickd.schema.model import (
     DeadLetter,
     FireOutcome,
@@ -127,10 +127,6 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, obje
     }
 
 
-# The statements that write a whole row (payload and all): in a batch too big, each goes on its own.
-_ROW_WRITES = frozenset({"insert_schedule", "insert_retry", "insert_event"})
-
-
 # -- the store ----------------------------------------------------------------------------------------
 
 
@@ -140,6 +136,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
     settings: StoreSettings
     _db: Bridge
     _horizons: Horizons
+    _unlogged: batchlog.Fallbacks
 
     def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
         return new_row_signals(self._horizons, instance, loc, now, self.settings.hot_window_s)
@@ -238,7 +235,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         )
         writes = [cancel, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
-        await self._db.batch(writes, logged=len(writes) > 1)
+        await self._together(writes)
 
     async def _write_pause(self, current: Schedule, version: int, now: datetime, base: changes.Base) -> None:
         loc, retention_s = current.location, self.settings.retention_s
@@ -248,7 +245,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         writes: list[Write] = [("set_status_version", {**values, "version": version})]
         writes += hot_mark(current.instance, loc, now, self.settings.hot_window_s)
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
-        await self._db.batch(writes, logged=len(writes) > 1)
+        await self._together(writes)
 
     def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
         """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
@@ -287,23 +284,29 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         self._horizons.note(new.instance, new.location.minute)
 
     async def _together(self, writes: list[Write]) -> None:
-        """Writes that belong together, in one logged batch while it holds at most
-        ``batch_max_bytes``. Cassandra refuses a multi-partition batch over its batch_size_fail_threshold
-        (50 KiB by default), so a larger one (a big row) is cut: the small writes first (pointer,
-        signals), then each row on its own (one partition: not subject to the threshold), then the
-        status writes that retire an old row. Cut short, it leaves a pointer without its row (nothing
-        fires; a retry writes it) or, in a move, both rows live, never a retired row without its successor."""
-        if len(writes) == 1 or write_bytes(writes) <= self.settings.batch_max_bytes:
-            await self._db.batch(writes, logged=len(writes) > 1)
+        """Writes that belong together, in one logged batch while it holds at most ``batch_max_bytes``.
+
+        Cassandra refuses a multi-partition batch over its batch_size_fail_threshold (50 KiB by default),
+        and cannot log one while a node it picked to hold the log is down but not yet convicted
+        (``BatchNotLogged``). Either way the writes go in ``schema.batchlog``'s phases instead, unlogged,
+        each row on its own (one partition: not subject to the threshold)."""
+        if len(writes) == 1:
+            await self._db.batch(writes, logged=False)
             return
-        rows = [w for w in writes if w[0] in _ROW_WRITES]
-        retire = [w for w in writes if w[0] == "set_status"]
-        small = [w for w in writes if w[0] != "set_status" and w[0] not in _ROW_WRITES]
-        if small:
-            await self._db.batch(small, logged=len(small) > 1)
-        await aio.gather(*(self._db.batch([row], logged=False) for row in rows))
-        if retire:
-            await self._db.batch(retire, logged=len(retire) > 1)
+        if write_bytes(writes) <= self.settings.batch_max_bytes:
+            try:
+                await self._db.batch(writes, logged=True)
+                return
+            except BatchNotLogged as exc:
+                self._unlogged.note(str(exc))
+        for phase in batchlog.phases([name for name, _ in writes]):
+            group = [writes[i] for i in phase]
+            rows = [w for w in group if w[0] in batchlog.ROWS]
+            others = [w for w in group if w[0] not in batchlog.ROWS]
+            sends = [self._db.batch([row], logged=False) for row in rows]
+            if others:
+                sends.append(self._db.batch(others, logged=False))
+            await aio.gather(*sends)
 
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime

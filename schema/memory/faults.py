@@ -8,6 +8,9 @@ Every request the Cassandra adapter would send is one fault point, named by ``op
   a move, ``batch:set_status`` for a cancel, ``batch:record_outcome``, ``batch:mark_hot`` ...).
 - ``batch:<query>/partial``: between the partitions of an unlogged batch that spans several (Cassandra
   applies those per partition): raising there leaves the earlier partitions written, the rest not.
+
+A logged batch over several partitions also passes ``batchlog(op)`` (after ``before``): raising
+``BatchNotLogged`` there is a batchlog Cassandra could not write (a node down, not yet convicted).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ class StoreFaults(Protocol):
         """After a request applied: may raise StoreUnavailable (applied, but the caller is told it failed:
         an unknown outcome)."""
 
+    async def batchlog(self, op: str) -> None:
+        """Before a logged batch over several partitions applies: may raise ``BatchNotLogged`` (nothing
+        applied; the adapter sends the same writes without a batchlog) or StoreUnavailable."""
+
 
 class NoFaults:
     """Nothing injected."""
@@ -31,4 +38,7 @@ class NoFaults:
         return None
 
     async def after(self, op: str) -> None:
+        return None
+
+    async def batchlog(self, op: str) -> None:
         return None

@@ -22,8 +22,9 @@ class Session:
         self.page_size = page_size
         self.faults: StoreFaults = faults if faults is not None else NoFaults()
 
-    async def request(self, op: str, *steps: Callable[[int], T]) -> T:
+    async def request(self, op: str, *steps: Callable[[int], T], batchlog: bool = False) -> T:
         """Send one request; ``steps`` apply in order (several only for an unlogged multi-partition batch).
+        ``batchlog``: a logged batch over several partitions, which must first write its batchlog.
 
         The write timestamp is taken when the request is sent, as the driver does, so a request held up
         in ``before`` carries an older timestamp than one sent after it."""
@@ -31,6 +32,8 @@ class Session:
         ts = self.tables.timestamp()
         await asyncio.sleep(0)
         await self.faults.before(op)
+        if batchlog:
+            await self.faults.batchlog(op)
         result = steps[0](ts)
         for step in steps[1:]:
             await self.faults.after(f"{op}/partial")
@@ -49,7 +52,8 @@ class Session:
         for write in writes:
             groups.setdefault(write.partition, []).append(write)
         parts = [list(writes)] if logged or len(groups) <= 1 else list(groups.values())
-        await self.request(op, *(self._applier(part) for part in parts))
+        # Cassandra keeps a batchlog only for a logged batch over several partitions.
+        await self.request(op, *(self._applier(part) for part in parts), batchlog=logged and len(groups) > 1)
 
     def _applier(self, writes: list[Write]) -> Callable[[int], None]:
         return lambda ts: self.tables.apply(writes, ts)

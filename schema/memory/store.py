@@ -14,8 +14,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from tickd.schema import aio, changes, moves, stats, timing
-from tickd.schema.errors import Conflict, StoreUnavailable
+from tickd.schema import aio, batchlog, changes, moves, stats, timing
+from tickd.schema.errors import BatchNotLogged, Conflict, StoreUnavailable
 from tickd.schema.listing import Listing, chunks, in_turn
 from tickd.schema.memory import rows as to
 from tickd.schema.memory import tables as t
@@ -258,7 +258,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             for s in schedules
             for w in (self._row_insert(s, now), self._ref_insert(s, now), *self._signals(s.instance, s.location, now))
         ]
-        await self._db.batch(writes, logged=True)
+        await self._together(writes)
         for s in schedules:
             self._note_horizon(s.instance, s.location.minute)
 
@@ -339,7 +339,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         writes = [self._status(current, current.location, Status.CANCELLED, now, base.write_ts)]
         writes += self._hot_mark(current.instance, current.location, now)
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
-        await self._db.batch(writes, logged=len(writes) > 1)
+        await self._together(writes)
 
     async def _write_pause(self, current: Schedule, version: int, now: datetime, base: changes.Base) -> None:
         loc = current.location
@@ -349,7 +349,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         writes = [Write("set_status_version", t.SCHEDULES, key, values, ttl_s=ttl, timestamp=base.write_ts)]
         writes += self._hot_mark(current.instance, loc, now)
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
-        await self._db.batch(writes, logged=len(writes) > 1)
+        await self._together(writes)
 
     def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
         """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
@@ -376,8 +376,28 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             writes += self._hot_mark(current.instance, old, now)
         if base is not None:
             writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
-        await self._db.batch(writes, logged=True)
+        await self._together(writes)
         self._note_horizon(new.instance, new.location.minute)
+
+    async def _together(self, writes: list[Write]) -> None:
+        """One logged batch, or, if Cassandra could not log it, ``schema.batchlog``'s phases (as the
+        Cassandra adapter's ``_together``; batches too big for one are not modelled)."""
+        if len(writes) == 1:
+            await self._db.batch(writes, logged=False)
+            return
+        try:
+            await self._db.batch(writes, logged=True)
+            return
+        except BatchNotLogged:
+            pass
+        for phase in batchlog.phases([w.name for w in writes]):
+            group = [writes[i] for i in phase]
+            rows = [w for w in group if w.name in batchlog.ROWS]
+            others = [w for w in group if w.name not in batchlog.ROWS]
+            sends = [self._db.batch([row], logged=False) for row in rows]
+            if others:
+                sends.append(self._db.batch(others, logged=False))
+            await aio.gather(*sends)
 
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime
@@ -399,7 +419,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
-        await self._db.batch([self._row_insert(new, now), *self._signals(new.instance, at, now)], logged=True)
+        await self._together([self._row_insert(new, now), *self._signals(new.instance, at, now)])
         self._note_horizon(new.instance, at.minute)
 
     async def add_events(self, rows: Sequence[Schedule], now: datetime) -> None:

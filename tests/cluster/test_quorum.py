@@ -149,21 +149,22 @@ async def first_success(stage: Stage, base: str, key: dict[str, str], bound_s: f
     return time.monotonic() - began, None
 
 
-# The slack after both live nodes logged the crashed one DOWN: a create sent just before then may still
-# have chosen it for its batchlog, and waits out the write timeout (2 s) before it answers.
-CONVICTED_SLACK_S = 3.0
 CRASH_WINDOW_S = 45.0
+# A create that picked the crashed node to hold its batchlog waits out Cassandra's write timeout
+# (write_request_timeout, 5 s in deploy/local's cassandra.yaml), then goes without a batchlog.
+WRITE_TIMEOUT_S = 5.0
+FALLBACK_BOUND_S = WRITE_TIMEOUT_S + 3.0
 
 
 @pytest.mark.timeout(900)
-async def test_c3_one_node_crashes_costs_creates_until_convicted(stage: Stage) -> None:
+async def test_c3_one_node_crashed_costs_no_create(stage: Stage) -> None:
     """kill -9 one node of three. Two replicas remain, so LOCAL_QUORUM can be met, but a create is a
     logged batch, and Cassandra writes a batch's log to two *other* nodes it believes alive: on three
-    nodes, until gossip convicts the crashed one (phi_convict_threshold 8: 18-29 s here), every logged batch
-    whose coordinator picks it for the batchlog times out (consistency TWO). Such a create must answer a
-    timely 503 saying the write may not have applied (never a 500 or a hang), and none may fail once the
-    live nodes have convicted it. A clean stop (SIGTERM) announces itself and costs nothing
-    (test_pollers P2)."""
+    nodes, until gossip convicts the crashed one (phi_convict_threshold 8: 18-29 s here, sometimes not
+    within a minute), every logged batch times out writing its batchlog (write type BATCH_LOG), nothing
+    applied. tickd then sends the same writes unlogged, in an order safe however far it gets
+    (``schema.batchlog``): every create and read is answered 2xx, the creates that met the crashed node a
+    write timeout late. A clean stop (SIGTERM) announces itself and costs nothing (test_pollers P2)."""
     api = stage.api().start()
     try:
         key, made = await with_one_schedule(stage, api)
@@ -180,33 +181,38 @@ async def test_c3_one_node_crashes_costs_creates_until_convicted(stage: Stage) -
         watcher = asyncio.create_task(watch())
         killed_at = time.monotonic()
         await stage.cluster.kill(3)
-        sent: list[tuple[float, Answer]] = []
+        sent: list[tuple[float, str, Answer]] = []
         while time.monotonic() - killed_at < CRASH_WINDOW_S:
             began = time.monotonic()
-            sent.append((began, await create(stage, api.base, key, idempotency_key=f"c3-{uuid.uuid4().hex}")))
-            sent.append((time.monotonic(), await create(stage, api.base, key)))
-            sent.append((time.monotonic(), await read(stage, api.base, key, str(made.body["schedule_id"]))))
+            sent.append(
+                (began, "create_key", await create(stage, api.base, key, idempotency_key=f"c3-{uuid.uuid4().hex}"))
+            )
+            sent.append((time.monotonic(), "create", await create(stage, api.base, key)))
+            sent.append((time.monotonic(), "read", await read(stage, api.base, key, str(made.body["schedule_id"]))))
         watcher.cancel()
-        # Conviction is Cassandra's and its time varies: 18-29 s in most runs, but a node killed soon after
-        # it rejoined was not convicted within the window at all (a failure detector with few samples).
-        # What tickd owes holds either way: every failure is a timely 503, and none after a conviction.
         convicted_at = max(convicted.values()) if len(convicted) == 2 else None
-        failed = [(t, a) for t, a in sent if a.status not in (200, 201)]
-        late = [
-            (round(t - killed_at, 2), a) for t, a in failed if convicted_at and t > convicted_at + CONVICTED_SLACK_S
-        ]
+        failed = [(round(t - killed_at, 2), what, a) for t, what, a in sent if a.status not in (200, 201)]
+        creates = [a for _, what, a in sent if what != "read"]
+        slow = [a for a in creates if a.elapsed_s > 1.0]
+        fallbacks = api.log_path.read_text(errors="replace").count("store.batchlog_unavailable")
         report(
             "C3 one node kill -9",
             requests=len(sent),
+            creates=len(creates),
             failed=len(failed),
-            failed_statuses=sorted({a.status for _, a in failed}),
-            last_failure_after_kill_s=max((t - killed_at for t, _ in failed), default=0.0),
-            convicted_after_s=convicted_at - killed_at if convicted_at else "not within the window",
-            max_answer_s=max(a.elapsed_s for _, a in sent),
+            creates_over_1s=len(slow),
+            create_max_s=max(a.elapsed_s for a in creates),
+            read_max_s=max((a.elapsed_s for _, what, a in sent if what == "read"), default=0.0),
+            fallback_log_lines=fallbacks,
+            convicted_after_s=round(convicted_at - killed_at, 2) if convicted_at else "not within the window",
         )
-        assert all(a.status == 503 and a.elapsed_s <= ANSWER_BOUND_S for _, a in failed), failed[:3]
-        assert all(a.body.get("error", {}).get("code") == "store_unavailable" for _, a in failed), failed[:3]
-        assert not late, f"{len(late)} failures after both live nodes convicted node 3: {late[:3]}"
+        assert not failed, f"{len(failed)} of {len(sent)} requests failed while one replica was down: {failed[:3]}"
+        assert all(a.elapsed_s <= FALLBACK_BOUND_S for _, _, a in sent), max(a.elapsed_s for _, _, a in sent)
+        # Every acknowledged create is there, read through the API.
+        for _, what, a in sent:
+            if what != "read":
+                got = await read(stage, api.base, key, str(a.body["schedule_id"]))
+                assert got.status == 200, (a.body, got)
     finally:
         api.stop()
         await stage.cluster.start(3)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tickd.schema.errors import StoreUnavailable
+from tickd.schema.errors import BatchNotLogged, StoreUnavailable
 from tickd.schema.memory import MemoryStore
 from tickd.schema.model import Client, HttpCallback, Location, Schedule
 from tickd.schema.settings import StoreSettings
@@ -40,11 +40,15 @@ class ManualClock:
 class FailOn:
     """Faults for the memory store: raise ``StoreUnavailable`` at the named fault points, once each.
 
-    ``before``: the request does not apply; ``after``: it applies and the caller is told it failed."""
+    ``before``: the request does not apply; ``after``: it applies and the caller is told it failed;
+    ``batchlog``: a logged batch's batchlog is not written (``BatchNotLogged``: nothing applies)."""
 
-    def __init__(self, *, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, *, before: tuple[str, ...] = (), after: tuple[str, ...] = (), batchlog: tuple[str, ...] = ()
+    ) -> None:
         self.pending_before = list(before)
         self.pending_after = list(after)
+        self.pending_batchlog = list(batchlog)
         self.seen: list[str] = []
 
     async def before(self, op: str) -> None:
@@ -57,6 +61,11 @@ class FailOn:
         if op in self.pending_after:
             self.pending_after.remove(op)
             raise StoreUnavailable(f"injected after {op}")
+
+    async def batchlog(self, op: str) -> None:
+        if op in self.pending_batchlog:
+            self.pending_batchlog.remove(op)
+            raise BatchNotLogged(f"{op}: WriteTimeout (BATCH_LOG, injected)")
 
 
 @dataclasses.dataclass

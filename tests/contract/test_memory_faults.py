@@ -14,6 +14,7 @@ import pytest
 from tests.contract.conftest import START, Factory, FailOn, ManualClock, read_all
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import MemoryStore, StoreFaults
+from tickd.schema.memory.faults import NoFaults
 from tickd.schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
 
 pytestmark = pytest.mark.parametrize("env", ["memory"], indirect=True)
@@ -169,7 +170,7 @@ async def test_a_chain_whose_pointer_move_failed_finds_nothing_to_finish(
     assert (await store.chain_schedule(first, nxt, START)).outcome is Chain.CHAINED
 
 
-class Hold:
+class Hold(NoFaults):
     """Faults that hold one request in flight until released (a slow network call)."""
 
     def __init__(self, op: str) -> None:
@@ -212,3 +213,56 @@ async def test_ttls_count_whole_seconds(store: MemoryStore, clock: ManualClock) 
     assert await store.live_nodes() == [node]
     clock.advance(0.002)
     assert await store.live_nodes() == []
+
+
+# -- a logged batch Cassandra could not log (a node down, not yet convicted) ---------------------------
+
+
+async def test_a_create_whose_batchlog_fails_is_written_without_one(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(START + timedelta(minutes=10), poller_id=1)
+    injected = faults(store, batchlog=("batch:insert_schedule",))
+    await store.create_schedule(s, START)
+    # The logged batch (nothing applied), then the pointer and signals, then the row alone.
+    assert injected.seen == ["batch:insert_schedule", "batch:insert_ref", "batch:insert_schedule"]
+    assert await store.get_schedule(client_id, s.schedule_id) == s
+    assert [r.schedule_id for r in await read_all(store, s.instance, s.location.minute)] == [s.schedule_id]
+
+
+async def test_a_create_cut_short_without_its_batchlog_is_not_found_and_fires_nothing(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    s = new_schedule(START + timedelta(minutes=10), poller_id=1)
+    faults(store, batchlog=("batch:insert_schedule",), after=("batch:insert_ref",))
+    with pytest.raises(StoreUnavailable):
+        await store.create_schedule(s, START)  # cut short once the pointer landed
+    assert await store.get_ref(client_id, s.schedule_id) is not None
+    assert await store.get_schedule(client_id, s.schedule_id) is None
+    assert await read_all(store, s.instance, s.location.minute) == []
+    await store.create_schedule(s, START)  # the client's retry
+    assert await store.get_schedule(client_id, s.schedule_id) == s
+
+
+async def test_a_move_cut_short_without_its_batchlog_is_retired_by_the_next_change(
+    store: MemoryStore, new_schedule: Factory, client_id: str
+) -> None:
+    """Cut after the new row and before the old one is retired, a move leaves both live (never the
+    old retired without its successor). The client reads the new version; its next change fences the
+    old row at its own timestamp, so the old time never fires after an acknowledged change."""
+    s = new_schedule(START + timedelta(minutes=10), poller_id=1)
+    await store.create_schedule(s, START)
+    later = Location(2, START + timedelta(minutes=20))
+    faults(store, batchlog=("batch:insert_schedule",), before=("batch:set_status",))
+    with pytest.raises(StoreUnavailable):
+        await store.replace_schedule(s, dataclasses.replace(s, location=later, fire_at=later.due_at), START)
+    both = [r.status for r in await read_all(store, s.instance, s.location.minute) if r.schedule_id == s.schedule_id]
+    assert both == [Status.SCHEDULED]  # the old row is still live ...
+    read = await store.get_schedule(client_id, s.schedule_id)
+    assert read is not None and read.location == later and read.version == 2  # ... beside the new one
+    store.faults = NoFaults()
+    await store.cancel_schedule(read, START)
+    old = [r.status for r in await read_all(store, s.instance, s.location.minute) if r.schedule_id == s.schedule_id]
+    assert old == [Status.MOVED]
+    new = await store.get_schedule(client_id, s.schedule_id)
+    assert new is not None and new.status is Status.CANCELLED

@@ -85,3 +85,25 @@ def _cancel_verdicts(delivered_at: float) -> list[str]:
 def test_a_cancel_forbids_deliveries_after_it_not_before_seed_65464() -> None:
     assert _cancel_verdicts(40.0) == []
     assert any("delivered after a cancel" in v for v in _cancel_verdicts(60.0))
+
+
+def _superseded_verdicts(delivered_at: float) -> list[str]:
+    """A fire delivered (by a node that did not record it) at ``delivered_at``, then moved by a
+    reschedule acknowledged at t=50 to a new time, which is delivered too."""
+    sid = uuid.uuid4()
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    promise = Promise("c0", sid, now)
+    old = promise.fire_id
+    promise.old_fire_ids[old] = 50.0
+    promise.fire_at = now + timedelta(minutes=1)
+    oracle = Oracle(guard_s=2.0)
+    oracle.promises[sid] = promise
+    instance = InstanceKey("c0", 0)
+    oracle.deliveries.append(Delivery(delivered_at, "n0#1", instance, 1, old, None, sid, 1, True))
+    oracle.deliveries.append(Delivery(120.0, "n0#1", instance, 1, promise.fire_id, None, sid, 1, True))
+    return oracle.violations()
+
+
+def test_a_superseded_fire_delivered_before_the_reschedule_was_acknowledged_is_no_violation() -> None:
+    assert _superseded_verdicts(40.0) == []
+    assert len(_superseded_verdicts(50.0)) == 1 and "superseded" in _superseded_verdicts(60.0)[0]

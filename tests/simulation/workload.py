@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -214,6 +215,7 @@ class Workload:
         actors = [asyncio.create_task(self._clients(end))]
         if config.faults:
             actors.append(asyncio.create_task(self._chaos(end)))
+            actors.append(asyncio.create_task(self._replica_crashes(end)))
         await asyncio.gather(*actors)
         await self._heal()
         await asyncio.sleep(config.settle_s)
@@ -309,7 +311,7 @@ class Workload:
             promise.unsure(promise.fire_id)
             promise.settled(asyncio.get_running_loop().time())
         elif moved.fire_at != promise.fire_at:
-            promise.old_fire_ids.append(promise.fire_id)
+            promise.old_fire_ids[promise.fire_id] = asyncio.get_running_loop().time()
         promise.fire_at = moved.fire_at
 
     async def _resize(self, client_id: str) -> None:
@@ -410,6 +412,19 @@ class Workload:
         if name in self.world.nodes:
             self.world.resume(name)
 
+    async def _replica_crashes(self, end: float) -> None:
+        """Windows in which a Cassandra node is down and not yet convicted (``Faults.replica_down``),
+        timed by a stream of their own so the other faults of a seed stay where they were."""
+        world, config = self.world, self.world.config
+        rng = random.Random(f"replica-{config.seed}")
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / config.replica_down_every_s))
+            if world.loop.time() >= end:
+                return
+            world.faults.replica_down = True
+            await asyncio.sleep(rng.uniform(*config.replica_down_s))
+            world.faults.replica_down = False
+
     def _later(self, delay_s: float, action: Callable[[], object]) -> None:
         self.world.loop.call_later(delay_s, action)
 
@@ -419,6 +434,7 @@ class Workload:
         await asyncio.sleep(45)  # let pending restarts and resumes happen first
         world.faults.on = False
         world.faults.outage = False
+        world.faults.replica_down = False
         world.faults.cut_off.clear()
         for client_id in self.client_ids:
             world.endpoints[client_id] = Endpoint()

@@ -25,7 +25,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema import timing
-from tickd.schema.errors import StoreUnavailable
+from tickd.schema.errors import BatchNotLogged, StoreUnavailable
 from tickd.schema.memory import MemoryStore, tables
 from tickd.schema.memory.engine import micros
 from tickd.schema.memory.store import _row_key
@@ -55,6 +55,10 @@ class SimConfig:
     store_unknown_p: float = 0.01  # applied, but reported failed
     store_slow_p: float = 0.01  # answers after up to store_slow_s (then may fail)
     store_slow_s: float = 8.0
+    # A Cassandra node crashed and not yet convicted: on three nodes every logged batch over several
+    # partitions fails to write its batchlog (nothing applied). Windows of it, from a stream of their own.
+    replica_down_every_s: float = 60.0  # mean time between such windows, while faults are on
+    replica_down_s: tuple[float, float] = (3.0, 40.0)
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Faults:
     # The statistics writes (poller/stats.py) draw their faults from a stream of their own, so adding or
     # changing them leaves every other request's faults, and so the regression seeds' runs, as they were.
     side_rng: random.Random = field(default_factory=random.Random)
+    replica_down: bool = False  # a node crashed, not yet convicted: logged batches cannot be logged
 
     def _rng(self, op: str) -> random.Random:
         return self.side_rng if op == "write_stats" else self.rng
@@ -89,6 +94,10 @@ class Faults:
                 raise StoreUnavailable(f"{op}: OperationTimedOut (simulated)")
         elif roll < self.config.store_slow_p + self.config.store_fail_p:
             raise StoreUnavailable(f"{op}: Unavailable (simulated)")
+
+    async def batchlog(self, op: str) -> None:
+        if self.replica_down and self.on and ACTOR.get() != ORACLE:
+            raise BatchNotLogged(f"{op}: WriteTimeout (BATCH_LOG, simulated)")
 
     async def after(self, op: str) -> None:
         if ACTOR.get() == ORACLE or not self.on:

@@ -10,11 +10,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tickd.schema import batchlog
+from tickd.schema.batchlog import Fallbacks
 from tickd.schema.cassandra.adapter import CassandraStore
 from tickd.schema.cassandra.bridge import Write, write_bytes
 from tickd.schema.cassandra.coordination import Horizons
 from tickd.schema.cassandra.schedules import creation
-from tickd.schema.errors import StoreUnavailable
+from tickd.schema.changes import Base
+from tickd.schema.errors import BatchNotLogged, StoreUnavailable
 from tickd.schema.model import HttpCallback, Location, Schedule
 from tickd.schema.settings import StoreSettings
 from tickd.schema.sizes import CREATE_OVERHEAD_BYTES, create_bytes
@@ -111,19 +114,25 @@ async def test_size_one_writes_each_create_on_its_own() -> None:
 
 
 class RecordingBridge:
-    def __init__(self) -> None:
+    def __init__(self, *, batchlog_down: bool = False) -> None:
         self.batches: list[tuple[list[str], bool]] = []
+        self.sent: list[Sequence[Write]] = []
+        self.batchlog_down = batchlog_down  # every logged batch times out writing its batchlog
 
     async def batch(self, writes: Sequence[Write], *, logged: bool) -> None:
         self.batches.append(([name for name, _ in writes], logged))
+        self.sent.append(writes)
+        if logged and self.batchlog_down:
+            raise BatchNotLogged("batch: WriteTimeout (BATCH_LOG, test)")
 
 
-def recording_store(limit: int = LIMIT) -> tuple[CassandraStore, RecordingBridge]:
+def recording_store(limit: int = LIMIT, *, batchlog_down: bool = False) -> tuple[CassandraStore, RecordingBridge]:
     store = CassandraStore.__new__(CassandraStore)
-    bridge = RecordingBridge()
+    bridge = RecordingBridge(batchlog_down=batchlog_down)
     store.settings = StoreSettings(batch_max_bytes=limit)
     store._db = bridge  # type: ignore[assignment]
     store._horizons = Horizons()
+    store._unlogged = Fallbacks()
     return store, bridge
 
 
@@ -145,7 +154,7 @@ async def test_creates_under_the_limit_are_one_logged_batch() -> None:
 async def test_a_big_create_writes_pointer_and_signals_first_then_its_row_alone() -> None:
     store, bridge = recording_store()
     await store.create_schedules([item(0, 64 * 1024)[1]], AT)
-    assert bridge.batches == [(["insert_ref", "mark_hot", "raise_horizon"], True), (["insert_schedule"], False)]
+    assert bridge.batches == [(["insert_ref", "mark_hot", "raise_horizon"], False), (["insert_schedule"], False)]
 
 
 async def test_a_group_over_the_limit_is_written_one_create_at_a_time() -> None:
@@ -162,3 +171,55 @@ async def test_a_big_move_retires_the_old_row_only_after_the_new_one() -> None:
     names = [n for names, _ in bridge.batches for n in names]
     assert names.index("insert_schedule") < names.index("set_status")
     assert all(len(names) == 1 for names, _ in bridge.batches if "insert_schedule" in names)
+
+
+# -- a logged batch Cassandra could not log: the same writes, unlogged, in schema.batchlog's phases -----
+
+
+async def test_a_create_whose_batchlog_failed_writes_pointer_and_signals_then_its_row() -> None:
+    store, bridge = recording_store(batchlog_down=True)
+    await store.create_schedules([item(0, 1000)[1]], AT)
+    assert bridge.batches == [
+        (["insert_schedule", "insert_ref", "mark_hot", "raise_horizon"], True),
+        (["insert_ref", "mark_hot", "raise_horizon"], False),
+        (["insert_schedule"], False),
+    ]
+    assert store._unlogged.total == 1
+
+
+async def test_a_move_whose_batchlog_failed_retires_the_old_row_after_the_new_row_and_the_fences() -> None:
+    store, bridge = recording_store(batchlog_down=True)
+    _, current = item(0, 1000)
+    later = dataclasses.replace(current, location=Location(0, AT + timedelta(hours=1)), version=2)
+    stale = Location(1, AT + timedelta(hours=2))
+    base = Base(version=1, write_ts=5, stale=(stale,))
+    await store._write_replacement(current, later, AT, base=base)
+    logged, *unlogged = bridge.batches
+    assert logged[1] is True and all(not was_logged for _, was_logged in unlogged)
+    assert [sorted(set(names)) for names, _ in unlogged] == [
+        ["mark_hot", "raise_horizon"],
+        ["insert_schedule"],
+        ["set_status"],  # the fence of the stale target
+        ["set_status"],  # the old row, last
+    ]
+    [(_, fence)], [(_, old)] = bridge.sent[-2:]
+    assert (fence["poller_id"], fence["due_at"], fence["status"]) == (1, stale.due_at, "moved")
+    assert (old["poller_id"], old["due_at"], old["status"]) == (0, current.location.due_at, "moved")
+    assert sorted(n for names, _ in unlogged for n in names) == sorted(logged[0])
+
+
+async def test_a_cancel_whose_batchlog_failed_writes_its_status_last() -> None:
+    store, bridge = recording_store(batchlog_down=True)
+    _, current = item(0, 1000)
+    current = dataclasses.replace(current, location=Location(0, AT + timedelta(seconds=10)))  # hot: marked
+    base = Base(version=1, write_ts=5, stale=(Location(1, AT + timedelta(seconds=20)),))
+    await store._write_cancel(current, AT, base)
+    assert [sorted(set(names)) for names, _ in bridge.batches[1:]] == [["mark_hot"], ["set_status"], ["set_status"]]
+    [(_, fence)], [(_, own)] = bridge.sent[-2:]
+    assert (fence["poller_id"], fence["status"]) == (1, "moved")
+    assert (own["poller_id"], own["status"]) == (0, "cancelled")
+
+
+def test_the_phases_refuse_a_statement_they_do_not_know() -> None:
+    with pytest.raises(ValueError, match="record_outcome"):
+        batchlog.phases(["insert_schedule", "record_outcome"])

@@ -17,7 +17,7 @@ from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessa
 from tickd.schema.cassandra import adapter
 from tickd.schema.cassandra import bridge as bridge_module
 from tickd.schema.cassandra.bridge import Bridge, Statements
-from tickd.schema.errors import StoreUnavailable
+from tickd.schema.errors import BatchNotLogged, StoreUnavailable
 from tickd.schema.settings import StoreSettings
 
 UNAVAILABLE = [
@@ -221,3 +221,29 @@ async def test_a_batch_holding_a_conditional_statement_is_an_lwt(monkeypatch: py
     b = bridge(StubFuture([[True]]))
     await b.batch([("first_claim", {"minute": 1}), ("mark_hot", {"minute": 1})], logged=True)
     assert b.request_counts() == {("batch:first_claim+mark_hot", "lwt"): 1}
+
+
+# -- a logged batch whose batchlog could not be written ----------------------------------------------
+
+
+async def test_a_batchlog_timeout_is_batch_not_logged_and_other_write_timeouts_are_not() -> None:
+    batchlog = WriteTimeout("Operation timed out - received only 1 responses.", write_type=WriteType.BATCH_LOG)
+    with pytest.raises(BatchNotLogged) as info:
+        await bridge(StubFuture(batchlog)).rows("get_claim", KEY)
+    assert info.value.retriable and info.value.__cause__ is batchlog
+    for write_type in (WriteType.SIMPLE, WriteType.BATCH, WriteType.UNLOGGED_BATCH, WriteType.CAS):
+        timeout = WriteTimeout("Operation timed out", write_type=write_type)
+        with pytest.raises(StoreUnavailable) as other:
+            await bridge(StubFuture(timeout)).rows("get_claim", KEY)
+        assert not isinstance(other.value, BatchNotLogged), WriteType.value_to_name[write_type]
+
+
+def test_the_driver_does_not_send_a_batch_again_whose_batchlog_timed_out() -> None:
+    """The adapters send its writes without a batchlog at once; a second try would pick the same dead
+    node to hold the log and wait out a second write timeout. Other decisions are the driver's."""
+    policy = bridge_module.build_cluster(StoreSettings()).profile_manager.default.retry_policy
+    assert isinstance(policy, bridge_module.NoBatchlogRetry)
+    one = ConsistencyLevel.LOCAL_QUORUM
+    assert policy.on_write_timeout(None, one, WriteType.BATCH_LOG, 2, 1, 0) == (policy.RETHROW, None)
+    assert policy.on_write_timeout(None, one, WriteType.SIMPLE, 2, 1, 0) == (policy.RETHROW, None)
+    assert policy.on_read_timeout(None, one, 2, 2, False, 0) == (policy.RETRY, one)

@@ -13,12 +13,13 @@ import pytest
 
 from tests.integration.api_helpers import Api, Register, Rows, schedule_body, serve, with_settings
 from tickd.schema.memory import MemoryStore
+from tickd.schema.memory.faults import NoFaults
 from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
-class SlowWrites:
+class SlowWrites(NoFaults):
     """Every batch write (a create is one) takes ``delay_s`` before it applies."""
 
     def __init__(self) -> None:

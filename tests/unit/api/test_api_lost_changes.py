@@ -12,12 +12,13 @@ import pytest
 from tests.integration.api_helpers import Api, Register, schedule_body, serve
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import MemoryStore
+from tickd.schema.memory.faults import NoFaults
 from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
-class LoseOnce:
+class LoseOnce(NoFaults):
     """The next request whose name starts with ``op`` is refused (nothing of it applies)."""
 
     def __init__(self) -> None:
