@@ -15,9 +15,11 @@ phase sent only after the one before it was acknowledged:
 4. last, the status write that retires or changes the row a change starts from (the old row of a move,
    the cancelled or paused row), once its successor and every fence are in place.
 
-Cut short (answered 503), a create leaves at most a pointer without its row, and a change at most its
-new row beside the old one, never a retired row without its successor: the states a change's retry
-already finishes (``schema.changes``). The batchlog the failed batch did write, if any, replays the same
+Cut short (answered 503), a create leaves at most a pointer without its row, and a client's change at
+most its new row beside the old one, never a retired row without its successor: states a retry, or the
+client's next change, finishes (``schema.changes``). A poller's own move (a durable retry) is not sent
+in parts: two live rows of one fire would be sent twice by the next owner, so it fails whole and the
+poller tries again. The batchlog the failed batch did write, if any, replays the same
 writes at their original timestamps, which lose to anything written since."""
 
 from __future__ import annotations

@@ -280,16 +280,19 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
         if base is not None:
             writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
-        await self._together(writes)
+        # A poller's move (no base) goes whole or not at all: cut short between its new row and retiring
+        # the old, it would leave two live rows of one fire, and the next owner would send both.
+        await self._together(writes, unlogged_ok=base is not None)
         self._horizons.note(new.instance, new.location.minute)
 
-    async def _together(self, writes: list[Write]) -> None:
+    async def _together(self, writes: list[Write], *, unlogged_ok: bool = True) -> None:
         """Writes that belong together, in one logged batch while it holds at most ``batch_max_bytes``.
 
         Cassandra refuses a multi-partition batch over its batch_size_fail_threshold (50 KiB by default),
         and cannot log one while a node it picked to hold the log is down but not yet convicted
         (``BatchNotLogged``). Either way the writes go in ``schema.batchlog``'s phases instead, unlogged,
-        each row on its own (one partition: not subject to the threshold)."""
+        each row on its own (one partition: not subject to the threshold); for the second, only if
+        ``unlogged_ok``, else ``BatchNotLogged`` is raised (a poller's move: see ``_write_replacement``)."""
         if len(writes) == 1:
             await self._db.batch(writes, logged=False)
             return
@@ -298,6 +301,8 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
                 await self._db.batch(writes, logged=True)
                 return
             except BatchNotLogged as exc:
+                if not unlogged_ok:
+                    raise
                 self._unlogged.note(str(exc))
         for phase in batchlog.phases([name for name, _ in writes]):
             group = [writes[i] for i in phase]

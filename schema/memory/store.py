@@ -376,10 +376,12 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             writes += self._hot_mark(current.instance, old, now)
         if base is not None:
             writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
-        await self._together(writes)
+        # A poller's move (no base) goes whole or not at all: cut short between its new row and retiring
+        # the old, it would leave two live rows of one fire, and the next owner would send both.
+        await self._together(writes, unlogged_ok=base is not None)
         self._note_horizon(new.instance, new.location.minute)
 
-    async def _together(self, writes: list[Write]) -> None:
+    async def _together(self, writes: list[Write], *, unlogged_ok: bool = True) -> None:
         """One logged batch, or, if Cassandra could not log it, ``schema.batchlog``'s phases (as the
         Cassandra adapter's ``_together``; batches too big for one are not modelled)."""
         if len(writes) == 1:
@@ -389,7 +391,8 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             await self._db.batch(writes, logged=True)
             return
         except BatchNotLogged:
-            pass
+            if not unlogged_ok:
+                raise
         for phase in batchlog.phases([w.name for w in writes]):
             group = [writes[i] for i in phase]
             rows = [w for w in group if w.name in batchlog.ROWS]

@@ -223,3 +223,14 @@ async def test_a_cancel_whose_batchlog_failed_writes_its_status_last() -> None:
 def test_the_phases_refuse_a_statement_they_do_not_know() -> None:
     with pytest.raises(ValueError, match="record_outcome"):
         batchlog.phases(["insert_schedule", "record_outcome"])
+
+
+async def test_a_pollers_move_whose_batchlog_failed_is_not_sent_in_parts() -> None:
+    """Cut short between its new row and retiring the old, a poller's move would leave two live rows of
+    one fire for the next owner to send twice: it fails whole, and the poller tries it again."""
+    store, bridge = recording_store(batchlog_down=True)
+    _, current = item(0, 1000)
+    later = dataclasses.replace(current, location=Location(0, AT + timedelta(hours=1)), version=2)
+    with pytest.raises(BatchNotLogged):
+        await store._write_replacement(current, later, AT, keep_status=True)
+    assert [logged for _, logged in bridge.batches] == [True]
