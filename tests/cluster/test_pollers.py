@@ -279,7 +279,8 @@ async def keep_creating(
 
 def refs_held(stage: Stage, client_id: str, schedule_ids: Sequence[str], *, only_node: int | None) -> list[str]:
     """Which of ``schedule_ids`` have their ``schedule_refs`` row: with ``only_node``, read at ONE through a
-    session that may talk to that node alone (what it holds itself); without, read at ALL through every
+    session that may talk to that node alone (what it holds itself, mostly: the node may hand a read at ONE
+    to another replica its dynamic snitch finds faster); without, read at ALL through every
     node, which makes Cassandra repair a replica that lacks the row before it answers (blocking read
     repair). Blocking: run it in a thread."""
     contact = [host_address(only_node)] if only_node else [host_address(n) for n in (1, 2, 3)]
@@ -362,7 +363,7 @@ async def test_p2_cassandra_nodes_down_while_creating_and_firing(stage: Stage) -
             in_a = [c.schedule_id for c in one_down if c.status == 201 and c.schedule_id]
             # Node 3 catches up by hinted handoff: nodes 1 and 2 kept hints for it while it was down. Node 2
             # was killed meanwhile, and hints not yet flushed to its disk died with it (Cassandra flushes
-            # them every 10 s), so what hints miss is repaired by reads: one at ALL of each row node 3 lacks.
+            # them every 10 s), so what hints miss is repaired by reads at ALL.
             hinted: list[str] = []
             began = time.monotonic()
             while time.monotonic() - began < 60:
@@ -371,7 +372,10 @@ async def test_p2_cassandra_nodes_down_while_creating_and_firing(stage: Stage) -
                     break
                 await asyncio.sleep(5)
             caught_up_s = time.time() - marks["node3_back"]
-            lacking = sorted(set(in_a) - set(hinted))
+            # A read at ONE through node 3 may still be served by another replica (the dynamic snitch picks
+            # the replica; CI once saw 531/531 "held" here, then 529 after): so every row is read at ALL,
+            # which repairs whatever node 3 lacks, before node 3 is checked again.
+            lacking = sorted(in_a)
             answered_at_all = await asyncio.to_thread(refs_held, stage, client_id, lacking, only_node=None)
             held = len(await asyncio.to_thread(refs_held, stage, client_id, in_a, only_node=3))
             fires = sorted(d.arrival for d in deliveries)
@@ -403,7 +407,7 @@ async def test_p2_cassandra_nodes_down_while_creating_and_firing(stage: Stage) -
             assert one_down and all(c.status == 201 for c in one_down), [c for c in one_down if c.status != 201][:5]
             assert no_quorum and all(c.status == 503 for c in no_quorum), [c for c in no_quorum if c.status != 503][:5]
             assert all(c.elapsed_s <= ANSWER_BOUND_S for c in log), max(c.elapsed_s for c in log)
-            assert answered_at_all == lacking, "a schedule acknowledged while node 3 was down is missing at ALL"
+            assert sorted(answered_at_all) == lacking, "a schedule acknowledged while node 3 was down is missing at ALL"
             assert held == len(in_a), f"node 3 holds {held} of the {len(in_a)} schedules created while it was down"
             assert api.proc is not None and api.proc.poll() is None, "tickd-api exited"
             assert all(n.alive for n in nodes), [n.tail() for n in nodes if not n.alive]
