@@ -55,6 +55,11 @@ class BatchNotLogged(StoreUnavailable):
     (``schema.batchlog``)."""
 
 
+class OutcomeUnknown(StoreUnavailable):
+    """A lightweight transaction timed out (write type CAS): it may have applied or not. The next
+    transaction on its partition finishes or drops it first (Paxos), so sending the same one again tells."""
+
+
 class ConfigError(TickdError):
     """A TICKD_* setting is malformed; raised at start-up only."""
 

@@ -36,7 +36,7 @@ from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from tickd.schema import guard, queries
-from tickd.schema.errors import BatchNotLogged, ConfigError, StoreUnavailable
+from tickd.schema.errors import BatchNotLogged, ConfigError, OutcomeUnknown, StoreUnavailable
 from tickd.schema.settings import StoreSettings
 from tickd.schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
 
@@ -67,10 +67,13 @@ def is_unavailable(exc: BaseException) -> bool:
 
 def unavailable(what: str, exc: BaseException) -> StoreUnavailable:
     """The ``StoreUnavailable`` for ``exc`` raised while doing ``what`` (a statement name):
-    ``BatchNotLogged`` if a logged batch timed out writing its batchlog, before any of its writes."""
+    ``BatchNotLogged`` if a logged batch timed out writing its batchlog, before any of its writes;
+    ``OutcomeUnknown`` if a lightweight transaction timed out."""
     detail = str(exc) or repr(exc)
     if isinstance(exc, WriteTimeout) and exc.write_type == WriteType.BATCH_LOG:
         return BatchNotLogged(f"{what}: {type(exc).__name__}: {detail}")
+    if isinstance(exc, WriteTimeout) and exc.write_type == WriteType.CAS:
+        return OutcomeUnknown(f"{what}: {type(exc).__name__}: {detail}")
     return StoreUnavailable(f"{what}: {type(exc).__name__}: {detail}")
 
 

@@ -21,7 +21,7 @@ from tickd.schema.cassandra import runs
 from tickd.schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from tickd.schema.cassandra.dead_letters import dead_letter_of
-from tickd.schema.errors import BatchNotLogged, Conflict
+from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
 from tickd.schema.model import (
     DeadLetter,
     FireOutcome,
@@ -165,7 +165,12 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             "request_digest": reservation.request_digest,
             "created_at": reservation.created_at,
         }
-        applied, row = await self._db.applied("reserve_idempotency_key", values)
+        try:
+            applied, row = await self._db.applied("reserve_idempotency_key", values)
+        except OutcomeUnknown:
+            # Timed out (a replica crashed mid-round, C3): sent again, it applies, or finds the row this
+            # one wrote, which names this request's schedule id, so the create goes on as its own.
+            applied, row = await self._db.applied("reserve_idempotency_key", values)
         if applied:
             return reservation
         created_at = utc(row.created_at) if row.created_at else None

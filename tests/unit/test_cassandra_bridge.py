@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +19,8 @@ from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessa
 from tickd.schema.cassandra import adapter
 from tickd.schema.cassandra import bridge as bridge_module
 from tickd.schema.cassandra.bridge import Bridge, Statements
-from tickd.schema.errors import BatchNotLogged, StoreUnavailable
+from tickd.schema.errors import BatchNotLogged, OutcomeUnknown, StoreUnavailable
+from tickd.schema.model import IdempotencyKey
 from tickd.schema.settings import StoreSettings
 
 UNAVAILABLE = [
@@ -247,3 +250,34 @@ def test_the_driver_does_not_send_a_batch_again_whose_batchlog_timed_out() -> No
     assert policy.on_write_timeout(None, one, WriteType.BATCH_LOG, 2, 1, 0) == (policy.RETHROW, None)
     assert policy.on_write_timeout(None, one, WriteType.SIMPLE, 2, 1, 0) == (policy.RETHROW, None)
     assert policy.on_read_timeout(None, one, 2, 2, False, 0) == (policy.RETRY, one)
+
+
+async def test_a_lightweight_transaction_that_timed_out_has_an_unknown_outcome() -> None:
+    cas = WriteTimeout("Operation timed out - received only 0 responses.", write_type=WriteType.CAS)
+    with pytest.raises(OutcomeUnknown):
+        await bridge(StubFuture(cas)).applied("get_claim", KEY)
+
+
+async def test_an_idempotency_key_reservation_that_timed_out_is_sent_again() -> None:
+    """Its own earlier round may have applied: the second finds that row, naming this request's schedule
+    id, and the create goes on as its own (C3: a replica killed mid-round)."""
+    reservation = IdempotencyKey("c1", "k1", uuid.uuid4(), "digest", datetime(2030, 1, 1, tzinfo=UTC))
+    row = SimpleNamespace(
+        applied=False,
+        schedule_id=reservation.schedule_id,
+        request_digest="digest",
+        created_at=reservation.created_at.replace(tzinfo=None),
+    )
+    calls: list[str] = []
+
+    class Db:
+        async def applied(self, name: str, values: Any) -> tuple[bool, Any]:
+            calls.append(name)
+            if len(calls) == 1:
+                raise OutcomeUnknown("reserve_idempotency_key: WriteTimeout (CAS)")
+            return False, row
+
+    store = adapter.CassandraStore.__new__(adapter.CassandraStore)
+    store._db = Db()  # type: ignore[assignment]
+    assert await store.reserve_idempotency_key(reservation) == reservation
+    assert calls == ["reserve_idempotency_key", "reserve_idempotency_key"]
