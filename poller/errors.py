@@ -3,6 +3,15 @@ node (``Node._run_instance``), which hands the instance over so the ring gives i
 
 from __future__ import annotations
 
+from typing import Protocol
+
+
+class Lease(Protocol):
+    """Whether the node holds its lease (``Node.lease_held``); with ``since`` (loop time), whether it has
+    held it without a lapse since then."""
+
+    def __call__(self, since: float | None = None) -> bool: ...
+
 
 class InstanceDrained(Exception):
     """Raised inside an instance's task group to end it: its partitions are empty for good."""

@@ -25,7 +25,7 @@ import structlog
 
 from tickd.poller.checkpoint import Checkpointer
 from tickd.poller.delivery import CallbackRouter
-from tickd.poller.errors import InstanceCrashed, InstanceDrained, LeaseLost
+from tickd.poller.errors import InstanceCrashed, InstanceDrained, Lease, LeaseLost
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
 from tickd.poller.outcomes import OutcomeWriter
@@ -57,7 +57,7 @@ class PollerInstance:
         gate: ThrottleGate,
         *,
         rng: random.Random | None = None,
-        lease: Callable[[], bool] = lambda: True,
+        lease: Lease = lambda since=None: True,
         stats: TenantStats | None = None,
     ) -> None:
         self.claim = claim

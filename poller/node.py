@@ -84,6 +84,7 @@ class Node:
         self._fenced = False
         # Loop time (monotonic; virtual under the simulation), set when the node starts.
         self._heartbeat_ok = 0.0
+        self._lease_since = 0.0  # loop time since which the lease has been held without a lapse
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = rng or random.Random()
         self._tg: asyncio.TaskGroup | None = None
@@ -126,12 +127,17 @@ class Node:
         oldest = min((m for r in self._running.values() if (m := r.instance.oldest_open_minute)), default=None)
         return 0.0 if oldest is None else max(0.0, (self._now() - oldest).total_seconds())
 
-    def lease_held(self) -> bool:
+    def lease_held(self, since: float | None = None) -> bool:
         """True while no other node can have declared this one dead: the last heartbeat sent and answered
         is younger than the node TTL less the fence margin. Instances check it right before each fire,
-        so a node that was paused (GC, SIGSTOP) past its TTL fires nothing when it resumes."""
+        so a node that was paused (GC, SIGSTOP) past its TTL fires nothing when it resumes.
+
+        ``since`` (loop time): and held without a lapse since then. A fire's writes check this: a node
+        paused past its lease, then renewed, may have lost the fire's instance to another node meanwhile
+        (simulation seed 1109: a durable retry finished after the next owner had delivered the fire)."""
         silent_s = asyncio.get_running_loop().time() - self._heartbeat_ok
-        return not self._fenced and silent_s <= self._s.node_ttl_s - self._s.fence_margin_s
+        held = not self._fenced and silent_s <= self._s.node_ttl_s - self._s.fence_margin_s
+        return held and (since is None or self._lease_since <= since)
 
     @property
     def running(self) -> dict[InstanceKey, PollerInstance]:
@@ -143,7 +149,7 @@ class Node:
         (its loops, its instances, their hand-overs, and ``services`` such as the ack consumer) runs in
         one task group: a task that crashes stops the node loudly instead of dying unnoticed."""
         self._loop = asyncio.get_running_loop()
-        self._heartbeat_ok = self._loop.time()
+        self._heartbeat_ok = self._lease_since = self._loop.time()
         await self._wait_for_first_heartbeat(stop)
         self._log.info("node_started", metrics_port=self._s.metrics_port)
         async with asyncio.TaskGroup() as tg:
@@ -196,6 +202,8 @@ class Node:
         sent = asyncio.get_running_loop().time()
         async with asyncio.timeout(budget_s):
             await self._store.heartbeat(info, self._s.node_ttl_s)
+        if sent - self._heartbeat_ok > self._s.node_ttl_s - self._s.fence_margin_s:
+            self._lease_since = sent  # the lease had run out before this renewal: a new one begins
         self._heartbeat_ok = max(self._heartbeat_ok, sent)
         if self._fenced and not self._running:  # unfenced only once every instance of before is stopped
             self._fenced = False

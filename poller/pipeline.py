@@ -31,7 +31,7 @@ from structlog.typing import FilteringBoundLogger
 from tickd.poller import recurring, stats
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
 from tickd.poller.durable import durably
-from tickd.poller.errors import LeaseLost
+from tickd.poller.errors import Lease, LeaseLost
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
 from tickd.poller.outcomes import OutcomeWriter
@@ -80,7 +80,7 @@ class DeliveryPipeline:
         node_slots: asyncio.Semaphore,
         gate: ThrottleGate,
         rng: random.Random,
-        lease: Callable[[], bool],
+        lease: Lease,
         log: FilteringBoundLogger,
         stats: TenantStats | None = None,
     ) -> None:
@@ -240,7 +240,7 @@ class DeliveryPipeline:
         """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
         changed under it), or an exception that poisons its minute and stops the instance."""
         settled = False
-        guard.set_guard(self._check_lease)  # this task's store requests only
+        guard.set_guard(self._lease_guard())  # this task's store requests only
         try:
             await self._fire(row)
             settled = True
@@ -254,9 +254,10 @@ class DeliveryPipeline:
         """Fire a pass's plain rows together. Each ends as a fire of its own does (``_deliver``): its
         outcome stored, its retry stored, or unsettled (its minute poisoned) when the group raises."""
         settled = [False] * len(group)
-        guard.set_guard(self._check_lease)
+        check = self._lease_guard()
+        guard.set_guard(check)
         try:
-            await self._fire_group([row for row, _ in group], settled)
+            await self._fire_group([row for row, _ in group], settled, check)
         finally:
             if not all(settled):
                 first = group[settled.index(False)][0]
@@ -265,7 +266,7 @@ class DeliveryPipeline:
             for (_, state), done in zip(group, settled, strict=True):
                 self._plan.end_fire(state, done)
 
-    async def _fire_group(self, rows: list[Schedule], settled: list[bool]) -> None:
+    async def _fire_group(self, rows: list[Schedule], settled: list[bool], check: Callable[[], None]) -> None:
         fired_at = self._now()
         lateness: list[float | None] = []
         for row in rows:
@@ -290,6 +291,9 @@ class DeliveryPipeline:
         if failed:
 
             async def settle(i: int) -> None:
+                # A task of its own (gather): its writes are the fire's too, under the same guard (seed
+                # 1109: unguarded, a paused node's durable retry landed after the next owner's delivery).
+                guard.set_guard(check)
                 await self._settle(rows[i], results[i], fired_at)
                 settled[i] = True
 
@@ -304,10 +308,17 @@ class DeliveryPipeline:
                 outcome = stats.DELIVERED if result.ok else stats.RETRIED if result.retriable else stats.FAILED
                 self._stats.attempt(row.client_id, fired_at, outcome, late)
 
-    def _check_lease(self) -> None:
-        """Before each store request of a fire (``schema.guard``): none once the node's lease is gone."""
-        if not self._lease():
-            raise LeaseLost("the node's lease ran out in the middle of a fire's writes; left to the next owner")
+    def _lease_guard(self) -> Callable[[], None]:
+        """The check before each store request of a fire (``schema.guard``): none once the node's lease
+        is gone, nor once it has lapsed since the fire began, even if renewed since (the instance may be
+        another node's by then, its fire delivered)."""
+        began = asyncio.get_running_loop().time()
+
+        def check() -> None:
+            if not self._lease(began):
+                raise LeaseLost("the node's lease ran out in the middle of a fire's writes; left to the next owner")
+
+        return check
 
     async def _fire(self, row: Schedule) -> None:
         if row.repeat is not None and row.attempts == 0 and not await self._chain(row):

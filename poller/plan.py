@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from tickd.poller.errors import Lease
 from tickd.schema.model import RowStamp, Schedule, Status
 
 Clock = Callable[[], datetime]
@@ -62,9 +63,7 @@ class OpenMinute:
 
 
 class FiringPlan:
-    def __init__(
-        self, poller_id: int, clock: Clock, lease: Callable[[], bool], *, see_ahead_s: float, recheck_s: float
-    ) -> None:
+    def __init__(self, poller_id: int, clock: Clock, lease: Lease, *, see_ahead_s: float, recheck_s: float) -> None:
         self._poller_id = poller_id
         self._now = clock
         self._lease = lease
