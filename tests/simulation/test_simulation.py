@@ -68,6 +68,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (73022, True, "a move written without its batchlog, cut short, left the old row live past a later change"),
     (74072, True, "the oracle: an attempt delivered unrecorded before a reschedule of its retry, then the reschedule"),
     (76093, True, "the oracle: a stale retry row behind a checkpoint while its fire was still being retried"),
+    (1109, True, "a paused node's durable retry, settled in an unguarded task, landed after the next owner delivered"),
     (76091, True, "a poller's retry move written without its batchlog, cut short: the next owner sent an event twice"),
 ]
 
