@@ -25,9 +25,12 @@ writes at their original timestamps, which lose to anything written since."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import structlog
+
+from tickd.schema import aio
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +51,22 @@ def phases(names: Sequence[str]) -> list[list[int]]:
     rows = [i for i, name in enumerate(names) if name in ROWS]
     fences = [i for i, name in enumerate(names) if name in STATUSES and i != own]
     return [phase for phase in (signals, rows, fences, [own] if own is not None else []) if phase]
+
+
+W = TypeVar("W")
+
+
+async def send_in_phases(writes: Sequence[W], names: Sequence[str], send: Callable[..., Awaitable[None]]) -> None:
+    """Send ``writes`` (named ``names``) unlogged with ``send`` (an adapter's ``batch(writes, logged=)``),
+    phase after phase (``phases``): within a phase each row
+    on its own (one partition: never over a batch size limit), the rest as one batch, all at once."""
+    for phase in phases(names):
+        rows = [writes[i] for i in phase if names[i] in ROWS]
+        others = [writes[i] for i in phase if names[i] not in ROWS]
+        sends = [send([row], logged=False) for row in rows]
+        if others:
+            sends.append(send(others, logged=False))
+        await aio.gather(*sends)
 
 
 class Fallbacks:

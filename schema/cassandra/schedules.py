@@ -309,14 +309,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
                 if not unlogged_ok:
                     raise
                 self._unlogged.note(str(exc))
-        for phase in batchlog.phases([name for name, _ in writes]):
-            group = [writes[i] for i in phase]
-            rows = [w for w in group if w[0] in batchlog.ROWS]
-            others = [w for w in group if w[0] not in batchlog.ROWS]
-            sends = [self._db.batch([row], logged=False) for row in rows]
-            if others:
-                sends.append(self._db.batch(others, logged=False))
-            await aio.gather(*sends)
+        await batchlog.send_in_phases(writes, [name for name, _ in writes], self._db.batch)
 
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime

@@ -393,14 +393,7 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         except BatchNotLogged:
             if not unlogged_ok:
                 raise
-        for phase in batchlog.phases([w.name for w in writes]):
-            group = [writes[i] for i in phase]
-            rows = [w for w in group if w.name in batchlog.ROWS]
-            others = [w for w in group if w.name not in batchlog.ROWS]
-            sends = [self._db.batch([row], logged=False) for row in rows]
-            if others:
-                sends.append(self._db.batch(others, logged=False))
-            await aio.gather(*sends)
+        await batchlog.send_in_phases(writes, [w.name for w in writes], self._db.batch)
 
     async def requeue_schedule(
         self, current: Schedule, due_at: datetime, attempts: int, last_error: str, now: datetime

@@ -14,28 +14,25 @@ from tickd.poller.settings import PollerSettings
 from tickd.schema.memory import MemoryStore
 
 
-def node_with(settings: PollerSettings) -> Node:
-    return Node(settings, MemoryStore(lambda: datetime.now(UTC)), NoDelivery(), Metrics())  # type: ignore[arg-type]
+async def renewed(node_ttl_s: int, fence_margin_s: float, silent_s: float) -> tuple[Node, float]:
+    """A node whose lease has been held since ``silent_s + 1`` s ago, last renewed ``silent_s`` ago,
+    renewed now; (it, the loop time the renewal found)."""
+    settings = PollerSettings(node_id="n1", node_ttl_s=node_ttl_s, fence_margin_s=fence_margin_s)
+    node = Node(settings, MemoryStore(lambda: datetime.now(UTC)), NoDelivery(), Metrics())  # type: ignore[arg-type]
+    now = asyncio.get_running_loop().time()
+    node._heartbeat_ok, node._lease_since = now - silent_s, now - silent_s - 1.0
+    await node._heartbeat()
+    return node, now
 
 
 async def test_a_renewal_after_a_lapse_does_not_cover_a_fire_begun_before_it() -> None:
-    settings = PollerSettings(node_id="n1", node_ttl_s=2, fence_margin_s=1.5)  # a lease of 0.5 s
-    node = node_with(settings)
-    now = asyncio.get_running_loop().time()
-    node._heartbeat_ok = node._lease_since = now - 3.0
-    began = now - 2.9
-    await node._heartbeat()  # 3 s silent: the lease had run out; this renewal starts a new one
+    node, now = await renewed(2, 1.5, silent_s=3.0)  # a lease of 0.5 s, silent 3 s: a new lease begins
     assert node.lease_held()
-    assert not node.lease_held(began)
+    assert not node.lease_held(now - 2.9)
     assert node.lease_held(asyncio.get_running_loop().time())
 
 
 async def test_renewals_within_the_lease_keep_it_continuous() -> None:
-    settings = PollerSettings(node_id="n1", node_ttl_s=20, fence_margin_s=5)  # a lease of 15 s
-    node = node_with(settings)
-    now = asyncio.get_running_loop().time()
-    node._heartbeat_ok = node._lease_since = now - 10.0
-    began = now - 9.0
-    await node._heartbeat()
-    assert node.lease_held(began)
-    assert not node.lease_held(now - 11.0)  # before the lease it holds began
+    node, now = await renewed(20, 5, silent_s=10.0)  # a lease of 15 s, silent 10 s: the same lease
+    assert node.lease_held(now - 9.0)
+    assert not node.lease_held(now - 12.0)  # before the lease it holds began
