@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 from opentelemetry.trace import SpanKind
 
-from tickd.schema import tracing
+from tickd.schema import deadline, tracing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.settings import StoreSettings
 from tickd.schema.store import Store
@@ -47,6 +47,13 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     return response
 
 
+@web.middleware
+async def store_budget(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The request's store requests share TICKD_STORE_BUDGET_S, so a slow store is a timely 503."""
+    with deadline.budget(request.app[keys.SETTINGS].store_budget_s):
+        return await handler(request)
+
+
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -76,7 +83,7 @@ def create_app(
     metrics = ApiMetrics()
     refusals.install()
     app = web.Application(
-        middlewares=[metrics.middleware(), request_context, trace_request, error_middleware],
+        middlewares=[metrics.middleware(), request_context, trace_request, error_middleware, store_budget],
         client_max_size=settings.max_body_bytes,
         handler_args={
             "max_line_size": settings.max_line_bytes,

@@ -78,6 +78,11 @@ class ApiSettings:
     # (past any write the first request could still have in flight).
     idempotency_wait_s: float = 1.0
     idempotency_takeover_s: float = 30.0
+    # All the store requests of one API request share this much time, counted from the first (each is
+    # also bounded by TICKD_CASSANDRA_TIMEOUT_S): past it, a 503 and nothing more is sent for it
+    # (schema.deadline). Below idempotency_takeover_s, so a write answered 503 is over before a retry
+    # may complete its Idempotency-Key.
+    store_budget_s: float = 10.0
     # After a signing-secret rotation, how long deliveries stay signed with the previous secret too.
     signing_overlap_s: int = 86400
 
@@ -88,6 +93,15 @@ class ApiSettings:
         if token is not None and len(token) < 12:
             raise ConfigError("TICKD_ADMIN_TOKEN must be at least 12 characters", field="TICKD_ADMIN_TOKEN")
         count_min = env_int(env, "TICKD_POLLER_COUNT_MIN", cls.poller_count_min, low=1, high=65536)
+        takeover_s = env_float(env, "TICKD_IDEMPOTENCY_TAKEOVER_S", cls.idempotency_takeover_s, low=1, high=3600)
+        store_budget_s = env_float(env, "TICKD_STORE_BUDGET_S", cls.store_budget_s, low=0.1, high=600)
+        if store_budget_s >= takeover_s:
+            raise ConfigError(
+                f"TICKD_STORE_BUDGET_S ({store_budget_s:g}) must be below "
+                f"TICKD_IDEMPOTENCY_TAKEOVER_S ({takeover_s:g}): a retry may complete an "
+                "Idempotency-Key only once the first request's writes are over",
+                field="TICKD_STORE_BUDGET_S",
+            )
         return cls(
             host=env.get("TICKD_API_HOST", cls.host).strip() or cls.host,
             port=env_int(env, "TICKD_API_PORT", cls.port, low=0, high=65535),
@@ -126,7 +140,6 @@ class ApiSettings:
             keepalive_s=env_float(env, "TICKD_KEEPALIVE_S", cls.keepalive_s, low=1, high=3600),
             idempotency_wait_s=env_float(env, "TICKD_IDEMPOTENCY_WAIT_S", cls.idempotency_wait_s, low=0, high=30),
             signing_overlap_s=env_int(env, "TICKD_SIGNING_OVERLAP_S", cls.signing_overlap_s, low=0, high=30 * 86400),
-            idempotency_takeover_s=env_float(
-                env, "TICKD_IDEMPOTENCY_TAKEOVER_S", cls.idempotency_takeover_s, low=1, high=3600
-            ),
+            idempotency_takeover_s=takeover_s,
+            store_budget_s=store_budget_s,
         )

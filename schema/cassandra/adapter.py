@@ -32,7 +32,7 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
     def __init__(self, settings: StoreSettings, cluster: Cluster, session: Session, statements: Statements) -> None:
         self.settings = settings
         self._cluster = cluster
-        self._db = Bridge(session, statements)
+        self._db = Bridge(session, statements, settings.request_timeout_s)
         self._horizons = Horizons()
         self._unlogged = batchlog.Fallbacks()
 

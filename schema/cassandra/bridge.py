@@ -35,7 +35,7 @@ from cassandra.policies import (
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
-from tickd.schema import guard, queries
+from tickd.schema import deadline, guard, queries
 from tickd.schema.errors import BatchNotLogged, ConfigError, OutcomeUnknown, StoreUnavailable
 from tickd.schema.settings import StoreSettings
 from tickd.schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
@@ -284,9 +284,10 @@ class Bridge:
     """Runs statements on a driver session from asyncio; every driver failure that means "Cassandra
     cannot serve this now" leaves as ``StoreUnavailable`` naming the statement and the error type."""
 
-    def __init__(self, session: Session, statements: Statements) -> None:
+    def __init__(self, session: Session, statements: Statements, request_timeout_s: float = 10.0) -> None:
         self._session = session
         self.statements = statements
+        self._request_timeout_s = request_timeout_s
         # Requests sent, by statement name (or batch name): one increment per round trip, nothing more on
         # the hot path; kinds are joined in when the counts are read (a scrape).
         self._requests: Counter[str] = Counter()
@@ -336,18 +337,27 @@ class Bridge:
     async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
         """Send one request: ``what`` (a statement name, or a batch's) is what it is counted and reported as."""
         guard.check()
+        left = deadline.left_s(what)
         self._requests[what] += 1
         try:
-            return await self._submit(statement, values, paging_state)
+            return await self._submit(statement, values, paging_state, left)
         except Exception as exc:
             if is_unavailable(exc):
                 raise unavailable(what, exc) from exc
             raise
 
-    def _submit(self, statement: Any, values: Values | None, paging_state: bytes | None) -> asyncio.Future[_Page]:
+    def _submit(
+        self, statement: Any, values: Values | None, paging_state: bytes | None, left_s: float | None
+    ) -> asyncio.Future[_Page]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[_Page] = loop.create_future()
-        future: ResponseFuture = self._session.execute_async(statement, values, paging_state=paging_state)
+        if left_s is not None and left_s < self._request_timeout_s:
+            # The rest of the request's store budget (schema.deadline) is shorter than the driver's timeout.
+            future: ResponseFuture = self._session.execute_async(
+                statement, values, paging_state=paging_state, timeout=left_s
+            )
+        else:
+            future = self._session.execute_async(statement, values, paging_state=paging_state)
 
         def on_rows(rows: list[Row] | None) -> None:
             loop.call_soon_threadsafe(_resolve, done, _Page(rows or [], future._paging_state))

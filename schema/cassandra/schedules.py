@@ -169,7 +169,8 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             applied, row = await self._db.applied("reserve_idempotency_key", values)
         except OutcomeUnknown:
             # Timed out (a replica crashed mid-round, C3): sent again, it applies, or finds the row this
-            # one wrote, which names this request's schedule id, so the create goes on as its own.
+            # one wrote, which names this request's schedule id, so the create goes on as its own. Under
+            # an API request it has only what is left of the request's store budget (schema.deadline).
             applied, row = await self._db.applied("reserve_idempotency_key", values)
         if applied:
             return reservation

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from tickd.schema import guard
+from tickd.schema import deadline, guard
 from tickd.schema.memory.engine import Tables, Values, Write, norm, page
 from tickd.schema.memory.faults import NoFaults, StoreFaults
 
@@ -29,6 +29,7 @@ class Session:
         The write timestamp is taken when the request is sent, as the driver does, so a request held up
         in ``before`` carries an older timestamp than one sent after it."""
         guard.check()
+        deadline.left_s(op)
         ts = self.tables.timestamp()
         await asyncio.sleep(0)
         await self.faults.before(op)

@@ -52,6 +52,8 @@ async def test_c2_one_node_cut_fails_only_until_the_driver_drops_it(stage: Stage
             slow_over_2s=sum(1 for _, a in answers if a.elapsed_s > FAST_S),
             max_s=max(a.elapsed_s for _, a in answers),
         )
+        for t, a in failed:  # in full: which request failed, when, and how (pytest's repr cuts it)
+            print(f"  failed at {t:.2f} s: {a.status} after {a.elapsed_s:.2f} s: {a.body}", flush=True)
         assert all(a.status == 503 and a.elapsed_s <= ANSWER_BOUND_S for _, a in failed), failed[:3]
         assert all(t <= CUT_GRACE_S for t, _ in failed), f"failures after {CUT_GRACE_S} s: {failed[:3]}"
         assert len(after) >= 20, f"only {len(after)} requests after the grace: widen WINDOW_S"

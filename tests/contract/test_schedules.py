@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 
 from tests.contract.conftest import Env, Factory, FailOn, make_client, read_all
-from tickd.schema import timing
+from tickd.schema import deadline, timing
 from tickd.schema.changes import ClientChanges
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
@@ -611,3 +611,18 @@ async def test_a_cancel_far_ahead_keeps_its_status_until_the_row_expires(
     await env.wait(3.0)
     rows = await read_all(store, s.instance, s.location.minute)
     assert [r.status for r in rows] == [Status.CANCELLED]
+
+
+async def test_nothing_is_sent_once_the_store_budget_is_spent(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """An API request's store requests share one budget (schema.deadline): spent, the next request is
+    refused before it is sent, naming it, and so writes nothing; within it, the same create lands."""
+    s = new_schedule(env.later(3600))
+    with deadline.budget(0.0), pytest.raises(StoreUnavailable, match="spent"):
+        await store.create_schedule(s, env.now())
+    assert await store.get_schedule(client_id, s.schedule_id) is None
+    with deadline.budget(30.0):
+        await store.create_schedule(s, env.now())
+        await asyncio.sleep(0.05)
+        assert await store.get_schedule(client_id, s.schedule_id) == s

@@ -16,6 +16,7 @@ from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
 
+from tickd.schema import deadline
 from tickd.schema.cassandra import adapter
 from tickd.schema.cassandra import bridge as bridge_module
 from tickd.schema.cassandra.bridge import Bridge, Statements
@@ -88,9 +89,13 @@ class StubSession:
 
     answers: list[StubFuture | BaseException]
     calls: list[tuple[Any, Any, bytes | None]] = field(default_factory=list)
+    timeouts: list[float | None] = field(default_factory=list)
 
-    def execute_async(self, statement: Any, values: Any, paging_state: bytes | None = None) -> StubFuture:
+    def execute_async(
+        self, statement: Any, values: Any, paging_state: bytes | None = None, timeout: float | None = None
+    ) -> StubFuture:
         self.calls.append((statement, values, paging_state))
+        self.timeouts.append(timeout)
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -281,3 +286,28 @@ async def test_an_idempotency_key_reservation_that_timed_out_is_sent_again() -> 
     store._db = Db()  # type: ignore[assignment]
     assert await store.reserve_idempotency_key(reservation) == reservation
     assert calls == ["reserve_idempotency_key", "reserve_idempotency_key"]
+
+
+async def test_a_request_gets_only_what_is_left_of_the_store_budget() -> None:
+    """The driver's own timeout when the budget has more left (the common path sends no timeout)."""
+    b = Bridge(
+        StubSession([StubFuture([]), StubFuture([]), StubFuture([])]),  # type: ignore[arg-type]
+        STATEMENTS,
+        request_timeout_s=10.0,
+    )
+    await b.rows("get_claim", KEY)
+    with deadline.budget(2.0):
+        await b.rows("get_claim", KEY)
+    with deadline.budget(60.0):
+        await b.rows("get_claim", KEY)
+    timeouts = b._session.timeouts  # type: ignore[attr-defined]
+    assert timeouts[0] is None and timeouts[2] is None
+    assert 1.9 < timeouts[1] <= 2.0
+
+
+async def test_a_request_past_the_budget_is_not_sent() -> None:
+    session = StubSession([StubFuture([])])
+    b = Bridge(session, STATEMENTS)  # type: ignore[arg-type]
+    with deadline.budget(0.0), pytest.raises(StoreUnavailable, match=r"^get_claim: not sent"):
+        await b.rows("get_claim", KEY)
+    assert session.calls == [] and b.request_counts() == {}
