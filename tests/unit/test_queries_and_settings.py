@@ -13,6 +13,15 @@ def test_every_query_parses_with_flags() -> None:
     assert all(q.cql and not q.cql.endswith(";") and "--" not in q.cql for q in loaded.values())
 
 
+def test_the_only_lightweight_transaction_sent_twice_is_the_idempotency_key_reservation() -> None:
+    """A compare-and-set sent again after it applied would fail its condition and be read as lost, all but
+    the reservation, whose row names the caller's own schedule id (schema.cassandra.schedules)."""
+    loaded = queries.load()
+    lwts = {q.name for q in loaded.values() if " IF " in f" {q.cql.upper()} "}
+    assert {"take_claim", "bump_ref", "reserve_idempotency_key"} <= lwts
+    assert {n for n in lwts if loaded[n].idempotent} == {"reserve_idempotency_key"}
+
+
 def test_every_query_binds_by_name() -> None:
     positional = [q.name for q in queries.load().values() if "?" in q.cql]
     assert positional == []
