@@ -77,6 +77,19 @@ def unavailable(what: str, exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"{what}: {type(exc).__name__}: {detail}")
 
 
+def connections_lost(exc: BaseException) -> bool:
+    """The driver gave up on a request only because connections died under it, no node having refused
+    it. One case: a silent node's connection is declared dead by the heartbeat while the request's
+    speculative executions are still out on the other replicas; the driver moves on to the next host of
+    a plan they have used up and reports no host left (cluster test C2). An idempotent request is sent
+    once more: the dead node is marked down by then, so it goes to the others."""
+    return (
+        isinstance(exc, NoHostAvailable)
+        and bool(exc.errors)
+        and all(isinstance(e, ConnectionException) for e in exc.errors.values())
+    )
+
+
 class NoBatchlogRetry(RetryPolicy):  # type: ignore[misc]
     """The driver's default, but a batch whose batchlog timed out is not sent again: on three nodes the
     retry picks the same unconvicted dead node to hold its log and waits out another write timeout. The
@@ -336,15 +349,19 @@ class Bridge:
 
     async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
         """Send one request: ``what`` (a statement name, or a batch's) is what it is counted and reported as."""
-        guard.check()
-        left = deadline.left_s(what)
-        self._requests[what] += 1
-        try:
-            return await self._submit(statement, values, paging_state, left)
-        except Exception as exc:
-            if is_unavailable(exc):
-                raise unavailable(what, exc) from exc
-            raise
+        for sends_left in (1, 0):
+            guard.check()
+            left = deadline.left_s(what)
+            self._requests[what] += 1
+            try:
+                return await self._submit(statement, values, paging_state, left)
+            except Exception as exc:
+                if sends_left and statement.is_idempotent and connections_lost(exc):
+                    continue
+                if is_unavailable(exc):
+                    raise unavailable(what, exc) from exc
+                raise
+        raise AssertionError("unreachable")
 
     def _submit(
         self, statement: Any, values: Values | None, paging_state: bytes | None, left_s: float | None

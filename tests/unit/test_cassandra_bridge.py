@@ -53,7 +53,9 @@ STATEMENTS = Statements(
         "read_hot_marks": _stmt("SELECT client_id FROM hot_marks WHERE minute = :minute", "minute"),
         "mark_hot": _stmt("UPDATE hot_marks SET touched_at = :touched_at WHERE minute = :minute", "minute"),
         "record_skipped": _stmt("INSERT INTO skipped_minutes (minute) VALUES (:minute)", "minute"),
-        "first_claim": _stmt("INSERT INTO instance_claims (minute) VALUES (:minute) IF NOT EXISTS", "minute"),
+        "first_claim": _stmt(
+            "INSERT INTO instance_claims (minute) VALUES (:minute) IF NOT EXISTS", "minute", idempotent=False
+        ),
     }
 )
 KEY = {"client_id": "c", "poller_id": 0}
@@ -311,3 +313,50 @@ async def test_a_request_past_the_budget_is_not_sent() -> None:
     with deadline.budget(0.0), pytest.raises(StoreUnavailable, match=r"^get_claim: not sent"):
         await b.rows("get_claim", KEY)
     assert session.calls == [] and b.request_counts() == {}
+
+
+def _connections_died() -> NoHostAvailable:
+    heartbeat = "errors=Connection heartbeat timeout after 5.0 seconds, last_host=10.213.0.13:9042"
+    return NoHostAvailable(
+        "Unable to complete the operation against any hosts", {"10.213.0.13:9042": ConnectionShutdown(heartbeat)}
+    )
+
+
+async def test_an_idempotent_request_whose_connections_died_is_sent_once_more() -> None:
+    """The driver reports no host left when a dead connection fails a request whose speculative
+    executions used up the plan (cluster test C2); only connection deaths, no node's refusal."""
+    session = StubSession([StubFuture(_connections_died()), StubFuture([(1,)])])
+    b = Bridge(session, STATEMENTS)  # type: ignore[arg-type]
+    assert await b.rows("get_claim", KEY) == [(1,)]
+    assert len(session.calls) == 2 and b.request_counts() == {("get_claim", "read"): 2}
+
+
+async def test_it_is_sent_once_more_only() -> None:
+    session = StubSession([StubFuture(_connections_died()), StubFuture(_connections_died())])
+    with pytest.raises(StoreUnavailable, match=r"^get_claim: NoHostAvailable: "):
+        await Bridge(session, STATEMENTS).rows("get_claim", KEY)  # type: ignore[arg-type]
+    assert len(session.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        NoHostAvailable("none", {"h1": ConnectionShutdown("defunct"), "h2": Unavailable("no quorum")}),
+        NoHostAvailable("none", {}),
+        ConnectionShutdown("defunct"),
+        OperationTimedOut("errors={}, last_host=h1"),
+    ],
+    ids=["a-node-refused", "no-errors", "bare-connection-error", "client-timeout"],
+)
+async def test_other_failures_are_not_sent_again(exc: BaseException) -> None:
+    session = StubSession([StubFuture(exc), StubFuture([(1,)])])
+    with pytest.raises(StoreUnavailable):
+        await Bridge(session, STATEMENTS).rows("get_claim", KEY)  # type: ignore[arg-type]
+    assert len(session.calls) == 1
+
+
+async def test_a_lightweight_transaction_whose_connections_died_is_not_sent_again() -> None:
+    session = StubSession([StubFuture(_connections_died()), StubFuture([(True,)])])
+    with pytest.raises(StoreUnavailable):
+        await Bridge(session, STATEMENTS).applied("first_claim", {"minute": 0})  # type: ignore[arg-type]
+    assert len(session.calls) == 1
