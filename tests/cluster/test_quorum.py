@@ -19,7 +19,8 @@ import pytest
 from tests.cluster.conftest import Stage
 from tests.cluster.harness import ADMIN, Answer, ApiProcess, report, request
 
-# The store's request timeout (TICKD_CASSANDRA_TIMEOUT_S, default 10 s) plus the API's own work.
+# The time an API request's store requests share (TICKD_STORE_BUDGET_S, default 10 s; each one is also
+# bounded by TICKD_CASSANDRA_TIMEOUT_S, 10 s) plus the API's own work.
 STORE_TIMEOUT_S = 10.0
 ANSWER_BOUND_S = STORE_TIMEOUT_S + 3.0
 CLIENT_DEADLINE_S = STORE_TIMEOUT_S + 20.0  # far past the bound: a hang shows as status 0, not a stuck test
