@@ -81,8 +81,11 @@ def connections_lost(exc: BaseException) -> bool:
     """The driver gave up on a request only because connections died under it, no node having refused
     it. One case: a silent node's connection is declared dead by the heartbeat while the request's
     speculative executions are still out on the other replicas; the driver moves on to the next host of
-    a plan they have used up and reports no host left (cluster test C2). An idempotent request is sent
-    once more: the dead node is marked down by then, so it goes to the others."""
+    a plan they have used up and reports no host left (cluster test C2). Such a request is sent once more
+    (the dead node is marked down by then, so it goes to the others) if that is safe: a read, or an
+    idempotent lightweight transaction (its condition decides again). Not a plain write: sent again it
+    gets a newer client timestamp than the first send, which may still land, and could overwrite what
+    was written in between (a poller's status write on a create's row): it fails as before, a 503."""
     return (
         isinstance(exc, NoHostAvailable)
         and bool(exc.errors)
@@ -150,6 +153,8 @@ LWT = "lwt"
 READ = "read"
 WRITE = "write"
 BATCH = "batch"
+# The kinds of request ``Bridge`` sends once more after ``connections_lost``.
+RESENDABLE = frozenset({READ, LWT})
 BATCH_PREFIX = "batch:"
 
 # Where the word IF can appear without being the conditional clause: string literals ('it''s', $$...$$),
@@ -356,7 +361,7 @@ class Bridge:
             try:
                 return await self._submit(statement, values, paging_state, left)
             except Exception as exc:
-                if sends_left and statement.is_idempotent and connections_lost(exc):
+                if sends_left and statement.is_idempotent and connections_lost(exc) and self._kind(what) in RESENDABLE:
                     continue
                 if is_unavailable(exc):
                     raise unavailable(what, exc) from exc

@@ -53,6 +53,9 @@ STATEMENTS = Statements(
         "read_hot_marks": _stmt("SELECT client_id FROM hot_marks WHERE minute = :minute", "minute"),
         "mark_hot": _stmt("UPDATE hot_marks SET touched_at = :touched_at WHERE minute = :minute", "minute"),
         "record_skipped": _stmt("INSERT INTO skipped_minutes (minute) VALUES (:minute)", "minute"),
+        "reserve_idempotency_key": _stmt(
+            "INSERT INTO idempotency_keys (key) VALUES (:key) IF NOT EXISTS", "key", idempotent=True
+        ),
         "first_claim": _stmt(
             "INSERT INTO instance_claims (minute) VALUES (:minute) IF NOT EXISTS", "minute", idempotent=False
         ),
@@ -359,4 +362,21 @@ async def test_a_lightweight_transaction_whose_connections_died_is_not_sent_agai
     session = StubSession([StubFuture(_connections_died()), StubFuture([(True,)])])
     with pytest.raises(StoreUnavailable):
         await Bridge(session, STATEMENTS).applied("first_claim", {"minute": 0})  # type: ignore[arg-type]
+    assert len(session.calls) == 1
+
+
+async def test_an_idempotent_lightweight_transaction_whose_connections_died_is_sent_once_more() -> None:
+    """Its condition decides again: the Idempotency-Key reservation finds its own row, or applies."""
+    session = StubSession([StubFuture(_connections_died()), StubFuture([(True,)])])
+    b = Bridge(session, STATEMENTS)  # type: ignore[arg-type]
+    assert (await b.applied("reserve_idempotency_key", {"key": "k"}))[0] is True
+    assert len(session.calls) == 2
+
+
+async def test_a_plain_write_whose_connections_died_is_not_sent_again() -> None:
+    """Sent again it would carry a newer client timestamp than the first send, which may still land,
+    and could overwrite what was written in between; it fails as it did."""
+    session = StubSession([StubFuture(_connections_died()), StubFuture([])])
+    with pytest.raises(StoreUnavailable, match=r"^mark_hot: NoHostAvailable: "):
+        await Bridge(session, STATEMENTS).write("mark_hot", {"minute": 0})  # type: ignore[arg-type]
     assert len(session.calls) == 1
