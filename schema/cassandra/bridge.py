@@ -302,7 +302,9 @@ class Bridge:
     """Runs statements on a driver session from asyncio; every driver failure that means "Cassandra
     cannot serve this now" leaves as ``StoreUnavailable`` naming the statement and the error type."""
 
-    def __init__(self, session: Session, statements: Statements, request_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, session: Session, statements: Statements, request_timeout_s: float = StoreSettings.request_timeout_s
+    ) -> None:
         self._session = session
         self.statements = statements
         self._request_timeout_s = request_timeout_s
@@ -354,19 +356,23 @@ class Bridge:
 
     async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
         """Send one request: ``what`` (a statement name, or a batch's) is what it is counted and reported as."""
-        for sends_left in (1, 0):
+        resend = True
+        while True:
             guard.check()
             left = deadline.left_s(what)
             self._requests[what] += 1
             try:
                 return await self._submit(statement, values, paging_state, left)
             except Exception as exc:
-                if sends_left and statement.is_idempotent and connections_lost(exc) and self._kind(what) in RESENDABLE:
+                if resend and self._resendable(what, statement, exc):
+                    resend = False
                     continue
                 if is_unavailable(exc):
                     raise unavailable(what, exc) from exc
                 raise
-        raise AssertionError("unreachable")
+
+    def _resendable(self, what: str, statement: Any, exc: BaseException) -> bool:
+        return bool(statement.is_idempotent) and connections_lost(exc) and self._kind(what) in RESENDABLE
 
     def _submit(
         self, statement: Any, values: Values | None, paging_state: bytes | None, left_s: float | None
