@@ -17,6 +17,7 @@ import asyncio
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from cassandra.policies import (
 )
 from cassandra.protocol import RequestExecutionException, ServerError
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
+from cassandra.timestamps import MonotonicTimestampGenerator
 
 from tickd.schema import deadline, guard, queries
 from tickd.schema.errors import BatchNotLogged, ConfigError, OutcomeUnknown, StoreUnavailable
@@ -81,11 +83,11 @@ def connections_lost(exc: BaseException) -> bool:
     """The driver gave up on a request only because connections died under it, no node having refused
     it. One case: a silent node's connection is declared dead by the heartbeat while the request's
     speculative executions are still out on the other replicas; the driver moves on to the next host of
-    a plan they have used up and reports no host left (cluster test C2). Such a request is sent once more
-    (the dead node is marked down by then, so it goes to the others) if that is safe: a read, or an
-    idempotent lightweight transaction (its condition decides again). Not a plain write: sent again it
-    gets a newer client timestamp than the first send, which may still land, and could overwrite what
-    was written in between (a poller's status write on a create's row): it fails as before, a 503."""
+    a plan they have used up and reports no host left (cluster test C2). Such a request, if flagged
+    idempotent, is sent once more (the dead node is marked down by then, so it goes to the others), with
+    the first send's client timestamp (``RequestTimestamps``): a write that lands twice then writes the
+    same cells at the same time, and a write made in between (a poller's status on a create's row) is
+    newer than both and stays. A lightweight transaction's condition decides again."""
     return (
         isinstance(exc, NoHostAvailable)
         and bool(exc.errors)
@@ -153,8 +155,6 @@ LWT = "lwt"
 READ = "read"
 WRITE = "write"
 BATCH = "batch"
-# The kinds of request ``Bridge`` sends once more after ``connections_lost``.
-RESENDABLE = frozenset({READ, LWT})
 BATCH_PREFIX = "batch:"
 
 # Where the word IF can appear without being the conditional clause: string literals ('it''s', $$...$$),
@@ -181,6 +181,33 @@ def batch_kind(kinds: Iterable[str]) -> str:
     """The kind of a batch of statements of ``kinds``: ``lwt`` if one of them is (Cassandra then runs the
     whole batch as one conditional update, a Paxos round), else ``batch``."""
     return LWT if LWT in kinds else BATCH
+
+
+class _Sends:
+    """The client timestamp of one request, fixed by its first send and carried by the next."""
+
+    __slots__ = ("timestamp",)
+
+    def __init__(self) -> None:
+        self.timestamp: int | None = None
+
+
+_SENDING: ContextVar[_Sends | None] = ContextVar("tickd_request_sends", default=None)
+
+
+class RequestTimestamps(MonotonicTimestampGenerator):  # type: ignore[misc]
+    """The driver's client timestamps (microseconds, never going back), except that every send of one
+    ``Bridge`` request carries the same: the driver asks for it inside ``execute_async``, on the thread
+    that calls it, so the request's ``_Sends`` is in the context then. The driver's own retries and
+    speculative executions already reuse a request's message, and so its timestamp."""
+
+    def __call__(self) -> int:
+        sends = _SENDING.get()
+        if sends is None:
+            return super().__call__()  # type: ignore[no-any-return]
+        if sends.timestamp is None:
+            sends.timestamp = super().__call__()
+        return sends.timestamp
 
 
 def build_cluster(settings: StoreSettings) -> Cluster:
@@ -215,6 +242,7 @@ def build_cluster(settings: StoreSettings) -> Cluster:
         # The driver's default backs off to 10 minutes between reconnects: after an outage, pollers and
         # the API would wait that long to see Cassandra back. A few seconds at most, with jitter.
         reconnection_policy=ExponentialReconnectionPolicy(base_delay=0.5, max_delay=5.0),
+        timestamp_generator=RequestTimestamps(),
         idle_heartbeat_interval=settings.heartbeat_s,
         idle_heartbeat_timeout=settings.heartbeat_s,
     )
@@ -356,36 +384,36 @@ class Bridge:
 
     async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
         """Send one request: ``what`` (a statement name, or a batch's) is what it is counted and reported as."""
+        sends = _Sends()
         resend = True
         while True:
             guard.check()
             left = deadline.left_s(what)
             self._requests[what] += 1
             try:
-                return await self._submit(statement, values, paging_state, left)
+                return await self._submit(statement, values, paging_state, left, sends)
             except Exception as exc:
-                if resend and self._resendable(what, statement, exc):
+                if resend and statement.is_idempotent and connections_lost(exc):
                     resend = False
                     continue
                 if is_unavailable(exc):
                     raise unavailable(what, exc) from exc
                 raise
 
-    def _resendable(self, what: str, statement: Any, exc: BaseException) -> bool:
-        return bool(statement.is_idempotent) and connections_lost(exc) and self._kind(what) in RESENDABLE
-
     def _submit(
-        self, statement: Any, values: Values | None, paging_state: bytes | None, left_s: float | None
+        self, statement: Any, values: Values | None, paging_state: bytes | None, left_s: float | None, sends: _Sends
     ) -> asyncio.Future[_Page]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[_Page] = loop.create_future()
-        if left_s is not None and left_s < self._request_timeout_s:
-            # The rest of the request's store budget (schema.deadline) is shorter than the driver's timeout.
+        # The rest of the request's store budget (schema.deadline), if shorter than the driver's timeout.
+        timeout = {"timeout": left_s} if left_s is not None and left_s < self._request_timeout_s else {}
+        sending = _SENDING.set(sends)
+        try:
             future: ResponseFuture = self._session.execute_async(
-                statement, values, paging_state=paging_state, timeout=left_s
+                statement, values, paging_state=paging_state, **timeout
             )
-        else:
-            future = self._session.execute_async(statement, values, paging_state=paging_state)
+        finally:
+            _SENDING.reset(sending)
 
         def on_rows(rows: list[Row] | None) -> None:
             loop.call_soon_threadsafe(_resolve, done, _Page(rows or [], future._paging_state))

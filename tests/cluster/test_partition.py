@@ -4,11 +4,11 @@ Two replicas of three are reachable, so LOCAL_QUORUM and LOCAL_SERIAL can be met
 statement to a shuffled replica, sends an idempotent one to the next replica too after 0.5 s (speculative
 execution; every statement of a create and a read is, the Idempotency-Key reservation included), and its
 5 s idle heartbeat declares a silent connection dead; a request the driver then gives up on only because
-that connection died is sent once more if it is a read or the reservation
-(schema.cassandra.bridge.connections_lost). A create's batch is not (a second send carries a newer
-timestamp), so such a create is still a 503, seen once in four runs. The test pins the bound on what is
-left: failures only as timely 503s (within the API's store budget), only within ``CUT_GRACE_S`` of the
-cut; after it every answer is a fast 2xx.
+that connection died is sent once more, with its first send's client timestamp
+(schema.cassandra.bridge.connections_lost). Before a create's batch was sent again too, such a create was
+a 503, seen once in four runs. The test pins the bound on what is left: failures only as timely 503s
+(within the API's store budget), only within ``CUT_GRACE_S`` of the cut; after it every answer is a
+fast 2xx.
 """
 
 from __future__ import annotations

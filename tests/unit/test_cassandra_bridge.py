@@ -95,12 +95,16 @@ class StubSession:
     answers: list[StubFuture | BaseException]
     calls: list[tuple[Any, Any, bytes | None]] = field(default_factory=list)
     timeouts: list[float | None] = field(default_factory=list)
+    # The client timestamp of each send, asked for inside execute_async as the driver does.
+    timestamps: list[int] = field(default_factory=list)
+    clock: bridge_module.RequestTimestamps = field(default_factory=bridge_module.RequestTimestamps)
 
     def execute_async(
         self, statement: Any, values: Any, paging_state: bytes | None = None, timeout: float | None = None
     ) -> StubFuture:
         self.calls.append((statement, values, paging_state))
         self.timeouts.append(timeout)
+        self.timestamps.append(self.clock())
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -373,10 +377,44 @@ async def test_an_idempotent_lightweight_transaction_whose_connections_died_is_s
     assert len(session.calls) == 2
 
 
-async def test_a_plain_write_whose_connections_died_is_not_sent_again() -> None:
-    """Sent again it would carry a newer client timestamp than the first send, which may still land,
-    and could overwrite what was written in between; it fails as it did."""
+async def test_a_write_whose_connections_died_is_sent_once_more_with_its_first_timestamp() -> None:
+    """The first send may still land: with the same client timestamp, the second writes the same cells
+    at the same time, and cannot overwrite what was written in between (tests/integration/test_resend)."""
+    session = StubSession([StubFuture(_connections_died()), StubFuture([]), StubFuture([])])
+    b = Bridge(session, STATEMENTS)  # type: ignore[arg-type]
+    await b.write("mark_hot", {"minute": 0})
+    first, again = session.timestamps
+    assert first == again
+    await b.write("mark_hot", {"minute": 1})  # the next request has a timestamp of its own, a newer one
+    assert session.timestamps[2] > first
+
+
+@pytest.mark.parametrize("logged", [True, False])
+async def test_a_batch_whose_connections_died_is_sent_once_more_with_its_first_timestamp(
+    monkeypatch: pytest.MonkeyPatch, logged: bool
+) -> None:
+    monkeypatch.setattr(bridge_module, "BatchStatement", StubBatch)
     session = StubSession([StubFuture(_connections_died()), StubFuture([])])
-    with pytest.raises(StoreUnavailable, match=r"^mark_hot: NoHostAvailable: "):
-        await Bridge(session, STATEMENTS).write("mark_hot", {"minute": 0})  # type: ignore[arg-type]
+    writes = [("mark_hot", {"minute": 0}), ("record_skipped", {"minute": 0})]
+    await Bridge(session, STATEMENTS).batch(writes, logged=logged)  # type: ignore[arg-type]
+    assert len(session.calls) == 2 and session.timestamps[0] == session.timestamps[1]
+
+
+async def test_a_batch_holding_a_write_not_flagged_idempotent_is_not_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bridge_module, "BatchStatement", StubBatch)
+    session = StubSession([StubFuture(_connections_died()), StubFuture([])])
+    with pytest.raises(StoreUnavailable, match=r"^batch:first_claim\+mark_hot: NoHostAvailable: "):
+        await Bridge(session, STATEMENTS).batch(  # type: ignore[arg-type]
+            [("first_claim", {"minute": 0}), ("mark_hot", {"minute": 0})], logged=True
+        )
     assert len(session.calls) == 1
+
+
+def test_timestamps_outside_a_bridge_request_are_the_drivers() -> None:
+    """Other callers of a session built by build_cluster (migrations, tests) get fresh, rising ones."""
+    clock = bridge_module.build_cluster(StoreSettings()).timestamp_generator
+    assert isinstance(clock, bridge_module.RequestTimestamps)
+    stamps = [clock() for _ in range(1000)]
+    assert stamps == sorted(set(stamps))
