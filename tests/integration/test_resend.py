@@ -34,21 +34,23 @@ class Lost:
         on_error(NoHostAvailable("Unable to complete the operation against any hosts", {"10.0.0.3:9042": dead}))
 
 
-class FirstSendLandsThenIsReportedLost:
-    """The real session, except that the first send, once it has landed, is reported lost, and
-    ``between`` runs before the bridge hears of it."""
+class FirstSendReportedLost:
+    """The real session, except that the first ``lose`` sends are reported lost: each, if ``lands``,
+    after it has landed and ``between`` has run; otherwise without being sent at all."""
 
-    def __init__(self, session: Session, between: Callable[[], None], lose: int = 1) -> None:
-        self.session, self.between, self.lose = session, between, lose
+    def __init__(
+        self, session: Session, between: Callable[[], None] = lambda: None, lose: int = 1, lands: bool = True
+    ) -> None:
+        self.session, self.between, self.lose, self.lands = session, between, lose, lands
         self.sends = 0
 
     def execute_async(self, statement: Any, values: Any, **options: Any) -> Any:
-        future = self.session.execute_async(statement, values, **options)
         self.sends += 1
         if self.sends > self.lose:
-            return future
-        future.result()  # it landed
-        self.between()
+            return self.session.execute_async(statement, values, **options)
+        if self.lands:
+            self.session.execute_async(statement, values, **options).result()
+            self.between()
         return Lost()
 
 
@@ -87,7 +89,7 @@ def write_between(cql: Session, minute: datetime, client_id: str) -> Callable[[]
 async def test_a_write_sent_again_does_not_overwrite_what_was_written_in_between(
     cql: Session, statements: Statements, minute: datetime, client_id: str
 ) -> None:
-    session = FirstSendLandsThenIsReportedLost(cql, write_between(cql, minute, client_id))
+    session = FirstSendReportedLost(cql, write_between(cql, minute, client_id))
     await Bridge(session, statements).write("mark_hot", mark(minute, client_id, 0))  # type: ignore[arg-type]
     assert session.sends == 2
     assert touched(cql, minute, client_id) == {0: BETWEEN}
@@ -96,7 +98,7 @@ async def test_a_write_sent_again_does_not_overwrite_what_was_written_in_between
 async def test_a_batch_sent_again_does_not_overwrite_what_was_written_in_between(
     cql: Session, statements: Statements, minute: datetime, client_id: str
 ) -> None:
-    session = FirstSendLandsThenIsReportedLost(cql, write_between(cql, minute, client_id))
+    session = FirstSendReportedLost(cql, write_between(cql, minute, client_id))
     bridge = Bridge(session, statements)  # type: ignore[arg-type]
     both = [("mark_hot", mark(minute, client_id, 0)), ("mark_hot", mark(minute, client_id, 1))]
     await bridge.batch(both, logged=True)
@@ -107,12 +109,7 @@ async def test_a_batch_sent_again_does_not_overwrite_what_was_written_in_between
 async def test_a_write_whose_first_send_never_landed_lands_on_the_second(
     cql: Session, statements: Statements, minute: datetime, client_id: str
 ) -> None:
-    class NeverSent(FirstSendLandsThenIsReportedLost):
-        def execute_async(self, statement: Any, values: Any, **options: Any) -> Any:
-            self.sends += 1
-            return Lost() if self.sends == 1 else self.session.execute_async(statement, values, **options)
-
-    session = NeverSent(cql, lambda: None)
+    session = FirstSendReportedLost(cql, lands=False)
     await Bridge(session, statements).write("mark_hot", mark(minute, client_id, 0))  # type: ignore[arg-type]
     assert session.sends == 2
     assert touched(cql, minute, client_id) == {0: FIRST}
@@ -121,7 +118,7 @@ async def test_a_write_whose_first_send_never_landed_lands_on_the_second(
 async def test_it_is_sent_again_once_only(
     cql: Session, statements: Statements, minute: datetime, client_id: str
 ) -> None:
-    session = FirstSendLandsThenIsReportedLost(cql, lambda: None, lose=2)
+    session = FirstSendReportedLost(cql, lambda: None, lose=2)
     with pytest.raises(StoreUnavailable, match=r"^mark_hot: NoHostAvailable: "):
         await Bridge(session, statements).write("mark_hot", mark(minute, client_id, 0))  # type: ignore[arg-type]
     assert session.sends == 2
