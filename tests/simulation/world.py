@@ -29,7 +29,7 @@ from tickd.schema.errors import BatchNotLogged, StoreUnavailable
 from tickd.schema.memory import MemoryStore, tables
 from tickd.schema.memory.engine import micros
 from tickd.schema.memory.store import _row_key
-from tickd.schema.model import Checkpoint, Claim, InstanceKey, Schedule, Status
+from tickd.schema.model import Checkpoint, Claim, HttpCallback, InstanceKey, Schedule, Status
 from tickd.schema.settings import StoreSettings
 
 T = TypeVar("T")
@@ -59,6 +59,8 @@ class SimConfig:
     # partitions fails to write its batchlog (nothing applied). Windows of it, from a stream of their own.
     replica_down_every_s: float = 60.0  # mean time between such windows, while faults are on
     replica_down_s: tuple[float, float] = (3.0, 40.0)
+    # Per fire, while faults are on: its endpoint turns hostile for good (``Hostile``), from a stream of its own.
+    hostile_p: float = 0.0
 
 
 @dataclass
@@ -116,6 +118,40 @@ class Endpoint:
     reject_p: float = 0.0  # 400: not retriable, straight to the dead letters
 
 
+# What a hostile endpoint sends back as Retry-After: past any date tickd can hold, not a number, negative.
+_HOSTILE_WAITS = (1e13, 1e300, float("inf"), float("nan"), -5.0, 4e9)
+
+
+class Hostile:
+    """Fires whose endpoint answers with hostility until they end: each attempt either gets a 503 whose
+    Retry-After is absurd (``_HOSTILE_WAITS``, HTTP fires) or makes the dispatcher raise an error tickd did
+    not foresee. Such a fire must still end as any failing fire does, dead-lettered after ``max_attempts``
+    (the last attempt is answered with a plain 503 so the subscriber records the give-up); a crash of the
+    instance, which fires it again at the same attempt, would loop until the run's end. The draws come from
+    a stream of their own, so every other fault of a seed stays where it was."""
+
+    def __init__(self, seed: int, p: float) -> None:
+        self._rng = random.Random(f"hostile-{seed}")
+        self._p = p
+        self.kinds: dict[str, float | None] = {}  # delivery key -> Retry-After to answer (None: raise)
+
+    def kind(self, schedule: Schedule, on: bool) -> tuple[bool, float | None]:
+        key = schedule.event_id or schedule.fire_id
+        if key not in self.kinds:
+            if not on or self._rng.random() >= self._p:
+                return False, None
+            http = isinstance(schedule.callback, HttpCallback)
+            self.kinds[key] = self._rng.choice(_HOSTILE_WAITS) if http and self._rng.random() < 0.7 else None
+        return True, self.kinds[key]
+
+    def answer(self, schedule: Schedule, attempt: int, wait: float | None, max_attempts: int) -> DeliveryResult:
+        if attempt >= max_attempts:
+            return DeliveryResult.failed(attempt, "HTTP 503", retriable=True, status_code=503)
+        if wait is None:
+            raise RuntimeError(f"hostile: the dispatcher broke on {schedule.fire_id} (simulated)")
+        return DeliveryResult.failed(attempt, "HTTP 503", retriable=True, retry_after_s=wait, status_code=503)
+
+
 class Subscriber:
     """One node's outbound side (the ``CallbackRouter`` role): records each delivery, answers per the
     client's endpoint, and checks ownership at the moment the fire leaves the node."""
@@ -133,9 +169,12 @@ class Subscriber:
             check(schedule)
         endpoint = world.endpoints.get(schedule.client_id, Endpoint())
         rng = world.rng
-        roll = rng.random()
+        hostile, wait = world.hostile.kind(schedule, world.faults.on)
+        roll = rng.random()  # drawn either way, so the seed's other answers stay where they were
         received, result = True, DeliveryResult.delivered(attempt, 200)
-        if roll < endpoint.reject_p:
+        if hostile:
+            received, result = False, world.hostile.answer(schedule, attempt, wait, world.retry.max_attempts)
+        elif roll < endpoint.reject_p:
             result = DeliveryResult.failed(attempt, "HTTP 400", retriable=False, status_code=400)
         elif roll < endpoint.reject_p + endpoint.fail_p:
             received, result = False, DeliveryResult.failed(attempt, "HTTP 503", retriable=True, status_code=503)
@@ -207,6 +246,7 @@ class World:
         self.retry = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=10.0, inline_budget_s=0.0)
         self.faults = Faults(random.Random(self.rng.getrandbits(64)), config, on=config.faults)
         self.faults.side_rng.seed(f"stats-{config.seed}")
+        self.hostile = Hostile(config.seed, config.hostile_p)
         page_size = self.rng.choice([3, 7, 50, 5000])
         self.store_settings = StoreSettings(keyspace="sim", page_size=page_size)
         # How nodes stream minutes in: drawn apart from ``rng``, so that earlier seeds keep their runs.
