@@ -7,7 +7,13 @@ client's slots. Semaphores live in a weak mapping: an idle client's semaphore is
 
 Outcome of one attempt: 2xx succeeds; 408, 425, 429, 5xx, timeouts and connection errors are retried;
 any other status (other 4xx, and 3xx: redirects are not followed, so a redirect cannot reach an address
-the guard refuses) fails at once. A refused address (see ``guard``) or an invalid URL fails at once.
+the guard refuses) fails at once. Statuses outside the registered ranges are classified the same way
+(6xx..9xx retried, a final 1xx failed); a status line aiohttp cannot parse is a broken answer (retried).
+A ``Retry-After`` is read as delta-seconds or an HTTP-date and clamped to the retry policy's cap
+(``backoff.retry_after_s``): a malformed one is ignored, a huge one is the cap. The body of an answer is
+never read: a huge, slow or badly encoded body costs nothing (its connection is closed, not reused),
+and a connection closed mid-answer is a broken answer. A refused address (see ``guard``) or an invalid
+URL fails at once.
 Proxy environment variables are ignored (``trust_env=False``): a proxy would dial the target for us,
 past the guard. Each attempt is signed when it is sent (``poller.signing``: ``webhook-*`` headers).
 """
@@ -31,7 +37,7 @@ import yarl
 from opentelemetry.trace import SpanKind
 
 from tickd.poller import signing
-from tickd.poller.callbacks.backoff import RetryPolicy, retry_after_s
+from tickd.poller.callbacks.backoff import MAX_CAP_S, RetryPolicy, retry_after_s
 from tickd.poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, encode_body, http_headers
@@ -77,12 +83,15 @@ class HttpSettings:
         )
 
 
-def classify_status(status: int, retry_after: str | None, attempt: int, now: datetime) -> DeliveryResult:
-    """The outcome of one attempt that got an HTTP response."""
+def classify_status(
+    status: int, retry_after: str | None, attempt: int, now: datetime, cap_s: float = MAX_CAP_S
+) -> DeliveryResult:
+    """The outcome of one attempt that got an HTTP response: any status aiohttp parsed (a final 1xx, an
+    unknown 6xx..9xx) is classified, and a Retry-After is read within ``[0, cap_s]`` (``retry_after_s``)."""
     if 200 <= status < 300:
         return DeliveryResult.delivered(attempt, status)
     retriable = status >= 500 or status in RETRIABLE_4XX
-    wait = retry_after_s(retry_after, now) if retriable else None
+    wait = retry_after_s(retry_after, now, cap_s) if retriable else None
     return DeliveryResult.failed(attempt, f"HTTP {status}", retriable=retriable, retry_after_s=wait, status_code=status)
 
 
@@ -187,7 +196,8 @@ class HttpDispatcher:
             timeout=_timeout(callback.timeout_s),
             allow_redirects=False,
         ) as response:
-            return classify_status(response.status, response.headers.get("Retry-After"), attempt, datetime.now(UTC))
+            retry_after = response.headers.get("Retry-After")
+            return classify_status(response.status, retry_after, attempt, datetime.now(UTC), self._retrier.policy.cap_s)
 
     async def _session_or_start(self) -> aiohttp.ClientSession:
         if self._closed:

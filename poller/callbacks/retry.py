@@ -104,5 +104,4 @@ class Retrier:
         return wait
 
     def _wait_s(self, result: DeliveryResult, attempt: int) -> float:
-        jittered = self.policy.delay_s(attempt, self._rng)
-        return jittered if result.retry_after_s is None else max(result.retry_after_s, jittered)
+        return self.policy.wait_s(result.retry_after_s, attempt, self._rng)

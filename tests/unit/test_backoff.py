@@ -84,3 +84,83 @@ def test_policy_from_env() -> None:
     assert RetryPolicy.from_env(env) == RetryPolicy(max_attempts=3, inline_budget_s=0.0)
     with pytest.raises(ConfigError, match="TICKD_CALLBACK_MAX_ATTEMPTS"):
         RetryPolicy.from_env({"TICKD_CALLBACK_MAX_ATTEMPTS": "many"})
+
+
+CAP = 60.0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("10000000000000", CAP),  # the value that crashed an instance in a loop (issue 25)
+        ("9" * 64, CAP),  # the longest value read
+        ("9999999999", CAP),  # ten digits: parsed, then clamped
+        ("61", CAP),
+        ("60", 60.0),
+        ("59", 59.0),
+        ("00000000000000000000000000000000000000000000000000000001", CAP),  # long: read as infinite
+        ("1e309", None),  # a float literal that overflows to inf: not delta-seconds
+        ("inf", None),
+        ("NaN", None),
+        ("-5", None),
+        ("-0", None),
+        ("+5", None),
+        (" 3 ", 3.0),
+        ("\t3\t", 3.0),
+        ("\u00a03", None),  # a non-breaking space is not optional whitespace
+        ("3\n", None),
+        ("\uff13", None),  # a full-width digit
+        ("\u0663", None),  # an Arabic-Indic digit
+        ("3" * 65, None),  # longer than any value a server means: not parsed
+        ("x" * 100_000, None),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", CAP),  # far in the future
+        ("Wed, 21 Oct 99999999999999 07:28:00 GMT", CAP),  # a year past any integer: the future
+        ("Wed, 21 Oct 10000 07:28:00 GMT", None),  # year 10000 is no date
+        ("Mon, 01 Jan 1900 00:00:00 GMT", 0.0),  # far in the past: now
+        ("Wed, 31 Feb 2015 07:28:00 GMT", None),  # an impossible day
+        ("Wed, 21 Oct 2015 25:28:00 GMT", None),  # an impossible hour
+        ("Wed, 21 Oct 2015 07:28:00 +9999", None),  # an offset of days
+        ("\x00", None),
+        ("\ud800", None),  # a lone surrogate
+    ],
+)
+def test_retry_after_hostile_values_are_clamped_or_ignored(value: str, expected: float | None) -> None:
+    assert backoff.retry_after_s(value, NOW, CAP) == expected
+
+
+@given(st.text(max_size=80), st.floats(min_value=0.0, max_value=86_400.0))
+def test_retry_after_never_leaves_zero_to_cap(value: str, cap: float) -> None:
+    wait = backoff.retry_after_s(value, NOW, cap)
+    assert wait is None or 0.0 <= wait <= cap
+
+
+@given(st.integers(min_value=0, max_value=10**30).map(str), st.floats(min_value=0.0, max_value=86_400.0))
+def test_retry_after_delta_seconds_is_min_of_value_and_cap(value: str, cap: float) -> None:
+    assert backoff.retry_after_s(value, NOW, cap) == min(float(value) if len(value) <= 10 else cap, cap)
+
+
+def test_retry_after_without_a_cap_is_clamped_to_the_longest_policy_cap() -> None:
+    assert backoff.retry_after_s("10000000000000", NOW) == backoff.MAX_CAP_S
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [(-1.0, 0.0), (float("-inf"), 0.0), (float("inf"), CAP), (1e308, CAP), (5.0, 5.0), (float("nan"), None)],
+)
+def test_clamp_wait(seconds: float, expected: float | None) -> None:
+    assert backoff.clamp_wait_s(seconds, CAP) == expected
+
+
+@pytest.mark.parametrize("asked", [float("inf"), 1e300, 10_000_000_000_000.0, float("nan"), -5.0, None])
+def test_policy_wait_never_exceeds_the_cap(asked: float | None) -> None:
+    policy = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=10.0)
+    wait = policy.wait_s(asked, 3, random.Random(1))
+    assert 0.0 <= wait <= 10.0
+    if asked is not None and asked > 10.0:
+        assert wait == 10.0
+
+
+@pytest.mark.parametrize("cap", [86_400.5, float("inf"), float("nan")])
+def test_policy_refuses_a_cap_beyond_a_day(cap: float) -> None:
+    with pytest.raises(ConfigError):
+        RetryPolicy(base_s=0.0, cap_s=cap)

@@ -102,10 +102,18 @@ async def test_retry_after_is_a_minimum_wait() -> None:
 
 
 async def test_retry_after_beyond_budget_is_handed_back() -> None:
-    throttled = DeliveryResult.failed(0, "HTTP 503", retriable=True, retry_after_s=120.0, status_code=503)
+    throttled = DeliveryResult.failed(0, "HTTP 503", retriable=True, retry_after_s=50.0, status_code=503)
     calls, attempt = scripted(throttled)
     result = await retrier(FakeTime()).run(attempt, 1, log)  # type: ignore[arg-type]
-    assert calls == [1] and result.retriable and result.retry_after_s == 120.0
+    assert calls == [1] and result.retriable and result.retry_after_s == 50.0
+
+
+async def test_retry_after_beyond_the_cap_is_handed_back_clamped() -> None:
+    """A server's wait longer than the policy's cap (here 60 s) is the cap: never a fire parked for years."""
+    throttled = DeliveryResult.failed(0, "HTTP 503", retriable=True, retry_after_s=1e13, status_code=503)
+    calls, attempt = scripted(throttled)
+    result = await retrier(FakeTime()).run(attempt, 1, log)  # type: ignore[arg-type]
+    assert calls == [1] and result.retriable and result.retry_after_s == 60.0
 
 
 async def test_permanent_failure_is_not_retried() -> None:
