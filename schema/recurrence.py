@@ -80,8 +80,9 @@ _REFERENCE: Final = datetime(2000, 1, 1)  # noqa: DTZ001 - croniter works on nai
 MAX_SCAN_STEPS: Final = 1000
 
 
-class _Budget:
-    """The gap-skipped wall times a search may still pass over; shared by the scans of one search."""
+class ScanBudget:
+    """The gap-skipped wall times a search may still pass over; shared by the scans of one search (or,
+    passed in by a caller, by every search of one API request: ``service.recurring.RuleWork``)."""
 
     __slots__ = ("left",)
 
@@ -150,6 +151,7 @@ def parse_recurrence(
     on_gap: str | None = None,
     on_overlap: str | None = None,
     min_interval_s: int = 1,
+    budget: ScanBudget | None = None,
 ) -> Recurrence:
     """A validated recurrence, or ``InvalidInput`` naming the offending field.
 
@@ -164,7 +166,7 @@ def parse_recurrence(
     if end is not None and start is not None and end <= start:
         raise InvalidInput("end_at must be later than start_at", field="end_at")
     recurrence = Recurrence(rule, start, end, _max_fires(max_fires))
-    first = _next_from_start(recurrence, now.astimezone(UTC), _Budget())
+    first = _next_from_start(recurrence, now.astimezone(UTC), budget or ScanBudget())
     if first is None:
         raise InvalidInput(
             f"the rule has no occurrence it can fire among the next {MAX_SCAN_STEPS} wall times it matches"
@@ -296,7 +298,7 @@ def _to_ms(moment: datetime) -> datetime:
 
 
 def next_fire(
-    recurrence: Recurrence, after: datetime, *, fired: int = 0, budget: _Budget | None = None
+    recurrence: Recurrence, after: datetime, *, fired: int = 0, budget: ScanBudget | None = None
 ) -> datetime | None:
     """The first nominal fire strictly after ``after`` (aware), in UTC; None once the bounds are spent,
     or when no fire is found within the search budget (``MAX_SCAN_STEPS`` matching wall times).
@@ -308,17 +310,19 @@ def next_fire(
         raise ValueError("naive datetime: tickd only handles aware times")
     if recurrence.max_fires is not None and fired >= recurrence.max_fires:
         return None
-    found = _next_from_start(recurrence, after.astimezone(UTC), budget or _Budget())
+    found = _next_from_start(recurrence, after.astimezone(UTC), budget or ScanBudget())
     if found is None:
         return None
     return None if recurrence.end_at is not None and found > recurrence.end_at else found
 
 
-def preview(recurrence: Recurrence, after: datetime, n: int, *, fired: int = 0) -> list[datetime]:
+def preview(
+    recurrence: Recurrence, after: datetime, n: int, *, fired: int = 0, budget: ScanBudget | None = None
+) -> list[datetime]:
     """The next ``n`` nominal fires after ``after`` (fewer if the bounds or the one search budget that
     all ``n`` share run out first)."""
     found: list[datetime] = []
-    budget = _Budget()
+    budget = budget or ScanBudget()
     moment: datetime | None = after
     while len(found) < n and moment is not None:
         moment = next_fire(recurrence, moment, fired=fired + len(found), budget=budget)
@@ -333,7 +337,7 @@ def occurrence(rule: Rule, nominal: datetime) -> Occurrence:
     return Occurrence(nominal.astimezone(UTC), nominal.astimezone(ZoneInfo(zone)), zone)
 
 
-def _next_from_start(recurrence: Recurrence, after: datetime, budget: _Budget) -> datetime | None:
+def _next_from_start(recurrence: Recurrence, after: datetime, budget: ScanBudget) -> datetime | None:
     """The rule's next time after ``after`` that is not before ``start_at`` (inclusive); None when the
     search runs out of budget or past the calendar's end (year 9999)."""
     start, rule = recurrence.start_at, recurrence.rule
@@ -355,7 +359,7 @@ def _every_next(interval_s: int, anchor: datetime, after: datetime) -> datetime:
     return anchor + ((after - anchor) // step + 1) * step
 
 
-def _cron_next(rule: CronRule, after: datetime, budget: _Budget) -> datetime | None:
+def _cron_next(rule: CronRule, after: datetime, budget: ScanBudget) -> datetime | None:
     """Reading every overlap with one fold makes wall time -> instant monotonic, so one forward scan
     per fold finds the answer; "both" takes the earlier of the two scans."""
     zone = ZoneInfo(rule.timezone)
@@ -365,7 +369,7 @@ def _cron_next(rule: CronRule, after: datetime, budget: _Budget) -> datetime | N
     return min(found, default=None)
 
 
-def _scan(rule: CronRule, zone: ZoneInfo, local: datetime, fold: int, budget: _Budget) -> datetime | None:
+def _scan(rule: CronRule, zone: ZoneInfo, local: datetime, fold: int, budget: ScanBudget) -> datetime | None:
     """The first instant after ``local`` that a wall time matching the rule maps to, overlaps read with
     ``fold``; None once ``budget`` matching wall times were looked at without one."""
     after = local.astimezone(UTC)

@@ -191,6 +191,13 @@ class ScheduleStore(Protocol):
         """The client's dead letters of one UTC day (``failed_at``'s), newest first, with their redrive
         marks (``redriven_at``, ``redriven_due_at``)."""
 
+    async def page_dead_letters(
+        self, client_id: str, day: date, since: datetime, until: datetime, max_rows: int
+    ) -> list[DeadLetter]:
+        """At most ``max_rows`` of the client's dead letters of one UTC day that failed in [since, until],
+        newest first (then by schedule id), with their redrive marks but **without their payloads**
+        (``payload`` is empty: a listing shows none; ``get_dead_letter`` reads it). One bounded read."""
+
     async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
         """One dead letter by its key, with its redrive marks; None if unknown (or expired)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from tickd.schema import timing
 from tickd.schema.errors import NotFound
@@ -74,20 +74,76 @@ async def get(store: Store, client_id: str, letter_id: str) -> DeadLetter:
     return found
 
 
+# Rows one page may read, whatever its filter keeps: a page looking for one schedule's dead letters among
+# many ends early, with a cursor where it stopped (the page is short, the next one goes on).
+PAGE_READ_BUDGET = 2000
+_DAY = timedelta(days=1)
+_LAST_MS = time(23, 59, 59, 999_000)  # of a day: its end, even on 9999-12-31
+
+
+@dataclasses.dataclass
+class _Reading:
+    """Where a page's reads stand: the last row looked at (the cursor if the page stops there), and the
+    rows it may still read."""
+
+    position: ListCursor | None
+    rows_left: int
+
+
 async def page(store: Store, client_id: str, wanted: Filter, limit: int) -> tuple[list[DeadLetter], str | None]:
-    """Up to ``limit`` dead letters matching ``wanted``, newest first, and the cursor of the next page."""
+    """Up to ``limit`` dead letters matching ``wanted``, newest first (without their payloads), and the
+    cursor of the next page. Each day's read carries the rows still wanted as its LIMIT; the page reads
+    at most ``PAGE_READ_BUDGET`` rows and the range's days (``MAX_RANGE``: 31 partitions)."""
     top = wanted.after.due_at if wanted.after is not None else wanted.end - _MS
-    day, first = top.date(), wanted.start.date()
+    reading = _Reading(wanted.after, PAGE_READ_BUDGET)
+    keep = dataclasses.replace(wanted, after=None)  # the position is the reading's
     found: list[DeadLetter] = []
-    while day >= first and len(found) <= limit:
-        letters = [letter for letter in await store.list_dead_letters(client_id, day) if wanted.keeps(letter)]
-        letters.sort(key=lambda letter: letter.schedule_id)
-        letters.sort(key=lambda letter: letter.failed_at, reverse=True)
-        found += letters
-        if day == first:
-            break  # not below it: the day before year 1 does not exist
-        day -= timedelta(days=1)
-    if len(found) <= limit:
-        return found, None
-    last = found[limit - 1]
-    return found[:limit], ListCursor(last.failed_at, last.schedule_id).encode()
+    day, first = top.date(), wanted.start.date()
+    while True:
+        want = limit + 1 - len(found)  # one more than the page shows: is there a next page?
+        complete = await _read_day(store, client_id, day, wanted.start, top, keep, reading, want, found)
+        if len(found) > limit:
+            last = found[limit - 1]
+            return found[:limit], ListCursor(last.failed_at, last.schedule_id).encode()
+        if not complete:  # the read budget is spent before the day was
+            return found, reading.position.encode() if reading.position is not None else None
+        if day <= first:
+            return found, None  # not below it: the day before year 1 does not exist
+        day -= _DAY
+
+
+async def _read_day(
+    store: Store,
+    client_id: str,
+    day: date,
+    start: datetime,
+    top: datetime,
+    keep: Filter,
+    reading: _Reading,
+    wanted: int,
+    found: list[DeadLetter],
+) -> bool:
+    """Read ``day`` down from the reading's position, adding what ``keep`` keeps to ``found``, until
+    ``wanted`` more are found or the day ends; False when the page's read budget ran out first."""
+    since, size = max(start, datetime.combine(day, time(), UTC)), wanted
+    while wanted > 0:
+        until = min(top, datetime.combine(day, _LAST_MS, UTC))
+        if reading.position is not None:
+            until = min(until, reading.position.due_at)
+        size = min(size, reading.rows_left)
+        if until < since:
+            return True
+        if size <= 0:
+            return False
+        rows = await store.page_dead_letters(client_id, day, since, until, size)
+        reading.rows_left -= len(rows)
+        fresh = [r for r in rows if reading.position is None or _past(r, reading.position)]
+        for letter in fresh:
+            reading.position = ListCursor(letter.failed_at, letter.schedule_id)
+            if keep.keeps(letter):
+                found.append(letter)
+                wanted -= 1
+        if len(rows) < size:
+            return True
+        size = wanted if fresh else size * 2  # every row read was at the cursor's own millisecond
+    return True

@@ -6,6 +6,9 @@ this module only maps request fields onto it, merges a patch into a stored rule,
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
@@ -20,6 +23,52 @@ from tickd.service.settings import ApiSettings
 from tickd.service.validation import REPEAT_FIELDS, RepeatFields, parse_time
 
 T = TypeVar("T")
+
+# Threads that search cron rules off the event loop. A search holds the GIL only a switch interval
+# (5 ms) at a time, so the loop answers other requests meanwhile; one request searches in one thread at
+# a time (``RuleWork``), and a request's searches together pass over at most its scan budget.
+RULE_THREADS = 2
+_RULES = ThreadPoolExecutor(max_workers=RULE_THREADS, thread_name_prefix="tickd-rules")
+
+
+class RuleWork:
+    """The rule searches of one API request (a create, a whole batch, a preview): off the event loop,
+    one at a time, sharing ``steps`` gap-skipped wall times (``schema.recurrence.ScanBudget``) between
+    them. Each search still gets at most ``MAX_SCAN_STEPS``; once the request's are spent, its further
+    cron rules are refused (422 ``request_budget_spent``) instead of costing more."""
+
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+        self._open: list[tuple[rec.ScanBudget, int]] = []
+        self._turn = asyncio.Lock()
+
+    async def run(self, search: Callable[[RuleWork], T]) -> T:
+        """``search(self)`` in a rule thread, after the request's earlier searches are done."""
+        async with self._turn:
+            try:
+                return await asyncio.get_running_loop().run_in_executor(_RULES, search, self)
+            finally:
+                self._settle()
+
+    def scan(self) -> rec.ScanBudget:
+        """A budget for one search (called by the search, in its thread): ``MAX_SCAN_STEPS``, or what is
+        left of the request's if less."""
+        self._settle()
+        if self.left <= 0:
+            raise Invalid(
+                "this request's searches of cron rules have passed over as many wall times as one request "
+                "may; send the remaining rules in another request",
+                field="cron",
+                code="request_budget_spent",
+            )
+        budget = rec.ScanBudget(min(rec.MAX_SCAN_STEPS, self.left))
+        self._open.append((budget, budget.left))
+        return budget
+
+    def _settle(self) -> None:
+        for budget, given in self._open:
+            self.left -= given - budget.left
+        self._open.clear()
 
 
 def asks_repeat(fields: RepeatFields) -> bool:
@@ -41,7 +90,9 @@ def _value(value: T | UnsetType) -> T | None:
     return None if isinstance(value, UnsetType) else value
 
 
-def parse_repeat(fields: RepeatFields, now: datetime, settings: ApiSettings) -> rec.Recurrence:
+def parse_repeat(
+    fields: RepeatFields, now: datetime, settings: ApiSettings, budget: rec.ScanBudget | None = None
+) -> rec.Recurrence:
     """The validated recurrence of a create or preview (``cron`` or ``every`` required)."""
     return rec.parse_recurrence(
         now=now,
@@ -54,7 +105,38 @@ def parse_repeat(fields: RepeatFields, now: datetime, settings: ApiSettings) -> 
         on_gap=_value(fields.on_gap),
         on_overlap=_value(fields.on_overlap),
         min_interval_s=settings.min_interval_s,
+        budget=budget,
     )
+
+
+async def timeline(
+    fields: RepeatFields, now: datetime, settings: ApiSettings, work: RuleWork
+) -> tuple[rec.Recurrence, datetime]:
+    """A create's recurrence and its first fire; a cron rule is searched off the loop (``work``)."""
+
+    def search(work: RuleWork) -> tuple[rec.Recurrence, datetime]:
+        recurrence = parse_repeat(fields, now, settings, work.scan())
+        return recurrence, first_fire(recurrence, now, settings, work.scan())
+
+    if fields.cron is UNSET:  # every: arithmetic, no search
+        recurrence = parse_repeat(fields, now, settings)
+        return recurrence, first_fire(recurrence, now, settings)
+    return await work.run(search)
+
+
+async def preview(
+    fields: RepeatFields, now: datetime, after: datetime, count: int, settings: ApiSettings, work: RuleWork
+) -> tuple[rec.Recurrence, list[datetime]]:
+    """A rule and its next ``count`` fires after ``after``, searched off the loop (``work``)."""
+
+    def search(work: RuleWork) -> tuple[rec.Recurrence, list[datetime]]:
+        recurrence = parse_repeat(fields, now, settings, work.scan())
+        return recurrence, rec.preview(recurrence, after, count, budget=work.scan())
+
+    if fields.cron is UNSET:
+        recurrence = parse_repeat(fields, now, settings)
+        return recurrence, rec.preview(recurrence, after, count)
+    return await work.run(search)
 
 
 def implicit_start(fields: RepeatFields) -> bool:
@@ -86,8 +168,10 @@ def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: 
     return Repeat.from_recurrence(parse_repeat(merged, now, settings), implicit_start=implicit_start(merged))
 
 
-def first_fire(recurrence: rec.Recurrence, now: datetime, settings: ApiSettings) -> datetime:
-    first = rec.next_fire(recurrence, now)
+def first_fire(
+    recurrence: rec.Recurrence, now: datetime, settings: ApiSettings, budget: rec.ScanBudget | None = None
+) -> datetime:
+    first = rec.next_fire(recurrence, now, budget=budget)
     if first is None:  # parse_recurrence already refuses a rule with nothing after now
         raise Invalid("no occurrence falls between now and end_at", field="end_at")
     if (first - now).total_seconds() > settings.max_horizon_s:

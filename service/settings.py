@@ -47,6 +47,9 @@ class ApiSettings:
     # The largest max_in_flight a throttle policy may have (its tokens are one Cassandra partition).
     max_in_flight: int = 10_000
     list_max_range_s: int = 86400
+    # Wall times skipped in DST gaps that all the cron-rule searches of one request (a batch, a preview)
+    # may pass over together (each search also at most schema.recurrence.MAX_SCAN_STEPS).
+    request_scan_steps: int = 4000
     client_cache_s: float = 2.0
     # Concurrent store writes of one batch request (each a group of up to write_group schedules).
     batch_concurrency: int = 64
@@ -122,6 +125,9 @@ class ApiSettings:
             max_window_s=env_int(env, "TICKD_MAX_WINDOW_S", cls.max_window_s, low=1, high=31 * 86400),
             max_in_flight=env_int(env, "TICKD_MAX_IN_FLIGHT", cls.max_in_flight, low=1, high=100_000),
             list_max_range_s=env_int(env, "TICKD_LIST_MAX_RANGE_S", cls.list_max_range_s, low=60, high=31 * 86400),
+            request_scan_steps=env_int(
+                env, "TICKD_REQUEST_SCAN_STEPS", cls.request_scan_steps, low=1000, high=1_000_000
+            ),
             client_cache_s=env_float(env, "TICKD_CLIENT_CACHE_S", cls.client_cache_s, low=0, high=300),
             batch_concurrency=env_int(env, "TICKD_BATCH_CONCURRENCY", cls.batch_concurrency, low=1, high=1024),
             write_group=env_int(env, "TICKD_WRITE_GROUP", cls.write_group, low=1, high=64),

@@ -178,10 +178,11 @@ class DeadLetterView(Struct):
     attempts: int
     last_error: str
     callback: Callback
-    payload: Raw
     # Set once redriven: when, and when the redriven fire (same fire id) is due.
     redriven_at: datetime | None
     redriven_due_at: datetime | None
+    # Only in GET of one dead letter (and a redrive's answer): a listing reads no payloads.
+    payload: Raw | UnsetType = UNSET
 
 
 class StatsWindow(Struct):
@@ -324,7 +325,8 @@ def dead_letter_id(letter: DeadLetter) -> str:
     return f"{timing.to_epoch_ms(letter.failed_at)}-{letter.schedule_id}"
 
 
-def dead_letter_view(letter: DeadLetter) -> DeadLetterView:
+def dead_letter_view(letter: DeadLetter, *, payload: bool = True) -> DeadLetterView:
+    """``payload`` False: a listing's item, read without its payload (``Store.page_dead_letters``)."""
     return DeadLetterView(
         dead_letter_id=dead_letter_id(letter),
         schedule_id=letter.schedule_id,
@@ -333,7 +335,7 @@ def dead_letter_view(letter: DeadLetter) -> DeadLetterView:
         attempts=letter.attempts,
         last_error=letter.last_error,
         callback=letter.callback,
-        payload=Raw(letter.payload or b"null"),
+        payload=Raw(letter.payload or b"null") if payload else UNSET,
         redriven_at=letter.redriven_at,
         redriven_due_at=letter.redriven_due_at,
     )

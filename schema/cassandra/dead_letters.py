@@ -20,7 +20,8 @@ def _key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, ob
 
 
 def dead_letter_of(client_id: str, row: Row) -> DeadLetter:
-    """A row of ``dead_letters`` (with its redrive marks) as the model's dead letter."""
+    """A row of ``dead_letters`` (with its redrive marks) as the model's dead letter; a row read without
+    its payload (``page_dead_letters``) has an empty one."""
     return DeadLetter(
         client_id,
         row.schedule_id,
@@ -29,7 +30,7 @@ def dead_letter_of(client_id: str, row: Row) -> DeadLetter:
         row.attempts,
         row.last_error,
         decode_callback(row.callback),
-        row.payload,
+        getattr(row, "payload", b""),
         utc(row.redriven_at) if row.redriven_at else None,
         utc(row.redriven_due_at) if row.redriven_due_at else None,
     )
@@ -46,6 +47,12 @@ class DeadLetters:
         return [
             dead_letter_of(client_id, row) async for page in self._db.pages("list_dead_letters", values) for row in page
         ]
+
+    async def page_dead_letters(
+        self, client_id: str, day: date, since: datetime, until: datetime, max_rows: int
+    ) -> list[DeadLetter]:
+        values = {"client_id": client_id, "day": day, "since": since, "until": until, "max_rows": max_rows}
+        return [dead_letter_of(client_id, row) for row in await self._db.rows("page_dead_letters", values)]
 
     async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
         rows = await self._db.rows("get_dead_letter", _key(client_id, failed_at, schedule_id))

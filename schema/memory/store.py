@@ -611,6 +611,20 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         select = _rows(self.tables, t.DEAD_LETTERS, {"client_id": client_id, "day": day})
         return [_letter(r) async for page in self._db.pages("list_dead_letters", select) for r in page]
 
+    async def page_dead_letters(
+        self, client_id: str, day: date, since: datetime, until: datetime, max_rows: int
+    ) -> list[DeadLetter]:
+        key = {"client_id": client_id, "day": day}
+        low, high = norm(since), norm(until)
+
+        def select() -> list[tuple[Any, Values]]:
+            if max_rows <= 0:
+                raise StoreUnavailable("page_dead_letters: InvalidRequest: LIMIT must be strictly positive")
+            return [(o, r) for o, r in self.tables.partition(t.DEAD_LETTERS, key) if low <= r["failed_at"] <= high]
+
+        rows = await self._db.rows("page_dead_letters", select, limit=max(max_rows, 1))
+        return [dataclasses.replace(_letter(r), payload=b"") for r in rows]
+
     async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
         key = _letter_key(client_id, failed_at, schedule_id)
         rows = await self._db.rows("get_dead_letter", _one(self.tables, t.DEAD_LETTERS, key))

@@ -78,17 +78,23 @@ async def _callback(request: web.Request, client: Client, target: Target) -> Cal
 
 
 async def _build(
-    request: web.Request, client: Client, body: ScheduleCreate, at: datetime, schedule_id: uuid.UUID | None = None
+    request: web.Request,
+    client: Client,
+    body: ScheduleCreate,
+    at: datetime,
+    schedule_id: uuid.UUID | None = None,
+    work: recurring.RuleWork | None = None,
 ) -> Schedule:
-    """A validated, not yet written schedule (a new id unless given); raises ``Invalid`` naming the field."""
+    """A validated, not yet written schedule (a new id unless given); raises ``Invalid`` naming the field.
+    ``work``: the request's rule searches (a batch shares one); absent, the create's own."""
     settings = request.app[keys.SETTINGS]
     repeat = None
     if recurring.asks_repeat(body):
         if body.fire_at is not UNSET or body.delay_s is not UNSET:
             field = "fire_at" if body.fire_at is not UNSET else "delay_s"
             raise Invalid(f"{field} is for one-time schedules; a recurring one starts at start_at", field=field)
-        recurrence = recurring.parse_repeat(body, at, settings)
-        fire_at = recurring.first_fire(recurrence, at, settings)
+        work = work or recurring.RuleWork(settings.request_scan_steps)
+        recurrence, fire_at = await recurring.timeline(body, at, settings, work)
         repeat = Repeat.from_recurrence(recurrence, implicit_start=recurring.implicit_start(body))
     else:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
@@ -198,8 +204,21 @@ async def _reserved_elsewhere(
     return dataclasses.replace(rebuilt, location=Location(rebuilt.location.poller_id, due_at))
 
 
-async def _batch_item(request: web.Request, client: Client, raw: msgspec.Raw, at: datetime) -> Schedule:
-    return await _build(request, client, decode(request.app[keys.TYPES].schedule_create, bytes(raw)), at)
+# Batch items validated at once. Beyond these, an item waits for one to finish: a loop pass runs at most
+# this many items' decoding and checks, so a 1,000-item batch never holds the loop for one long pass.
+_BUILDING = 16
+
+
+async def _build_items(request: web.Request, client: Client, items: list[msgspec.Raw], at: datetime) -> list[Any]:
+    """Each item as a schedule or the error that refused it; the items' cron searches share one budget."""
+    kind, gate = request.app[keys.TYPES].schedule_create, asyncio.Semaphore(_BUILDING)
+    work = recurring.RuleWork(request.app[keys.SETTINGS].request_scan_steps)
+
+    async def build(raw: msgspec.Raw) -> Schedule:
+        async with gate:
+            return await _build(request, client, decode(kind, bytes(raw)), at, work=work)
+
+    return await asyncio.gather(*(build(raw) for raw in items), return_exceptions=True)
 
 
 def _item_error(index: int, exc: TickdError) -> BatchItem:
@@ -212,9 +231,7 @@ async def create_batch(request: web.Request) -> web.Response:
     body = decode(request.app[keys.TYPES].batch, await read_json(request, settings.max_body_bytes))
     request.app[keys.LIMITER].take(client.client_id, len(body.schedules))
     at = now()
-    built = await asyncio.gather(
-        *(_batch_item(request, client, raw, at) for raw in body.schedules), return_exceptions=True
-    )
+    built = await _build_items(request, client, body.schedules, at)
     results = await _write_batch(request, built, at)
     created = sum(1 for r in results if r.schedule_id is not UNSET)
     request.app[keys.METRICS].schedules_created.inc(created)
@@ -567,8 +584,8 @@ async def preview_schedule(request: web.Request) -> web.Response:
         raise Invalid("give cron or every", field="cron", code="missing_field")
     at = now()
     after = recurring.parse_after(body.after, at)
-    recurrence = recurring.parse_repeat(body, at, settings)
-    found = rec.preview(recurrence, after, body.count)
+    work = recurring.RuleWork(settings.request_scan_steps)
+    recurrence, found = await recurring.preview(body, at, after, body.count, settings, work)
     occurrences = [rec.occurrence(recurrence.rule, moment) for moment in found]
     return json_response(PreviewView([OccurrenceView(o.utc, o.local, o.timezone) for o in occurrences]))
 
