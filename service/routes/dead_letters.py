@@ -48,7 +48,7 @@ async def list_dead_letters(request: web.Request) -> web.Response:
     query = params.query(params.DeadLetterQuery, request)
     wanted = _filter(query, now(), unredriven=False)
     found, cursor = await dead_letters.page(request.app[keys.STORE], client.client_id, wanted, query.limit)
-    return json_response(DeadLetterList([dead_letter_view(letter) for letter in found], cursor))
+    return json_response(DeadLetterList([dead_letter_view(letter, payload=False) for letter in found], cursor))
 
 
 async def get_dead_letter(request: web.Request) -> web.Response:
