@@ -7,12 +7,24 @@ runs in a task of its own, bounded by the instance's and the node's in-flight sl
 exactly one of three ways:
 - its outcome is recorded (through the ``OutcomeWriter``, which it waits on);
 - it is durably requeued (a retry row in storage; or, when the schedule changed meanwhile, its row is
-  recorded MOVED);
-- it raises (``LeaseLost``, a storage error other than ``StoreUnavailable``, a bug, a cancel at the
-  drain deadline): its minute is poisoned in the plan and the plan keeps the error, on which the
-  checkpointer stops the instance (``InstanceCrashed``) so the next owner fires it again.
+  recorded MOVED, or keeps the client's CANCELLED or PAUSED);
+- it raises (``LeaseLost``, a storage error other than ``StoreUnavailable``, a bug outside sending and
+  settling, a cancel at the drain deadline): its minute is poisoned in the plan and the plan keeps the
+  error, on which the checkpointer stops the instance (``InstanceCrashed``) so the next owner fires it.
 ``StoreUnavailable`` is retried in place (``durably``), with the fire still in flight so its minute
-cannot close. Nothing here catches an error to log it and go on.
+cannot close.
+
+A fire's fault stays with that fire: whatever its endpoint answers is clamped before it is used (a
+Retry-After to the retry policy's cap), an unexpected error from a send is a failed attempt of that
+fire (``fire_failed_unexpectedly``: retried, and dead-lettered after ``max_attempts``), and one while
+settling it ends it as a dead letter naming the error (``fire_settle_failed``). Stopping the instance
+there would make its next owner send the same row again, at the same attempt, in a loop; only
+``LeaseLost`` and storage errors (``_STOPS``) still do. These are the only errors caught here to go on,
+each logged with its traceback.
+
+Before a durable retry of a one-time schedule is sent, its schedule is read again: a cancel, pause or
+change accepted while the fire was in retry (the API takes them at any time then) drops the fire, its
+row marked as the change left it. An attempt already on the wire when the change lands may still arrive.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -29,6 +41,7 @@ from uuid import UUID
 from structlog.typing import FilteringBoundLogger
 
 from tickd.poller import recurring, stats
+from tickd.poller.callbacks.backoff import clamp_wait_s
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
 from tickd.poller.durable import durably
 from tickd.poller.errors import Lease, LeaseLost
@@ -40,7 +53,7 @@ from tickd.poller.settings import PollerSettings
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import guard, timing
-from tickd.schema.errors import Conflict
+from tickd.schema.errors import Conflict, TickdError
 from tickd.schema.model import (
     Chain,
     Chained,
@@ -62,6 +75,9 @@ from tickd.schema.store import Store
 _EXPAND_SLICE = 256
 
 Clock = Callable[[], datetime]
+# What still stops the instance when a fire's send or settle raises it: the node lost the instance, or
+# storage failed past ``durably``'s retries. Any other error is that fire's own outcome.
+_STOPS = (LeaseLost, TickdError)
 
 
 class DeliveryPipeline:
@@ -88,7 +104,7 @@ class DeliveryPipeline:
         self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
         self._client = client  # read at each use: the node swaps in the client's latest settings
         self._store = store
-        self._router = router
+        self._router = _ContainedRouter(router, settings.retry.max_attempts, log)
         self._plan = plan
         self._loader = loader
         self._outcomes = outcomes
@@ -242,7 +258,8 @@ class DeliveryPipeline:
         settled = False
         guard.set_guard(self._lease_guard())  # this task's store requests only
         try:
-            await self._fire(row)
+            if await self._still_wanted(row):
+                await self._fire(row)
             settled = True
         finally:
             if not settled:
@@ -257,7 +274,13 @@ class DeliveryPipeline:
         check = self._lease_guard()
         guard.set_guard(check)
         try:
-            await self._fire_group([row for row, _ in group], settled, check)
+            kept = await self._wanted_of(group, settled)
+            kept_settled = [False] * len(kept)
+            try:
+                await self._fire_group([group[i][0] for i in kept], kept_settled, check)
+            finally:
+                for i, done in zip(kept, kept_settled, strict=True):
+                    settled[i] = done
         finally:
             if not all(settled):
                 first = group[settled.index(False)][0]
@@ -381,21 +404,56 @@ class DeliveryPipeline:
             self._plan.consider(chained.following)
         return True
 
-    async def _superseded(self, row: Schedule) -> None:
-        """An occurrence dropped because the client changed the schedule ends with its row MOVED, unless the
-        change already marked it (a cancel keeps the row, CANCELLED). A change that half-landed (its
-        pointer swapped, its rows not written) marks nothing, and the row must not stay "scheduled"."""
+    async def _superseded(self, row: Schedule, result: DeliveryResult | None = None) -> None:
+        """A fire dropped because the client changed the schedule ends with its row MOVED, unless the
+        change already marked it (a cancel keeps the row CANCELLED, a pause PAUSED). A change that half-landed
+        (its pointer swapped, its rows not written) marks nothing, and the row must not stay "scheduled"."""
+        await self._mark_superseded(row, await self._current(row), result)
+
+    async def _current(self, row: Schedule) -> Schedule | None:
+        """The schedule's current row as stored (through its pointer), read durably."""
         found: list[Schedule | None] = []
 
         async def read() -> None:
             found.append(await self._store.get_schedule(row.client_id, row.schedule_id))
 
         await durably(self._log, "read_schedule", read, self._metrics)
-        current = found[-1]
+        return found[-1]
+
+    async def _mark_superseded(self, row: Schedule, current: Schedule | None, result: DeliveryResult | None) -> None:
         if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
             return
-        result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
+        if result is None:
+            result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
         await self._outcomes.record(row, Status.MOVED, result, self._now())
+
+    # -- retries a client stopped -----------------------------------------------------------------------
+
+    async def _still_wanted(self, row: Schedule) -> bool:
+        """Before a durable retry's attempt of a one-time schedule: whether the schedule still stands as
+        this row. A cancel, pause or change of a schedule in retry is accepted at any time (the API's
+        mutation guard does not apply to it), so it may land after the plan's last re-read of hot marks;
+        this read is what honours it. The dropped fire is recorded as ``_superseded`` records it. An
+        attempt already on the wire when the change lands may still arrive (at-least-once), and its
+        outcome is then recorded as it ended."""
+        if not _rechecked(row):
+            return True
+        current = await self._current(row)
+        if current is not None and current.location == row.location and current.status is Status.SCHEDULED:
+            return True
+        self._log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+        await self._mark_superseded(row, current, None)
+        return False
+
+    async def _wanted_of(self, group: list[tuple[Schedule, OpenMinute]], settled: list[bool]) -> list[int]:
+        """The indexes of a group's rows still wanted (``_still_wanted``); those dropped are settled."""
+        rechecked = [i for i, (row, _) in enumerate(group) if _rechecked(row)]
+        if not rechecked:
+            return list(range(len(group)))
+        wanted = await asyncio.gather(*(self._still_wanted(group[i][0]) for i in rechecked))
+        for i, keep in zip(rechecked, wanted, strict=True):
+            settled[i] = not keep
+        return [i for i, done in enumerate(settled) if not done]
 
     # -- batch triggers -------------------------------------------------------------------------------
 
@@ -451,7 +509,21 @@ class DeliveryPipeline:
 
     async def _settle(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """Make the fire's outcome durable. Storage errors are retried here, with the fire still in flight
-        so its minute cannot close: a fire whose outcome was never written must not be checkpointed past."""
+        so its minute cannot close: a fire whose outcome was never written must not be checkpointed past.
+
+        Any other error while settling (a bug, a value nobody foresaw) ends this fire as a dead letter
+        naming it, logged with its traceback: stopping the instance would have its next owner fire the row
+        again and fail the same way, in a loop. ``LeaseLost`` and storage errors still stop it."""
+        try:
+            await self._settle_as_told(row, result, fired_at)
+        except _STOPS:
+            raise
+        except Exception as exc:
+            self._log.exception("fire_settle_failed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+            reason = f"internal error while settling: {type(exc).__name__}"
+            await self._bury(row, DeliveryResult.failed(result.attempts, reason, retriable=False), fired_at)
+
+    async def _settle_as_told(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         if result.ok:
             await self._outcomes.record(row, Status.SUCCEEDED, result, fired_at)
         elif not self._lease():
@@ -462,18 +534,29 @@ class DeliveryPipeline:
             )
         elif result.retriable:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
-            wait_s = result.retry_after_s or self._s.retry.delay_s(result.attempts, self._rng)
-            due = self._now() + timedelta(seconds=max(wait_s, 0.05))
+            due = self._now() + timedelta(seconds=self._retry_wait_s(result))
             retried: list[bool] = []
             await durably(self._log, "requeue", lambda: self._retry_later(row, result, due, retried), self._metrics)
             if not retried[-1]:
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
-                # of the old version ends here, and its row must say so, not stay "scheduled".
-                await self._outcomes.record(row, Status.MOVED, result, fired_at)
+                # of the old version ends here, and its row must say so, not stay "scheduled" (a cancel
+                # or pause keeps its own mark).
+                await self._superseded(row, result)
         else:
-            await self._outcomes.record(row, Status.FAILED, result, fired_at)
-            failed_at = self._letter_time(row, fired_at)
-            await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, failed_at), self._metrics)
+            await self._bury(row, result, fired_at)
+
+    def _retry_wait_s(self, result: DeliveryResult) -> float:
+        """Seconds until a durable retry: the server's wait clamped to the policy's cap (whoever read it,
+        a value beyond it would park the fire for years, or overflow the due time), else the backoff."""
+        policy = self._s.retry
+        asked = None if result.retry_after_s is None else clamp_wait_s(result.retry_after_s, policy.cap_s)
+        return max(asked or policy.delay_s(result.attempts, self._rng), 0.05)
+
+    async def _bury(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+        """A fire that failed for good: its row FAILED, and a dead letter."""
+        await self._outcomes.record(row, Status.FAILED, result, fired_at)
+        failed_at = self._letter_time(row, fired_at)
+        await durably(self._log, "dead_letter", lambda: self._dead_letter(row, result, failed_at), self._metrics)
 
     async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime, retried: list[bool]) -> None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
@@ -531,6 +614,50 @@ class DeliveryPipeline:
             attempts=result.attempts,
             error=result.error,
         )
+
+
+def _rechecked(row: Schedule) -> bool:
+    """Whether a row is read again before it fires: a durable retry of a one-time schedule (the rows a
+    client's pointer names; a recurring schedule's occurrences and events are kept by the chain's
+    compare-and-set and their parent instead)."""
+    return row.attempts > 0 and row.repeat is None and row.event_id is None
+
+
+class _ContainedRouter:
+    """The router as the pipeline sends through it: an exception a send raises that is not the instance's
+    to stop on (a bug in a dispatcher, a value nobody foresaw) is that fire's failed attempt, logged with
+    its traceback (``fire_failed_unexpectedly``). It is retriable until ``max_attempts``, then final: a
+    bug neither stops the instance (whose next owner would send the row again at the same attempt, in a
+    loop) nor retries for ever."""
+
+    def __init__(self, router: CallbackRouter, max_attempts: int, log: FilteringBoundLogger) -> None:
+        self._router = router
+        self._max_attempts = max_attempts
+        self._log = log
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        try:
+            return await self._router.deliver(schedule, attempt, fired_at)
+        except _STOPS:
+            raise
+        except Exception as exc:
+            self._log.exception("fire_failed_unexpectedly", schedule_id=str(schedule.schedule_id), attempt=attempt)
+            return self._failed(attempt, exc)
+
+    async def deliver_many(self, schedules: Sequence[Schedule], fired_at: datetime) -> list[DeliveryResult]:
+        try:
+            return await self._router.deliver_many(schedules, fired_at)
+        except _STOPS:
+            raise
+        except Exception as exc:
+            self._log.exception("fire_failed_unexpectedly", fires=len(schedules))
+            return [self._failed(schedule.attempts + 1, exc) for schedule in schedules]
+
+    def _failed(self, attempt: int, exc: Exception) -> DeliveryResult:
+        # Maybe sent: the error may have come after the request went out.
+        reason = f"internal error: {type(exc).__name__}"
+        retriable = attempt < self._max_attempts
+        return DeliveryResult.failed(attempt, reason, retriable=retriable, maybe_received=True)
 
 
 def _outcome(result: DeliveryResult) -> str:
