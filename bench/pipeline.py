@@ -185,7 +185,8 @@ def _callback(channel: str) -> Callback:
 
 
 async def _seed(store: MemoryStore, count: int, pollers: int, channel: str, spread_s: float) -> datetime:
-    client = Client("bench", pollers, True, "hash", START - timedelta(days=1), START - timedelta(days=1))
+    since = START - timedelta(days=1)
+    client = Client("bench", pollers, True, "hash", since, since, kafka_topics=frozenset({"bench-fires"}))
     await store.create_client(client)
     minute = START + timedelta(minutes=1)
     callback = _callback(channel)

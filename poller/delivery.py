@@ -208,15 +208,36 @@ class Stamp(Protocol):
     async def __call__(self, schedule: Schedule) -> Schedule: ...
 
 
+class Guard(Protocol):
+    """Why a fire may not be sent now (``poller.grants.TopicGuard``: a Kafka topic no longer granted);
+    None when it may."""
+
+    def refusal(self, schedule: Schedule) -> str | None: ...
+
+
 class CallbackRouter:
     """The engine's one dispatcher: sends each fire to the HTTP or the Kafka dispatcher by its callback,
-    stamped by ``stamp`` first when given."""
+    stamped by ``stamp`` first when given. A fire ``guard`` refuses is not sent: it fails for good (a
+    dead letter with the guard's reason). The node sets the guard (``use_guard``): it holds the clients."""
 
-    def __init__(self, http: Dispatcher, kafka: Dispatcher, stamp: Stamp | None = None) -> None:
+    def __init__(
+        self, http: Dispatcher, kafka: Dispatcher, stamp: Stamp | None = None, guard: Guard | None = None
+    ) -> None:
         self.http = http
         self.kafka = kafka
         self._kafka_many = kafka if isinstance(kafka, BatchDispatcher) else None
         self._stamp = stamp
+        self._guard = guard
+
+    def use_guard(self, guard: Guard) -> None:
+        self._guard = guard
+
+    def _refused(self, schedule: Schedule, attempt: int) -> DeliveryResult | None:
+        """The result of a fire the guard refuses: not sent, so ``attempt`` is not counted as made."""
+        reason = None if self._guard is None else self._guard.refusal(schedule)
+        if reason is None:
+            return None
+        return DeliveryResult.failed(max(attempt - 1, 0), reason, retriable=False)
 
     def route(self, schedule: Schedule) -> Dispatcher:
         callback = schedule.callback
@@ -227,6 +248,8 @@ class CallbackRouter:
         raise TypeError(f"unknown callback type {type(callback).__name__}")
 
     async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        if (refused := self._refused(schedule, attempt)) is not None:
+            return refused
         if self._stamp is not None:
             try:
                 schedule = await self._stamp(schedule)
@@ -242,6 +265,9 @@ class CallbackRouter:
         batched: list[tuple[int, Schedule]] = []
         single: list[tuple[int, Schedule]] = []
         for i, schedule in enumerate(schedules):
+            if (refused := self._refused(schedule, schedule.attempts + 1)) is not None:
+                results[i] = refused
+                continue
             if self._stamp is not None:
                 try:
                     schedule = await self._stamp(schedule)

@@ -23,6 +23,7 @@ import structlog
 
 from tickd.poller import ring
 from tickd.poller.delivery import CallbackRouter
+from tickd.poller.grants import TopicGuard
 from tickd.poller.instance import InstanceDrained, PollerInstance
 from tickd.poller.metrics import Metrics
 from tickd.poller.settings import PollerSettings
@@ -40,6 +41,12 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _reserved(settings: PollerSettings) -> frozenset[str]:
+    """Topics no fire is sent to: the configured ones and the ack topic (also when set directly)."""
+    ack = frozenset({settings.ack_topic}) if settings.ack_topic else frozenset()
+    return settings.reserved_topics | ack
 
 
 class Running:
@@ -92,6 +99,8 @@ class Node:
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
         self.stats = TenantStats(store, self.node_id, clock, self._log)
+        if isinstance(router, CallbackRouter):  # test doubles deliver without one
+            router.use_guard(TopicGuard(self._client, _reserved(settings), metrics))
         metrics.watch_node(
             fenced=lambda: self._fenced,
             heartbeat_age_s=self._heartbeat_age_s,
@@ -114,6 +123,10 @@ class Node:
     @property
     def fenced(self) -> bool:
         return self._fenced
+
+    def _client(self, client_id: str) -> Client | None:
+        """The client as last read (``TICKD_CLIENTS_REFRESH_S``): what a fire's Kafka grant is checked on."""
+        return self._clients.get(client_id)
 
     def _heartbeat_age_s(self) -> float:
         """Since the last answered heartbeat was sent (0 before the node runs)."""

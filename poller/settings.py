@@ -12,6 +12,7 @@ from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.http import HttpSettings
 from tickd.poller.callbacks.kafka import KafkaSettings
 from tickd.schema.errors import ConfigError
+from tickd.schema.grants import reserved_from_env
 from tickd.schema.settings import StoreSettings, env_float, env_int, env_str
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -79,6 +80,8 @@ class PollerSettings:
     throttle_poll_s: float = 0.1
     # Kafka subscribers release throttled events by records on this topic (None: no ack consumer).
     ack_topic: str | None = None
+    # Topics no client may be sent to whatever its grants say (schema.grants; the ack topic is one too).
+    reserved_topics: frozenset[str] = frozenset()
     store: StoreSettings = field(default_factory=StoreSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
@@ -117,6 +120,7 @@ class PollerSettings:
             stats_flush_s=env_float(env, "TICKD_STATS_FLUSH_S", d.stats_flush_s, low=0.1, high=300),
             throttle_poll_s=env_float(env, "TICKD_THROTTLE_POLL_S", d.throttle_poll_s, low=0.01, high=10),
             ack_topic=_topic(env.get("TICKD_KAFKA_ACK_TOPIC", "").strip() or None),
+            reserved_topics=reserved_from_env(env),
             store=StoreSettings.from_env(env),
             http=HttpSettings.from_env(env),
             kafka=KafkaSettings.from_env(env),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tickd.schema.errors import ConfigError
+from tickd.schema.grants import reserved_from_env
 from tickd.schema.settings import (
     StoreSettings,
     batch_max_bytes,
@@ -88,6 +89,11 @@ class ApiSettings:
     store_budget_s: float = 10.0
     # After a signing-secret rotation, how long deliveries stay signed with the previous secret too.
     signing_overlap_s: int = 86400
+    # Kafka topics no client may be granted besides Kafka's own ``__*`` (schema.grants): the ack topic,
+    # TICKD_KAFKA_ACK_TOPIC, and TICKD_KAFKA_RESERVED_TOPICS (set both as on the pollers).
+    reserved_topics: frozenset[str] = frozenset()
+    # A Kafka grant overlapping another client's: refused (409) when True, else granted with a warning.
+    refuse_grant_overlaps: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -148,4 +154,6 @@ class ApiSettings:
             signing_overlap_s=env_int(env, "TICKD_SIGNING_OVERLAP_S", cls.signing_overlap_s, low=0, high=30 * 86400),
             idempotency_takeover_s=takeover_s,
             store_budget_s=store_budget_s,
+            reserved_topics=reserved_from_env(env),
+            refuse_grant_overlaps=env_bool(env, "TICKD_KAFKA_REFUSE_GRANT_OVERLAPS", cls.refuse_grant_overlaps),
         )

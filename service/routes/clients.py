@@ -19,7 +19,7 @@ from tickd.schema.errors import AlreadyExists, Conflict, NotFound
 from tickd.schema.events import new_ack_secret
 from tickd.schema.model import Client
 from tickd.schema.signing import new_signing_secret
-from tickd.service import keys, params
+from tickd.service import grants, keys, params
 from tickd.service.auth import new_api_key
 from tickd.service.errors import Invalid, json_response
 from tickd.service.routes.common import now, read_json
@@ -36,7 +36,6 @@ async def create_client(request: web.Request) -> web.Response:
     count = body.poller_count
     api_key, key_hash = new_api_key(body.client_id)
     at = now()
-    grants = topic_grants(body.kafka_topics)
     client = Client(
         body.client_id,
         count,
@@ -44,15 +43,17 @@ async def create_client(request: web.Request) -> web.Response:
         key_hash,
         at,
         at,
-        kafka_topics=grants,
+        kafka_topics=topic_grants(body.kafka_topics),
         ack_secret=new_ack_secret(),
         signing_secret=new_signing_secret(),
     )
-    if not await request.app[keys.STORE].create_client(client):
-        raise AlreadyExists(f"client {body.client_id!r} already exists", field="client_id")
+    async with request.app[keys.ADMIN_LOCKS][grants.LOCK]:
+        warning = await _check_grants(request, client.client_id, body.kafka_topics, frozenset())
+        if not await request.app[keys.STORE].create_client(client):
+            raise AlreadyExists(f"client {body.client_id!r} already exists", field="client_id")
     request.app[keys.AUTH].cache.put(client.client_id, client)
     log.info("client_registered", client_id=client.client_id, poller_count=count)
-    return json_response(client_view(client, api_key, client.signing_secret), 201)
+    return json_response(client_view(client, api_key, client.signing_secret), 201, _warned(warning))
 
 
 async def list_clients(request: web.Request) -> web.Response:
@@ -67,6 +68,27 @@ async def _load(request: web.Request) -> Client:
     if client is None:
         raise NotFound(f"no client {client_id!r}", field="client_id")
     return client
+
+
+async def _check_grants(request: web.Request, client_id: str, wanted: list[str], held: frozenset[str]) -> str | None:
+    """Refuse reserved topics, and grants overlapping another client's when so configured
+    (``service.grants``); the warning to answer with otherwise. Called under the grants lock, so two
+    admin requests of one replica cannot grant overlapping topics unseen."""
+    settings = request.app[keys.SETTINGS]
+    grants.refuse_reserved(wanted, settings.reserved_topics)
+    if all(grant in held for grant in wanted):
+        return None
+    index = grants.overlapping(client_id, wanted, held, await request.app[keys.STORE].list_clients())
+    if index is None:
+        return None
+    if settings.refuse_grant_overlaps:
+        raise grants.overlap_conflict(wanted, index)
+    log.warning("kafka_grant_overlaps", client_id=client_id, grant=wanted[index])
+    return f"kafka_topics.{index} overlaps a Kafka grant another client holds"
+
+
+def _warned(warning: str | None) -> dict[str, str] | None:
+    return None if warning is None else {"X-Tickd-Warning": warning}
 
 
 async def get_client(request: web.Request) -> web.Response:
@@ -95,8 +117,11 @@ async def patch_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     client_id = params.path(params.ClientPath, request).client_id
     patch = decode(request.app[keys.TYPES].client_patch, await read_json(request, _MAX_ADMIN_BODY))
-    async with request.app[keys.ADMIN_LOCKS][client_id]:
-        current = await _load(request)
+    locks = request.app[keys.ADMIN_LOCKS]
+    async with locks[client_id], locks[grants.LOCK]:  # always in this order (a create takes the second only)
+        current, warning = await _load(request), None
+        if isinstance(patch.kafka_topics, list):
+            warning = await _check_grants(request, client_id, patch.kafka_topics, current.kafka_topics)
         client = _patched(current, patch)
         await request.app[keys.STORE].update_client(client)
     request.app[keys.AUTH].cache.put(client.client_id, client)
@@ -107,7 +132,7 @@ async def patch_client(request: web.Request) -> web.Response:
         poller_span=client.poller_span,
         active=client.active,
     )
-    return json_response(client_view(client))
+    return json_response(client_view(client), headers=_warned(warning))
 
 
 async def rotate_key(request: web.Request) -> web.Response:

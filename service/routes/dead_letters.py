@@ -16,7 +16,7 @@ from msgspec import UnsetType
 from tickd.schema import redrives
 from tickd.schema.errors import TickdError
 from tickd.schema.model import Client, DeadLetter
-from tickd.service import dead_letters, keys, params
+from tickd.service import dead_letters, grants, keys, params
 from tickd.service.errors import Forbidden, Invalid, json_response
 from tickd.service.routes.common import now, read_json
 from tickd.service.validation import RedriveRequest, decode, parse_time, to_ms
@@ -74,7 +74,8 @@ async def _redriver(request: web.Request) -> tuple[Client, datetime]:
     return client, max(due, at)
 
 
-async def _redrive(request: web.Request, letter: DeadLetter, due_at: datetime) -> DeadLetter:
+async def _redrive(request: web.Request, client: Client, letter: DeadLetter, due_at: datetime) -> DeadLetter:
+    grants.refuse_revoked(client, letter.callback, request.app[keys.SETTINGS].reserved_topics)
     late_s = request.app[keys.SETTINGS].hot_write_deadline_s
     marked = await redrives.redrive(request.app[keys.STORE], letter, due_at, now(), late_s=late_s)
     log.info("dead_letter_redriven", client_id=letter.client_id, fire_id=letter.fire_id)
@@ -86,7 +87,7 @@ async def redrive_dead_letter(request: web.Request) -> web.Response:
     client, due_at = await _redriver(request)
     letter = await dead_letters.get(request.app[keys.STORE], client.client_id, letter_id)
     request.app[keys.LIMITER].take(client.client_id)
-    return json_response(dead_letter_view(await _redrive(request, letter, due_at)))
+    return json_response(dead_letter_view(await _redrive(request, client, letter, due_at)))
 
 
 async def redrive_dead_letters(request: web.Request) -> web.Response:
@@ -98,7 +99,7 @@ async def redrive_dead_letters(request: web.Request) -> web.Response:
     done, errors = [], []
     for letter in found:
         try:
-            done.append(dead_letter_view(await _redrive(request, letter, due_at)))
+            done.append(dead_letter_view(await _redrive(request, client, letter, due_at)))
         except TickdError as exc:
             if exc.retriable:
                 raise  # the store is unavailable: the caller retries; redrives are idempotent
