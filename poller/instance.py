@@ -32,6 +32,7 @@ from tickd.poller.outcomes import OutcomeWriter
 from tickd.poller.pipeline import DeliveryPipeline
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
+from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema.model import Claim, Client
@@ -53,7 +54,7 @@ class PollerInstance:
         settings: PollerSettings,
         metrics: Metrics,
         clock: Clock,
-        node_slots: asyncio.Semaphore,
+        slots: SendSlots,
         gate: ThrottleGate,
         *,
         rng: random.Random | None = None,
@@ -84,7 +85,7 @@ class PollerInstance:
             settings=settings,
             metrics=metrics,
             clock=clock,
-            node_slots=node_slots,
+            slots=slots,
             gate=gate,
             rng=rng or random.Random(),
             lease=lease,

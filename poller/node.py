@@ -27,6 +27,7 @@ from tickd.poller.grants import TopicGuard
 from tickd.poller.instance import InstanceDrained, PollerInstance
 from tickd.poller.metrics import Metrics
 from tickd.poller.settings import PollerSettings
+from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import aio
@@ -95,7 +96,8 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = rng or random.Random()
         self._tg: asyncio.TaskGroup | None = None
-        self._fire_slots = asyncio.Semaphore(settings.node_max_inflight)
+        # Shared by all instances: a fire takes them only to go out, each client up to its share.
+        self._send_slots = SendSlots.of(settings)
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
         self.stats = TenantStats(store, self.node_id, clock, self._log)
@@ -338,7 +340,7 @@ class Node:
             self._s,
             self._metrics,
             self._now,
-            self._fire_slots,
+            self._send_slots,
             self._gate,
             rng=random.Random(self._rng.getrandbits(64)),
             lease=self.lease_held,

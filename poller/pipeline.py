@@ -3,8 +3,10 @@
 A fire goes through: chain (a recurring occurrence first writes its next one), expand (a batch
 trigger writes its events instead of calling back), throttle (an event waits for its policy's token),
 deliver (HTTP or Kafka, through the router), settle (outcome, durable retry, or dead letter). Each fire
-runs in a task of its own, bounded by the instance's and the node's in-flight slots, and ends in
-exactly one of three ways:
+runs in a task of its own (or an HTTP worker's turn), bounded by the instance's in-flight slots; it
+holds the node's send slots (``poller.slots``: its client's share, fair between clients) only while it
+goes out, never while it waits for a throttle token or its client's turn. Each fire ends in exactly one
+of three ways:
 - its outcome is recorded (through the ``OutcomeWriter``, which it waits on);
 - it is durably requeued (a retry row in storage; or, when the schedule changed meanwhile, its row is
   recorded MOVED, or keeps the client's CANCELLED or PAUSED);
@@ -50,6 +52,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.outcomes import OutcomeWriter
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
+from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import guard, timing
@@ -93,7 +96,7 @@ class DeliveryPipeline:
         settings: PollerSettings,
         metrics: Metrics,
         clock: Clock,
-        node_slots: asyncio.Semaphore,
+        slots: SendSlots,
         gate: ThrottleGate,
         rng: random.Random,
         lease: Lease,
@@ -113,7 +116,7 @@ class DeliveryPipeline:
         self._now = clock
         self._inflight = 0  # fires of this instance in flight, at most settings.instance_max_inflight
         self._room = asyncio.Event()  # set when a fire ends
-        self._node_slots = node_slots
+        self._slots = slots  # the node's send slots, taken by a fire only once it can go out
         self._gate = gate
         self._rng = rng
         self._lease = lease
@@ -169,7 +172,10 @@ class DeliveryPipeline:
         chain, expansion or throttle first) go out together as one group, HTTP ones that never wait long
         go to the instance's workers, and the rest (throttled events, batch triggers, Kafka fires with a
         chain first) each get a task of its own: a broker outage, retried in place for up to its budget,
-        or a throttle's wait, then holds nothing else back."""
+        or a throttle's wait, then holds nothing else back.
+
+        Only the group's rows take the node's send slots here (they go out at once); every other fire
+        takes its own when it can go out (``_fire``), so a fire waiting holds none another tenant needs."""
         limit = self._s.instance_max_inflight
         while True:
             while self._inflight >= limit:
@@ -178,24 +184,42 @@ class DeliveryPipeline:
             group: list[tuple[Schedule, OpenMinute]] = []
             try:
                 for row in await self._plan.take_due(limit - self._inflight):
-                    await self._node_slots.acquire()
+                    groupable = self._groupable(row)  # once: the slots taken below are the group's
+                    if groupable and not self._slots.try_take(row):
+                        # No slot free to this client now: the rows gathered go out first (they hold theirs),
+                        # then this one waits holding none, so two groups never wait on each other's slots.
+                        self._send_group(group)
+                        group = []
+                        await self._slots.take(row)
                     self._inflight += 1
                     state = self._plan.start_fire(row)
-                    if self._groupable(row):
+                    if groupable:
                         group.append((row, state))
                     elif isinstance(row.callback, HttpCallback) and not self._waits(row):
                         self._enqueue(row, state)
                     else:
                         self._spawn(self._deliver(row, state))
             except BaseException:
-                # Cancelled while waiting for a node slot: the group never goes out. Its slots go back
+                # Cancelled while waiting for a send slot: the group never goes out. Its slots go back
                 # (the node's are shared) and its minutes are poisoned: the next owner fires those rows.
                 self._release(len(group))
-                for _, state in group:
+                for row, state in group:
+                    self._slots.give_back(row)
                     self._plan.end_fire(state, settled=False)
                 raise
-            if group:
-                self._spawn(self._deliver_group(group))
+            self._send_group(group)
+
+    def _send_group(self, group: list[tuple[Schedule, OpenMinute]]) -> None:
+        if group:
+            self._spawn(self._group_holding_slots(group))
+
+    async def _group_holding_slots(self, group: list[tuple[Schedule, OpenMinute]]) -> None:
+        """A group's send slots (taken in ``run``) go back once the group has ended."""
+        try:
+            await self._deliver_group(group)
+        finally:
+            for row, _ in group:
+                self._slots.give_back(row)
 
     def _groupable(self, row: Schedule) -> bool:
         """Whether a due row goes out with the pass's group: a Kafka fire with nothing to do first."""
@@ -238,8 +262,7 @@ class DeliveryPipeline:
         task.add_done_callback(self._delivery_done)
 
     def _release(self, count: int) -> None:
-        for _ in range(count):
-            self._node_slots.release()
+        """``count`` fires of this instance ended (their send slots are given back where they were taken)."""
         self._inflight -= count
         self._room.set()
         if self._inflight == 0:
@@ -357,15 +380,7 @@ class DeliveryPipeline:
             await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts), self._now())
             return
         token = await self._throttle(row)
-        fired_at = self._now()
-        lateness_s = max(0.0, (fired_at - row.fire_at).total_seconds()) if row.attempts == 0 else None
-        if lateness_s is not None:
-            self._metrics.lateness.labels(row.client_id).observe(lateness_s)
-        if not self._lease():
-            if token is not None:
-                await self._gate.not_delivered(token)
-            raise LeaseLost(f"the node's lease ran out before {row.fire_id} went out")
-        result = await self._router.deliver(row, row.attempts + 1, fired_at)
+        result, fired_at, lateness_s = await self._send(row, token)
         if token is not None:
             if result.ok or result.maybe_received:
                 # Out, or maybe out (a timeout): the subscriber may be working on it, so the token stays
@@ -380,6 +395,34 @@ class DeliveryPipeline:
         if self._stats is not None:
             outcome = stats.DELIVERED if result.ok else stats.RETRIED if result.retriable else stats.FAILED
             self._stats.attempt(row.client_id, fired_at, outcome, lateness_s)
+
+    async def _send(self, row: Schedule, token: Token | None) -> tuple[DeliveryResult, datetime, float | None]:
+        """Send one fire: the result, when it went out, and its lateness (a first attempt's). It holds the
+        node's send slots (its client's channel slot, then the node's) only from when it can go out, its
+        throttle token in hand, until it is out: a fire waiting for a token or for its client's turn
+        holds nothing another tenant needs."""
+        await self._take_slots(row, token)
+        try:
+            fired_at = self._now()
+            lateness_s = max(0.0, (fired_at - row.fire_at).total_seconds()) if row.attempts == 0 else None
+            if lateness_s is not None:
+                self._metrics.lateness.labels(row.client_id).observe(lateness_s)
+            if not self._lease():
+                if token is not None:
+                    await self._gate.not_delivered(token)
+                raise LeaseLost(f"the node's lease ran out before {row.fire_id} went out")
+            return await self._router.deliver(row, row.attempts + 1, fired_at), fired_at, lateness_s
+        finally:
+            self._slots.give_back(row)
+
+    async def _take_slots(self, row: Schedule, token: Token | None) -> None:
+        """Wait for the fire's send slots; cancelled meanwhile (a drain deadline), its unused token goes back."""
+        try:
+            await self._slots.take(row)
+        except asyncio.CancelledError:
+            if token is not None:
+                await asyncio.shield(self._gate.not_delivered(token))
+            raise
 
     # -- recurring schedules ----------------------------------------------------------------------------
 

@@ -73,6 +73,9 @@ class PollerSettings:
     # Across all instances of the node: a callback's timeout includes time queued in the Kafka producer,
     # so the node must not hand it more than it can send within that timeout.
     node_max_inflight: int = 4096
+    # One client's share of those slots, at most (0: a quarter of node_max_inflight): a tenant whose fires
+    # pile up (a slow endpoint, a burst) cannot take the slots another tenant's due fires need.
+    node_client_max_inflight: int = 0
     outcome_flush_s: float = 0.2
     # How often the node writes its per-tenant delivery statistics (GET /v1/stats; schema/stats.py).
     stats_flush_s: float = 10.0
@@ -116,6 +119,9 @@ class PollerSettings:
                 env, "TICKD_INSTANCE_MAX_INFLIGHT", d.instance_max_inflight, low=1, high=100_000
             ),
             node_max_inflight=env_int(env, "TICKD_NODE_MAX_INFLIGHT", d.node_max_inflight, low=1, high=1_000_000),
+            node_client_max_inflight=env_int(
+                env, "TICKD_NODE_CLIENT_MAX_INFLIGHT", d.node_client_max_inflight, low=0, high=1_000_000
+            ),
             outcome_flush_s=env_float(env, "TICKD_OUTCOME_FLUSH_S", d.outcome_flush_s, low=0.01, high=10),
             stats_flush_s=env_float(env, "TICKD_STATS_FLUSH_S", d.stats_flush_s, low=0.1, high=300),
             throttle_poll_s=env_float(env, "TICKD_THROTTLE_POLL_S", d.throttle_poll_s, low=0.01, high=10),
@@ -129,8 +135,19 @@ class PollerSettings:
         settings.check()
         return settings
 
+    @property
+    def client_max_inflight(self) -> int:
+        """The node slots one client may hold at once (``node_client_max_inflight``, 0: a quarter)."""
+        return self.node_client_max_inflight or max(1, self.node_max_inflight // 4)
+
     def check(self) -> None:
         """Cross-setting rules: each alone can be fine and the pair still wrong."""
+        if self.node_client_max_inflight > self.node_max_inflight:
+            raise ConfigError(
+                "TICKD_NODE_CLIENT_MAX_INFLIGHT must not exceed TICKD_NODE_MAX_INFLIGHT: it is one client's "
+                "share of the node's slots (0: a quarter of them)",
+                field="TICKD_NODE_CLIENT_MAX_INFLIGHT",
+            )
         if self.heartbeat_interval_s * 2 >= self.node_ttl_s - self.fence_margin_s:
             raise ConfigError(
                 "TICKD_HEARTBEAT_INTERVAL_S must be well under TICKD_NODE_TTL_S: at least two heartbeats "

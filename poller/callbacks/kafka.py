@@ -99,12 +99,17 @@ class KafkaSettings:
     # broker's return instead of each sitting out its own exponential backoff.
     outage_retry_cap_s: float = 2.0
     outage_budget_s: float = 30.0
+    # Records one client may have in the node's producer at once (waiting for their acks): its share of
+    # the producer, so one tenant's burst or its records stuck on a slow topic never fill it for all.
+    per_client_limit: int = 1024
     # TLS and SASL, for the producer and the ack consumer alike (PLAINTEXT by default).
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     def __post_init__(self) -> None:
         if self.compression not in _COMPRESSIONS:
             raise ConfigError(f"compression must be one of {sorted(_COMPRESSIONS)}", field="compression")
+        if self.per_client_limit < 1:
+            raise ConfigError("per_client_limit must be >= 1", field="per_client_limit")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
@@ -123,6 +128,7 @@ class KafkaSettings:
                 env, "TICKD_KAFKA_OUTAGE_RETRY_CAP_S", cls.outage_retry_cap_s, low=0.01, high=600
             ),
             outage_budget_s=env_float(env, "TICKD_KAFKA_OUTAGE_BUDGET_S", cls.outage_budget_s, low=0.0, high=3600),
+            per_client_limit=env_int(env, "TICKD_KAFKA_PER_CLIENT_LIMIT", cls.per_client_limit, low=1, high=1_000_000),
             security=KafkaSecurity.from_env(env),
         )
 

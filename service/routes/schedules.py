@@ -3,7 +3,8 @@
 Change guarantee: a DELETE or PATCH answered 200 is seen by the poller before the old version's due
 time (pollers re-read partitions marked hot within TICKD_MUTATION_GUARD_S), so a cancelled schedule
 never fires and a rescheduled one fires only at its new time. Closer to the due time than the guard,
-the change is refused with 409 ``fire_imminent`` and the schedule fires as it was.
+the change is refused with 409 ``fire_imminent`` and the schedule fires as it was; but a cancel or pause
+of a one-time schedule whose fire is in retry is taken at any time (``_check_mutable``).
 """
 
 from __future__ import annotations
@@ -296,12 +297,18 @@ async def get_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(schedule))
 
 
-def _check_mutable(request: web.Request, schedule: Schedule, at: datetime) -> float | None:
-    """Refuse a change the schedule's state forbids; the seconds left to confirm it (None: no limit)."""
+def _check_mutable(request: web.Request, schedule: Schedule, at: datetime, *, stops: bool = False) -> float | None:
+    """Refuse a change the schedule's state forbids; the seconds left to confirm it (None: no limit).
+
+    ``stops``: the change stops the schedule (cancel, pause). A schedule whose fire is in retry takes such
+    a change at any time, so a failing endpoint can always be stopped: the poller reads the schedule again
+    before each retry's attempt (``poller.pipeline``), though an attempt already on the wire may arrive."""
     if schedule.status is Status.CANCELLED:
         raise conflict("the schedule is cancelled", "already_cancelled")
     if schedule.status in (Status.SUCCEEDED, Status.FAILED):
         raise conflict("the schedule has already fired", "already_fired")
+    if stops and schedule.attempts > 0:
+        return None
     if schedule.repeat is not None or schedule.status is Status.PAUSED:
         # A paused row does not fire (pollers fire only scheduled rows): no fire to race with.
         return None  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
@@ -346,7 +353,7 @@ async def cancel_schedule(request: web.Request) -> web.Response:
         if current.status is Status.CANCELLED:
             return current  # cancelling twice is not an error
         at = now()
-        left_s = _check_mutable(request, current, at)
+        left_s = _check_mutable(request, current, at, stops=True)
         cancel = request.app[keys.STORE].cancel_schedule(current, at)
         return await _confirmed(request, at, [current.location.due_at], left_s, cancel)
 
@@ -461,7 +468,7 @@ async def pause_schedule(request: web.Request) -> web.Response:
         if current.status is Status.PAUSED:
             return current
         at = now()
-        left_s = _check_mutable(request, current, at)
+        left_s = _check_mutable(request, current, at, stops=True)
         paused = request.app[keys.STORE].pause_schedule(current, at)
         return await _confirmed(request, at, [current.location.due_at], left_s, paused)
 
