@@ -51,7 +51,11 @@ def _past(letter: DeadLetter, after: ListCursor) -> bool:
 def time_range(start: datetime | None, end: datetime | None, now: datetime) -> tuple[datetime, datetime]:
     """[start, end): by default the last 7 days (to now, included); at most 31 days."""
     end = end if end is not None else now + _MS
-    start = start if start is not None else end - DEFAULT_RANGE
+    if start is None:
+        try:
+            start = end - DEFAULT_RANGE
+        except OverflowError:  # to in year 1's first week: no 7 days before it
+            raise Invalid("to is too early for the default range; give from", field="to", code="out_of_range") from None
     if not timedelta(0) < end - start <= MAX_RANGE:
         raise Invalid(f"to must be after from, at most {MAX_RANGE.days} days later", field="to", code="out_of_range")
     return start, end

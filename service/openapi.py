@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from dataclasses import dataclass, field
@@ -438,7 +439,21 @@ OPERATIONS: tuple[Op, ...] = (
     ),
     Op("get", "/healthz", "The process is up", "operations", 200, views.Health, None, None),
     Op("get", "/readyz", "Cassandra answers", "operations", 200, views.Health, None, None, (503,)),
-    Op("get", "/metrics", "Prometheus metrics", "operations", 200, None, None, None, media="text/plain"),
+    Op(
+        "get",
+        "/metrics",
+        "Prometheus metrics",
+        "operations",
+        200,
+        None,
+        None,
+        "admin",
+        media="text/plain",
+        description=(
+            "The admin token unless TICKD_METRICS_AUTH=none. TICKD_API_METRICS_PORT serves the same, without a "
+            "token, on a listener of its own."
+        ),
+    ),
     Op("get", "/openapi.json", "This document", "operations", 200, None, None, None),
     Op("get", "/docs", "This document as HTML", "operations", 200, None, None, None, media="text/html"),
 )
@@ -558,7 +573,8 @@ def build_spec(settings: ApiSettings) -> dict[str, Any]:
     )
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
-        paths.setdefault(op.path, {})[op.method] = _operation(op)
+        public = op.path == "/metrics" and settings.metrics_auth == "none"
+        paths.setdefault(op.path, {})[op.method] = _operation(dataclasses.replace(op, auth=None) if public else op)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 
 from tickd.schema.errors import ConfigError
 from tickd.schema.grants import reserved_from_env
+from tickd.schema.ports import DEFAULT_POLICY, PortPolicy
 from tickd.schema.settings import (
     StoreSettings,
     batch_max_bytes,
     env_bool,
+    env_choice,
     env_float,
     env_int,
     hot_window_s,
@@ -21,6 +23,13 @@ from tickd.schema.settings import (
 _TEN_YEARS_S = 10 * 365 * 86400
 
 
+def _metrics_port(env: Mapping[str, str]) -> int | None:
+    """TICKD_API_METRICS_PORT: unset or blank for no metrics listener, 0 for any free port."""
+    if not env.get("TICKD_API_METRICS_PORT", "").strip():
+        return None
+    return env_int(env, "TICKD_API_METRICS_PORT", 0, low=0, high=65535)
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     host: str = "127.0.0.1"
@@ -28,6 +37,14 @@ class ApiSettings:
     # None: admin endpoints answer 503 (the schedule API still works).
     admin_token: str | None = None
     callback_allow_private: bool = False
+    # The ports a callback URL may name (schema.ports: well-known internal service ports are denied).
+    callback_ports: PortPolicy = DEFAULT_POLICY
+    # /metrics on the API port: "admin" needs the admin token, "none" is public. metrics_port (None: no
+    # listener) also serves /metrics, without a token, on metrics_host: for a scraper that must not hold
+    # the admin token, on a port the load balancer does not expose.
+    metrics_auth: str = "admin"
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     # False only in tickd-dev without --kafka: Kafka callbacks are refused at create time, saying why.
     kafka_enabled: bool = True
     max_payload_bytes: int = 64 * 1024
@@ -116,6 +133,10 @@ class ApiSettings:
             port=env_int(env, "TICKD_API_PORT", cls.port, low=0, high=65535),
             admin_token=token,
             callback_allow_private=env_bool(env, "TICKD_CALLBACK_ALLOW_PRIVATE", cls.callback_allow_private),
+            callback_ports=PortPolicy.from_env(env),
+            metrics_auth=env_choice(env, "TICKD_METRICS_AUTH", cls.metrics_auth, frozenset({"ADMIN", "NONE"})).lower(),
+            metrics_port=_metrics_port(env),
+            metrics_host=env.get("TICKD_API_METRICS_HOST", cls.metrics_host).strip() or cls.metrics_host,
             max_payload_bytes=env_int(env, "TICKD_MAX_PAYLOAD_BYTES", cls.max_payload_bytes, low=16, high=1 << 24),
             max_body_bytes=env_int(env, "TICKD_MAX_BODY_BYTES", cls.max_body_bytes, low=1024, high=1 << 30),
             max_batch=env_int(env, "TICKD_MAX_BATCH", cls.max_batch, low=1, high=10_000),

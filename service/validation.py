@@ -408,13 +408,16 @@ def url_host(url: str) -> str:
     return parts.hostname
 
 
-def check_http_shape(target: HttpTarget, prefix: str) -> tuple[HttpCallback, str]:
+def check_http_shape(target: HttpTarget, prefix: str, settings: ApiSettings) -> tuple[HttpCallback, str]:
     """Everything about an HTTP callback the types cannot say, except where its host points; returns
-    the callback to store and the host."""
+    the callback to store and the host. A port the policy denies is ``forbidden_port`` (schema.ports)."""
     try:
         host = url_host(target.url)
     except ValueError as exc:
         raise Invalid(str(exc), field=f"{prefix}url") from None
+    refused = settings.callback_ports.url_refusal(target.url)
+    if refused is not None:
+        raise Invalid(refused, field=f"{prefix}url", code="forbidden_port")
     check_headers(target.headers, prefix)
     callback = as_callback(target)
     assert isinstance(callback, HttpCallback)

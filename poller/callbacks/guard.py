@@ -11,6 +11,11 @@ same module at create time). Two parts here:
 - ``literal_is_blocked`` covers URLs whose host is an address literal in any form (``127.1``,
   ``2130706433``, ``[::ffff:7f00:1]``, full-width digits...): aiohttp (and the system resolver behind
   it) reads several of these as addresses without asking the resolver, so they are judged first.
+
+The port is checked too, before every attempt and whatever ``allow_private`` says (``port_refusal``,
+``schema.ports``): the API refused a denied port at create time, but the policy may have changed since,
+and a schedule accepted before it did must not dial the port now. Such a fire fails for good (a dead
+letter saying why); it is not retried, as no retry would reach another port.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from tickd.schema import addresses
+from tickd.schema.ports import PortPolicy
 
 
 class BlockedAddressError(OSError):
@@ -36,6 +42,11 @@ def literal_is_blocked(host: str) -> bool:
     """Whether ``host`` is an address literal that is not public, or no valid host at all (names are
     left to the resolver)."""
     return addresses.literal_is_blocked(host)
+
+
+def port_refusal(url: str, ports: PortPolicy) -> str | None:
+    """Why an attempt must not dial ``url``'s port under the node's current policy, or None if it may."""
+    return ports.url_refusal(url)
 
 
 class GuardedResolver(AbstractResolver):

@@ -38,12 +38,13 @@ from opentelemetry.trace import SpanKind
 
 from tickd.poller import signing
 from tickd.poller.callbacks.backoff import MAX_CAP_S, RetryPolicy, retry_after_s
-from tickd.poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked
+from tickd.poller.callbacks.guard import BlockedAddressError, GuardedResolver, literal_is_blocked, port_refusal
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, encode_body, http_headers
 from tickd.schema import tracing
 from tickd.schema.errors import ConfigError
 from tickd.schema.model import HttpCallback, Schedule
+from tickd.schema.ports import DEFAULT_POLICY, PortPolicy
 from tickd.schema.settings import env_bool, env_float, env_int
 
 RETRIABLE_4XX = frozenset({408, 425, 429})
@@ -60,6 +61,7 @@ class HttpSettings:
     dns_cache_ttl_s: int = 60
     keepalive_s: float = 30.0
     allow_private: bool = False
+    ports: PortPolicy = DEFAULT_POLICY  # the ports callbacks may dial (schema.ports), private or not
 
     def __post_init__(self) -> None:
         if self.per_client_limit < 1:
@@ -80,6 +82,7 @@ class HttpSettings:
             dns_cache_ttl_s=env_int(env, "TICKD_CALLBACK_DNS_TTL_S", cls.dns_cache_ttl_s, low=1, high=3600),
             keepalive_s=env_float(env, "TICKD_CALLBACK_KEEPALIVE_S", cls.keepalive_s, low=0.0, high=3600),
             allow_private=env_bool(env, "TICKD_CALLBACK_ALLOW_PRIVATE", cls.allow_private),
+            ports=PortPolicy.from_env(env),
         )
 
 
@@ -173,6 +176,9 @@ class HttpDispatcher:
     async def _attempt(
         self, schedule: Schedule, callback: HttpCallback, attempt: int, fired_at: datetime
     ) -> DeliveryResult:
+        refused = port_refusal(callback.url, self.settings.ports)
+        if refused is not None:
+            return DeliveryResult.failed(attempt, f"refused target: {refused}", retriable=False)
         if not self.settings.allow_private and _url_is_blocked(callback.url):
             return DeliveryResult.failed(attempt, f"refused target: {callback.url} is not public", retriable=False)
         body = encode_body(schedule, attempt, fired_at)

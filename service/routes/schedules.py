@@ -66,7 +66,7 @@ _RACE_RETRIES = 3
 
 async def _callback(request: web.Request, client: Client, target: Target) -> Callback:
     if isinstance(target, HttpTarget):
-        checked, host = check_http_shape(target, "callback.")
+        checked, host = check_http_shape(target, "callback.", request.app[keys.SETTINGS])
         await request.app[keys.TARGETS].check(host, "callback.url")
         return checked
     if not request.app[keys.SETTINGS].kafka_enabled:

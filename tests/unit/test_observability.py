@@ -109,7 +109,8 @@ async def test_api_5xx_is_counted_by_status() -> None:
     store.ping = down  # type: ignore[method-assign]
     async with TestClient(TestServer(create_app(ApiSettings(admin_token="observability-test-token"), store))) as api:
         assert (await api.get("/readyz")).status == 503
-        text = await (await api.get("/metrics")).text()
+        admin = {"Authorization": "Bearer observability-test-token"}  # /metrics needs it (TICKD_METRICS_AUTH)
+        text = await (await api.get("/metrics", headers=admin)).text()
     assert 'tickd_api_requests_total{method="GET",route="/readyz",status="503"} 1.0' in text
     assert "process_cpu_seconds_total" in text or sys.platform != "linux"
     assert "python_info" in text

@@ -3,7 +3,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.integration.api_helpers import Api, Register, schedule_body
+from tests.integration.api_helpers import ADMIN, Api, Register, schedule_body
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.store import Store
 from tickd.service.app import create_app
@@ -46,7 +46,7 @@ async def test_health_ready_metrics(api: Api, register: Register) -> None:
     assert await (await api.get("/readyz")).json() == {"status": "ready"}
     _, key = await register()
     await api.post("/v1/schedules", json=schedule_body(), headers=key)
-    text = await (await api.get("/metrics")).text()
+    text = await (await api.get("/metrics", headers=ADMIN)).text()  # the admin token (TICKD_METRICS_AUTH)
     assert 'tickd_api_requests_total{method="POST",route="/v1/schedules",status="201"} 1.0' in text
     assert 'tickd_api_request_duration_seconds_bucket{le="0.5",method="POST",route="/v1/schedules"}' in text
     assert "tickd_api_schedules_created_total 1.0" in text
