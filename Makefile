@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire bench-pipeline clean simulate test-cluster chromium wrk
+.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire bench-pipeline bench-isolation clean simulate test-cluster chromium wrk
 
 install: $(STAMP)
 
@@ -103,3 +103,9 @@ bench-pipeline: install
 # one minute on a fresh node (peak RSS), and the raw aiokafka ceiling (bounded; stops itself; ARGS=--help).
 bench-fire: install infra-up
 	$(BIN)/python -m bench.fire $(ARGS)
+
+# The largest request of every API endpoint from one client, while another client GETs one schedule every
+# 20 ms: A's latency, B's p50/p99/max, the API's CPU per request; flags A over 2 s and B over 100 ms, asserts
+# nothing (bounded: one API process on its own keyspace, < 5 min; ARGS=--help).
+bench-isolation: install infra-up
+	$(BIN)/python -m bench.isolation $(ARGS)
