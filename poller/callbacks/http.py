@@ -3,7 +3,10 @@
 Fairness: each client has its own semaphore (``per_client_limit`` requests in flight); a client's
 excess fires queue on it and nowhere else. The connector's pool limits are safety caps sized above
 any one client's share (checked in ``HttpSettings``), so a hanging endpoint can exhaust only its own
-client's slots. Semaphores live in a weak mapping: an idle client's semaphore is dropped.
+client's slots. Semaphores live in a weak mapping: an idle client's semaphore is dropped. The pipeline
+takes the same share earlier (``poller.slots``: the client's HTTP slot, then a node slot, once a fire can
+go out), so a client's fires beyond its share wait holding no node slot; this semaphore then only bounds
+each attempt, for any caller.
 
 Outcome of one attempt: 2xx succeeds; 408, 425, 429, 5xx, timeouts and connection errors are retried;
 any other status (other 4xx, and 3xx: redirects are not followed, so a redirect cannot reach an address
