@@ -18,11 +18,10 @@ from tickd.schema.cassandra import CassandraStore
 from tickd.schema.settings import StoreSettings
 from tickd.schema.store import Store
 from tickd.schema.traced import traced
-from tickd.service import keys, refusals
+from tickd.service import keys, limits, refusals
 from tickd.service.auth import Authenticator, ClientCache
 from tickd.service.creates import CreateCombiner
 from tickd.service.errors import Handler, error_middleware
-from tickd.service.limits import RateLimiter
 from tickd.service.metrics import ApiMetrics
 from tickd.service.routes import admin, clients, dead_letters, keyed, ops, schedules, stats, throttle, ui
 from tickd.service.settings import ApiSettings
@@ -95,8 +94,9 @@ def create_app(
     app[keys.SETTINGS] = settings
     app[keys.TYPES] = request_types(settings)
     app[keys.METRICS] = metrics
-    app[keys.LIMITER] = RateLimiter(settings.create_rate_per_s, settings.create_burst)
-    app[keys.TARGETS] = TargetGuard(settings.callback_allow_private, settings.dns_cache_s)
+    app[keys.LIMITER] = limits.create_limiter(settings)
+    app[keys.TARGETS] = TargetGuard.from_settings(settings)
+    app.on_cleanup.append(_close_targets)
     app[keys.ADMIN_LOCKS] = defaultdict(asyncio.Lock)
     if store is not None:
         _use_store(app, store)
@@ -110,8 +110,14 @@ def create_app(
 def _use_store(app: web.Application, store: Store) -> None:
     settings = app[keys.SETTINGS]
     app[keys.STORE] = store
-    app[keys.AUTH] = Authenticator(settings.admin_token, ClientCache(store, settings.client_cache_s))
+    cache = ClientCache(store, settings.client_cache_s, settings.client_cache_max, settings.client_cache_misses_max)
+    reads, failures = limits.read_limiter(settings), limits.auth_failure_limiter(settings)
+    app[keys.AUTH] = Authenticator(settings.admin_token, cache, reads=reads, failures=failures)
     app[keys.CREATES] = CreateCombiner(store, settings.write_group, settings.batch_max_bytes)
+
+
+async def _close_targets(app: web.Application) -> None:
+    app[keys.TARGETS].close()
 
 
 def _connected_store(store_settings: StoreSettings) -> Callable[[web.Application], AsyncIterator[None]]:

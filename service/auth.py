@@ -3,12 +3,24 @@
 A client key is ``<client_id>.<secret>``; only sha256(secret) is stored, compared in constant time.
 Client rows are cached in-process for TICKD_CLIENT_CACHE_S, so a rotation or deactivation made on
 another replica takes effect here within that time (at once on the replica that made it).
+
+What a caller can make this cost, bounded here, the one point every client and admin request passes:
+- the cache holds at most TICKD_CLIENT_CACHE_MAX clients (least recently used evicted) and, apart,
+  TICKD_CLIENT_CACHE_MISSES_MAX unknown ids, so made-up ids cannot evict real clients;
+- failed authentications (a well-formed key that is unknown or wrong, a wrong admin token) are limited
+  per source address (TICKD_AUTH_FAILURE_*; an IPv6 source by its /64): past the limit, a source's
+  requests are answered 429 before any store read, so unknown ids cost the store at most that rate.
+  A third party can exhaust only its own source's budget; and even there (a shared NAT or balancer
+  address) a key this replica has already seen to be right still passes, so it cannot lock a real
+  client out;
+- a client's reads (GET, and previews) spend its read bucket (TICKD_READ_*), 429 ``read_rate_limited``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 import time
@@ -18,6 +30,7 @@ from aiohttp import web
 from tickd.schema.model import Client
 from tickd.schema.store import ClientStore
 from tickd.service.errors import Forbidden, Unauthorized, Unavailable
+from tickd.service.limits import Lru, RateLimiter
 
 _SCHEME = "bearer "
 # What a key can look like: anything else is refused before any lookup, with the answer an unknown key
@@ -25,6 +38,7 @@ _SCHEME = "bearer "
 _TOKEN = re.compile(r"[\x21-\x7e]{1,512}")
 _KEY = re.compile(r"([a-z0-9_-]{1,64})\.([A-Za-z0-9_-]{16,128})")
 _NO_HASH = "0" * 64
+_READS = frozenset({"GET", "HEAD"})
 
 
 def new_api_key(client_id: str) -> tuple[str, str]:
@@ -47,38 +61,74 @@ def bearer(request: web.Request) -> str:
     return token
 
 
-class ClientCache:
-    """Client rows by id for ``ttl_s`` (misses too, so unknown keys do not each cost a read)."""
+def source_of(request: web.Request) -> str:
+    """The address failed authentications are counted against: the peer, an IPv6 one by its /64 (one
+    host usually holds a whole /64, so counting single addresses would be no limit)."""
+    remote = request.remote or "unknown"
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else address)
 
-    def __init__(self, store: ClientStore, ttl_s: float) -> None:
+
+class ClientCache:
+    """Client rows by id for ``ttl_s``; misses too (so an unknown id costs one read per ``ttl_s``), kept
+    apart and bounded on their own so that a flood of unknown ids cannot evict a real client."""
+
+    def __init__(self, store: ClientStore, ttl_s: float, max_clients: int = 100_000, max_misses: int = 10_000) -> None:
         self._store = store
         self._ttl_s = ttl_s
-        self._rows: dict[str, tuple[Client | None, float]] = {}
+        self._rows: Lru[str, tuple[Client, float]] = Lru(max_clients)
+        self._misses: Lru[str, float] = Lru(max_misses)
 
     async def get(self, client_id: str) -> Client | None:
-        cached = self._rows.get(client_id)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
+        now = time.monotonic()
+        row = self._rows.get(client_id)
+        if row is not None and row[1] > now:
+            return row[0]
+        missed_until = self._misses.get(client_id)
+        if row is None and missed_until is not None and missed_until > now:
+            return None
         client = await self._store.get_client(client_id)
         self.put(client_id, client)
         return client
 
+    def known(self, client_id: str) -> Client | None:
+        """The client's cached row whatever its age (None if not cached): enough to tell a key that was
+        right, not to authenticate with."""
+        row = self._rows.get(client_id)
+        return row[0] if row is not None else None
+
     def put(self, client_id: str, client: Client | None) -> None:
-        if len(self._rows) > 100_000:
-            self._rows.clear()
-        self._rows[client_id] = (client, time.monotonic() + self._ttl_s)
+        until = time.monotonic() + self._ttl_s
+        if client is None:
+            self._rows.pop(client_id)
+            self._misses.put(client_id, until)
+        else:
+            self._misses.pop(client_id)
+            self._rows.put(client_id, (client, until))
 
 
 class Authenticator:
-    def __init__(self, admin_token: str | None, cache: ClientCache) -> None:
+    def __init__(
+        self, admin_token: str | None, cache: ClientCache, *, reads: RateLimiter, failures: RateLimiter
+    ) -> None:
         self._admin_token = admin_token.encode() if admin_token else None
         self.cache = cache
+        self.reads = reads
+        self._failures = failures
 
-    async def client(self, request: web.Request) -> Client:
-        """The client whose key the request carries; 401 for none or an unknown one."""
-        found = await self._client_for(bearer(request))
+    async def client(self, request: web.Request, *, read: bool | None = None) -> Client:
+        """The client whose key the request carries; 401 for none or an unknown one. A read (by default a
+        GET) spends a token of the client's read bucket."""
+        found = await self._client_for(bearer(request), request)
         if found is None:
             raise Unauthorized("unknown API key", code="unauthorized", field="Authorization")
+        if request.method in _READS if read is None else read:
+            self.reads.take(found.client_id)
         return found
 
     async def admin(self, request: web.Request) -> None:
@@ -88,18 +138,37 @@ class Authenticator:
         token = bearer(request)
         if hmac.compare_digest(token.encode(), self._admin_token):
             return
-        if await self._client_for(token) is not None:
+        if await self._client_for(token, request) is not None:
             raise Forbidden("a client API key cannot use admin endpoints", code="forbidden")
+        if _KEY.fullmatch(token) is None:  # a key-shaped token was counted by _client_for
+            source = source_of(request)
+            self._screen(source, known_right=False)
+            self._failures.spend(source)
         raise Unauthorized("unknown admin token", code="unauthorized", field="Authorization")
 
-    async def _client_for(self, key: str) -> Client | None:
+    async def _client_for(self, key: str, request: web.Request) -> Client | None:
         """The client the key belongs to; None for a malformed key, an unknown client or a wrong secret
-        (the same work and answer for each: the secret is hashed and compared either way)."""
+        (the same work and answer for each: the secret is hashed and compared either way). A well-formed
+        key that fails counts against its source; past that source's limit, 429 before any lookup."""
         match = _KEY.fullmatch(key)
         if match is None:
             return None
+        source = source_of(request)
+        secret_hash = hash_secret(match[2])
+        self._screen(source, known_right=self._known_right(match[1], secret_hash))
         client = await self.cache.get(match[1])
         expected = client.api_key_hash if client is not None else _NO_HASH
-        if not hmac.compare_digest(hash_secret(match[2]), expected) or client is None:
+        if not hmac.compare_digest(secret_hash, expected) or client is None:
+            self._failures.spend(source)
             return None
         return client
+
+    def _known_right(self, client_id: str, secret_hash: str) -> bool:
+        known = self.cache.known(client_id)
+        return known is not None and hmac.compare_digest(secret_hash, known.api_key_hash)
+
+    def _screen(self, source: str, *, known_right: bool) -> None:
+        """429 for a source over its failed-authentication limit, unless the key was seen to be right."""
+        wait_s = self._failures.wait_s(source)
+        if wait_s > 0 and not known_right:
+            raise self._failures.refusal(wait_s)

@@ -69,6 +69,10 @@ class ApiSettings:
     # may pass over together (each search also at most schema.recurrence.MAX_SCAN_STEPS).
     request_scan_steps: int = 4000
     client_cache_s: float = 2.0
+    # Client rows cached (least recently used evicted), and unknown client ids remembered, apart: so a
+    # flood of unknown ids cannot evict a real client.
+    client_cache_max: int = 100_000
+    client_cache_misses_max: int = 10_000
     # Concurrent store writes of one batch request (each a group of up to write_group schedules).
     batch_concurrency: int = 64
     # Creates written in one atomic Cassandra batch: a batch request's items, and single creates that
@@ -81,6 +85,23 @@ class ApiSettings:
     hot_write_deadline_s: float = StoreSettings.hot_write_deadline_s
     # How long a host name's "is it private?" answer is reused (only when private targets are denied).
     dns_cache_s: float = 60.0
+    # DNS lookups of callback hosts at create time (service.targets): a lookup's own time bound, the
+    # lookups one client may have running (its others wait for its own), the resolver threads, how long
+    # a failed name is remembered, and how many names are remembered.
+    dns_timeout_s: float = 2.0
+    dns_lookups_per_client: int = 4
+    dns_threads: int = 32
+    dns_negative_cache_s: float = 5.0
+    dns_cache_max: int = 10_000
+    # Reads (GET, and previews) per client, a token bucket per API replica like creates.
+    read_rate_per_s: float = 1000.0
+    read_burst: int = 2000
+    # Failed authentications (a well-formed key that is unknown or wrong, a wrong admin token) per source
+    # address (an IPv6 source by its /64); over it, only keys this replica already knows to be right pass.
+    auth_failure_rate_per_s: float = 5.0
+    auth_failure_burst: int = 100
+    # Buckets each rate limiter keeps (clients, or source addresses); the least recently used is forgotten.
+    rate_limit_keys_max: int = 100_000
     # Amplification: what one accepted request may make the pollers do. Bytes written per fire (events
     # per fire x payload bytes), fires per minute one schedule may produce, and event deliveries per
     # minute (fires per minute x events per fire).
@@ -162,6 +183,28 @@ class ApiSettings:
             hot_window_s=hot_window_s(env),
             hot_write_deadline_s=hot_write_deadline_s(env),
             dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
+            dns_timeout_s=env_float(env, "TICKD_DNS_TIMEOUT_S", cls.dns_timeout_s, low=0.1, high=30),
+            dns_lookups_per_client=env_int(
+                env, "TICKD_DNS_LOOKUPS_PER_CLIENT", cls.dns_lookups_per_client, low=1, high=256
+            ),
+            dns_threads=env_int(env, "TICKD_DNS_THREADS", cls.dns_threads, low=1, high=1024),
+            dns_negative_cache_s=env_float(
+                env, "TICKD_DNS_NEGATIVE_CACHE_S", cls.dns_negative_cache_s, low=0, high=3600
+            ),
+            dns_cache_max=env_int(env, "TICKD_DNS_CACHE_MAX", cls.dns_cache_max, low=1, high=10_000_000),
+            read_rate_per_s=env_float(env, "TICKD_READ_RATE_PER_S", cls.read_rate_per_s, low=0.01, high=1e7),
+            read_burst=env_int(env, "TICKD_READ_BURST", cls.read_burst, low=1, high=10_000_000),
+            auth_failure_rate_per_s=env_float(
+                env, "TICKD_AUTH_FAILURE_RATE_PER_S", cls.auth_failure_rate_per_s, low=0.01, high=1e6
+            ),
+            auth_failure_burst=env_int(env, "TICKD_AUTH_FAILURE_BURST", cls.auth_failure_burst, low=1, high=1_000_000),
+            rate_limit_keys_max=env_int(
+                env, "TICKD_RATE_LIMIT_KEYS_MAX", cls.rate_limit_keys_max, low=100, high=10_000_000
+            ),
+            client_cache_max=env_int(env, "TICKD_CLIENT_CACHE_MAX", cls.client_cache_max, low=100, high=10_000_000),
+            client_cache_misses_max=env_int(
+                env, "TICKD_CLIENT_CACHE_MISSES_MAX", cls.client_cache_misses_max, low=100, high=10_000_000
+            ),
             max_fire_bytes=env_int(env, "TICKD_MAX_FIRE_BYTES", cls.max_fire_bytes, low=1024, high=1 << 30),
             max_fires_per_minute=env_int(env, "TICKD_MAX_FIRES_PER_MINUTE", cls.max_fires_per_minute, low=1, high=60),
             max_events_per_minute=env_int(

@@ -67,7 +67,7 @@ _RACE_RETRIES = 3
 async def _callback(request: web.Request, client: Client, target: Target) -> Callback:
     if isinstance(target, HttpTarget):
         checked, host = check_http_shape(target, "callback.", request.app[keys.SETTINGS])
-        await request.app[keys.TARGETS].check(host, "callback.url")
+        await request.app[keys.TARGETS].check(host, "callback.url", client.client_id)
         return checked
     if not request.app[keys.SETTINGS].kafka_enabled:
         raise Invalid(
@@ -165,9 +165,9 @@ async def create_schedule(request: web.Request) -> web.Response:
     settings = request.app[keys.SETTINGS]
     raw = await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
     body = decode(request.app[keys.TYPES].schedule_create, raw)
+    request.app[keys.LIMITER].take(client.client_id)  # before the DNS lookups and store reads it pays for
     at = now()
     schedule = await _build(request, client, body, at)
-    request.app[keys.LIMITER].take(client.client_id)
     if key is not None:
         digest = idempotency.request_digest(request.method, request.path, raw)
         reservation = IdempotencyKey(client.client_id, key, schedule.schedule_id, digest, at)
@@ -230,7 +230,8 @@ async def create_batch(request: web.Request) -> web.Response:
     client = await _creator(request)
     settings = request.app[keys.SETTINGS]
     body = decode(request.app[keys.TYPES].batch, await read_json(request, settings.max_body_bytes))
-    request.app[keys.LIMITER].take(client.client_id, len(body.schedules))
+    # Each item costs a token; a batch over the burst could never be paid and is refused (422 over_burst).
+    request.app[keys.LIMITER].take(client.client_id, len(body.schedules), field="schedules")
     at = now()
     built = await _build_items(request, client, body.schedules, at)
     results = await _write_batch(request, built, at)
@@ -444,6 +445,7 @@ async def patch_schedule(request: web.Request) -> web.Response:
     )
     if all(getattr(patch, name) is UNSET for name in _PATCHABLE):
         raise Invalid(f"give at least one of {', '.join(_PATCHABLE)}", code="missing_field")
+    request.app[keys.LIMITER].take(client.client_id)  # a change costs what a create does (DNS lookups too)
     changes = await _changes(request, client, patch)
 
     async def change(client: Client, current: Schedule) -> Schedule:
@@ -582,11 +584,10 @@ async def schedule_runs(request: web.Request) -> web.Response:
 
 async def preview_schedule(request: web.Request) -> web.Response:
     """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing.
-    It costs a rate-limit token like a create: the search is the same work."""
-    client = await request.app[keys.AUTH].client(request)
+    It is a read: it costs a token of the client's read bucket (TICKD_READ_*)."""
+    await request.app[keys.AUTH].client(request, read=True)
     settings = request.app[keys.SETTINGS]
     body = decode(request.app[keys.TYPES].preview, await read_json(request, _BODY_OVERHEAD))
-    request.app[keys.LIMITER].take(client.client_id)
     if not recurring.asks_repeat(body):
         raise Invalid("give cron or every", field="cron", code="missing_field")
     at = now()
