@@ -120,6 +120,8 @@ class Node:
             # Per instance: rows waiting, the first due time, the gates (lease, changes read), fires in
             # flight and outcomes unwritten: what a stalled instance waits on.
             "detail": {str(k): r.instance.describe(now) for k, r in sorted(self._running.items())},
+            # The send slots (poller.slots): free, held and waited for per client; a tenant at its share shows here.
+            "send_slots": self._send_slots.describe(),
         }
 
     @property

@@ -53,6 +53,11 @@ class FairSlots:
     def waiting(self, client_id: str) -> int:
         return len(self._waiting.get(client_id, ()))
 
+    def describe(self) -> dict[str, object]:
+        """For the node's /status: what is free, and per client what it holds and how many wait."""
+        waiting = {client: len(queue) for client, queue in self._waiting.items()}
+        return {"total": self.total, "free": self._free, "held": dict(self._held), "waiting": waiting}
+
     def try_acquire(self, client_id: str) -> bool:
         """Take a slot for ``client_id`` if one is free to it now, without waiting."""
         if self._free == 0 or self.held(client_id) >= self.per_client:
@@ -141,6 +146,9 @@ class SendSlots:
             http=FairSlots(settings.http.connection_limit, settings.http.per_client_limit),
             kafka=FairSlots(settings.node_max_inflight, settings.kafka.per_client_limit),
         )
+
+    def describe(self) -> dict[str, object]:
+        return {"node": self.node.describe(), "http": self.http.describe(), "kafka": self.kafka.describe()}
 
     def channel(self, row: Schedule) -> FairSlots:
         return self.http if isinstance(row.callback, HttpCallback) else self.kafka

@@ -204,6 +204,8 @@ async def test_an_endpoint_that_never_answers_takes_at_most_its_clients_share(
     # share (4) is its own: the fires holding those wait only for its node share.
     assert w.router.stuck == slots.node.held(NOISY) == NODE_SLOTS // 4
     assert slots.http.held(NOISY) == 4
+    shown = w.node.status()["send_slots"]  # what an operator sees of it
+    assert shown["node"]["held"][NOISY] == NODE_SLOTS // 4  # type: ignore[index]
 
 
 async def test_a_kafka_group_that_never_acks_takes_at_most_its_clients_share(
