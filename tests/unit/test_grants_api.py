@@ -18,17 +18,9 @@ from tickd.schema.memory import MemoryStore
 from tickd.schema.model import DeadLetter, FireOutcome, Status
 from tickd.service.settings import ApiSettings
 
-RESERVED = frozenset({"tickd-acks", "ops.*"})
-
 
 def settings(**changes: Any) -> ApiSettings:
-    base: dict[str, Any] = {
-        "admin_token": ADMIN_TOKEN,
-        "callback_allow_private": True,
-        "client_cache_s": 0.0,
-        "reserved_topics": RESERVED,
-    }
-    return ApiSettings(**{**base, **changes})
+    return ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, client_cache_s=0.0, **changes)
 
 
 @pytest.fixture
@@ -54,29 +46,40 @@ async def error(resp: Any) -> dict[str, Any]:
     return found
 
 
+async def refused_both_ways(api: Api, topics: list[str]) -> None:
+    """Registering with ``topics`` and PATCHing them onto a client are both 422 naming the entry."""
+    resp = await register(api, ["billing", *topics], 422)
+    found = await error(resp)
+    assert found["code"] == "topic_reserved" and found["field"] == "kafka_topics.1"
+    client = await (await register(api, [f"m{uuid.uuid4().hex[:8]}.*"])).json()
+    path = f"/v1/clients/{client['client_id']}"
+    patched = await api.patch(path, json={"kafka_topics": topics}, headers=ADMIN)
+    assert patched.status == 422 and (await error(patched))["field"] == "kafka_topics.0"
+    got = await (await api.get(path, headers=ADMIN)).json()
+    assert got["kafka_topics"] == client["kafka_topics"]  # unchanged
+
+
+@pytest.mark.parametrize(
+    "topics", [["__consumer_offsets"], ["__transaction_state"], ["__cluster_metadata"], ["__*"], ["__consumer.*"]]
+)
+async def test_kafka_internal_topics_cannot_be_granted(api: Api, topics: list[str]) -> None:
+    await refused_both_ways(api, topics)
+
+
 @pytest.mark.parametrize(
     "topics",
     [
-        ["__consumer_offsets"],
-        ["__transaction_state"],
-        ["__cluster_metadata"],
-        ["__*"],
-        ["__consumer.*"],
-        ["tickd-acks"],  # tickd's ack topic
+        ["tickd-acks"],  # tickd's ack topic (TICKD_KAFKA_ACK_TOPIC)
         ["tickd-*"],  # a prefix reaching it
         ["ops.audit"],  # under a prefix listed in TICKD_KAFKA_RESERVED_TOPICS
         ["ops.*"],
     ],
 )
-async def test_reserved_topics_cannot_be_granted(api: Api, topics: list[str]) -> None:
-    resp = await register(api, ["billing", *topics], 422)
-    found = await error(resp)
-    assert found["code"] == "topic_reserved" and found["field"] == "kafka_topics.1"
-    client = await (await register(api, ["mine.*"])).json()
-    patched = await api.patch(f"/v1/clients/{client['client_id']}", json={"kafka_topics": topics}, headers=ADMIN)
-    assert patched.status == 422 and (await error(patched))["field"] == "kafka_topics.0"
-    got = await (await api.get(f"/v1/clients/{client['client_id']}", headers=ADMIN)).json()
-    assert got["kafka_topics"] == ["mine.*"]  # unchanged
+async def test_tickd_own_topics_cannot_be_granted(store: MemoryStore, topics: list[str]) -> None:
+    env = {"TICKD_KAFKA_ACK_TOPIC": "tickd-acks", "TICKD_KAFKA_RESERVED_TOPICS": "ops.*"}
+    reserved = ApiSettings.from_env(env).reserved_topics
+    async for api in serve(settings(reserved_topics=reserved), store):
+        await refused_both_ways(api, topics)
 
 
 @pytest.mark.parametrize(
