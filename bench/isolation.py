@@ -51,7 +51,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.api import ADMIN_TOKEN, CLK_TCK, REPO, ApiProcesses, cpu_model, log, proc_cpu_s
+from bench.api import ADMIN_TOKEN, CLK_TCK, REPO, ApiProcesses, cpu_model, log, machine_busy_s, proc_cpu_s
 from tickd.schema import stats, timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import ConfigError
@@ -480,6 +480,13 @@ class Row:
     b: list[Sample] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     note: str = ""
+    # The whole machine's busy CPU seconds during A's requests, and their wall seconds: how loaded it was.
+    busy_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def busy_cores(self) -> str:
+        return f"{self.busy_s / self.wall_s:.1f}" if self.wall_s >= 0.05 else "-"
 
     def b_ms(self, q: float) -> float:
         data = sorted(s.latency_s for s in self.b)
@@ -548,8 +555,10 @@ class Bench:
             call = finished(op, builder(self.world, rep))
             row.what = call.what
             await self.probe.settled()
-            started = time.monotonic()
+            started, busy = time.monotonic(), machine_busy_s()
             status, answer, seconds, cpu = await self.send(op, call)
+            row.busy_s += machine_busy_s() - busy
+            row.wall_s += seconds
             await asyncio.sleep(2 * PROBE_PERIOD_S)  # B's requests sent during A's are answered
             row.statuses.append(status)
             row.answers.append(answer)
@@ -563,10 +572,11 @@ class Bench:
 
     async def baseline(self, seconds: float) -> Row:
         await self.probe.settled()
-        started = time.monotonic()
+        started, busy = time.monotonic(), machine_busy_s()
         await asyncio.sleep(seconds)
         row = Row("baseline: B alone", f"{seconds:.0f} s of B's GETs, no A request")
         row.b = self.probe.overlapping(started, started + seconds)
+        row.busy_s, row.wall_s = machine_busy_s() - busy, seconds
         return row
 
     async def run(self) -> None:
@@ -820,15 +830,15 @@ def print_report(rows: list[Row], env: dict[str, str], args: argparse.Namespace)
     print(f"\n### bench-isolation: {os.cpu_count()} cores ({cpu_model()}), one tickd-api process\n")
     print(
         "| endpoint | A's request | A's status | A ms (median / max) | B p50 ms | B p99 ms | B max ms | B n "
-        "| API CPU ms / A request | flags |"
+        "| API CPU ms / A request | machine busy, cores | flags |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         b = (f"{r.b_ms(0.5):.0f}", f"{r.b_ms(0.99):.0f}", f"{r.b_ms(1.0):.0f}") if r.b else ("-", "-", "-")
         flags = "; ".join(x for x in (r.flags, r.note) if x)
         print(
             f"| {r.endpoint} | {r.what} | {statuses(r)} | {a_ms(r.a_s)} | {' | '.join(b)} | {len(r.b)} | "
-            f"{fmt_ms(r.cpu_s)} | {flags} |"
+            f"{fmt_ms(r.cpu_s)} | {r.busy_cores} | {flags} |"
         )
     flagged = [r for r in rows if "A>2s" in r.flags or "B>100ms" in r.flags]
     print(
@@ -840,7 +850,9 @@ def print_report(rows: list[Row], env: dict[str, str], args: argparse.Namespace)
         f"\nA: up to {args.reps} repetitions per row (one when it took over {REPEAT_BELOW_S:g} s); status 0 = no "
         f"answer within {args.request_timeout_s:g} s. B: GET /v1/schedules/{{id}} every {1000 * PROBE_PERIOD_S:g} ms "
         "from its own process, open loop; its columns pool every B request that overlapped A's. API CPU (in "
-        f"{1000 // CLK_TCK} ms ticks) includes B's requests. API environment beyond the defaults: {raised}."
+        f"{1000 // CLK_TCK} ms ticks) includes B's requests. Machine busy: every process's CPU during A's "
+        f"requests (of {os.cpu_count()} cores; others' work on the machine shows here). API environment beyond "
+        f"the defaults: {raised}."
     )
 
 
