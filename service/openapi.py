@@ -49,7 +49,10 @@ OPERATIONS: tuple[Op, ...] = (
         views.ClientView,
         validation.ClientCreate,
         "admin",
-        (*_V, 403, 409, 503),
+        (*_V, 403, 409, 422, 503),
+        description="422 topic_reserved: a kafka_topics entry reaching Kafka's __* or tickd's own topics. A grant "
+        "overlapping another client's is answered with an X-Tickd-Warning header (409 grant_overlaps when "
+        "TICKD_KAFKA_REFUSE_GRANT_OVERLAPS is set).",
     ),
     Op("get", "/v1/clients", "List clients", "clients", 200, views.ClientList, None, "admin", (401, 403, 503)),
     Op(
@@ -72,7 +75,7 @@ OPERATIONS: tuple[Op, ...] = (
         views.ClientView,
         validation.ClientPatch,
         "admin",
-        (*_V, 403, 404, 503),
+        (*_V, 403, 404, 409, 422, 503),
         description="Lowering poller_count keeps poller_span at the old count so pollers drain the old ids.",
     ),
     Op(
@@ -342,7 +345,8 @@ OPERATIONS: tuple[Op, ...] = (
         (*_V, 403, 404, 409, 429, 503),
         description="The body is optional. Redriving it again answers 200 with the same redriven_at and "
         "redriven_due_at and writes no second fire. 409 not_redrivable (an event's dead letter), "
-        "schedule_changed (the schedule changed since), schedule_gone (expired).",
+        "schedule_changed (the schedule changed since), schedule_gone (expired), topic_not_allowed (a Kafka "
+        "topic no longer granted to the client).",
         extra={"optional_body": True},
     ),
     Op(
