@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from tickd.schema.errors import ConfigError
 
 INTERNAL_PREFIX = "__"
 RESERVED_TOPICS_VAR = "TICKD_KAFKA_RESERVED_TOPICS"
 ACK_TOPIC_VAR = "TICKD_KAFKA_ACK_TOPIC"
+_SEPARATORS = frozenset("._-")  # a prefix grant's prefix ends in one of these
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _ENTRY = re.compile(r"[A-Za-z0-9._-]{1,249}|[A-Za-z0-9._-]{1,247}[._-]\*")
 
@@ -36,8 +38,13 @@ def allows(grant: str, topic: str) -> bool:
     return len(topic) > len(prefix) and topic.startswith(prefix)
 
 
-def topic_allowed(topic: str, grants: Iterable[str]) -> bool:
-    return any(allows(grant, topic) for grant in grants)
+def topic_allowed(topic: str, grants: AbstractSet[str]) -> bool:
+    """Whether any of ``grants`` allows ``topic``: the same as ``any(allows(g, topic) for g in grants)``,
+    but by looking up the topic and each of its prefixes ending in a separator, so a check costs the same
+    with 1 grant or 100 (it runs before every Kafka send)."""
+    if topic in grants or (topic and "*" in grants):
+        return True
+    return any(c in _SEPARATORS and topic[: i + 1] + "*" in grants for i, c in enumerate(topic[:-1]))
 
 
 def overlap(a: str, b: str) -> bool:
@@ -66,7 +73,7 @@ def reserved_grant(grant: str, reserved: Iterable[str]) -> bool:
     return is_internal(grant) or any(overlap(grant, entry) for entry in reserved)
 
 
-def reserved_topic(topic: str, reserved: Iterable[str]) -> bool:
+def reserved_topic(topic: str, reserved: AbstractSet[str]) -> bool:
     return is_internal(topic) or topic_allowed(topic, reserved)
 
 

@@ -40,6 +40,17 @@ def test_allows(grant: str, topic: str, allowed: bool) -> None:
     assert grants.allows(grant, topic) is allowed
 
 
+def test_topic_allowed_looks_up_what_allows_would_scan_for() -> None:
+    grant_pool = ["a", "a.b", "a.*", "a.b.*", "a-*", "a_b_*", "b.*", "ab", "*", "a..*", "x-y.z"]
+    topics = ["a", "a.", "a.b", "a.b.c", "a-", "a-1", "a_b_c", "b", "b.x", "ab", "a..b", "x-y.z", "x-y", "."]
+    for size in range(len(grant_pool) + 1):
+        for start in range(len(grant_pool)):
+            held = frozenset(grant_pool[start : start + size])
+            for topic in topics:
+                expected = any(grants.allows(g, topic) for g in held)
+                assert grants.topic_allowed(topic, held) is expected, (topic, held)
+
+
 @pytest.mark.parametrize(
     ("a", "b", "overlapping"),
     [
