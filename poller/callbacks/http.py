@@ -51,6 +51,8 @@ from tickd.schema.ports import DEFAULT_POLICY, PortPolicy
 from tickd.schema.settings import env_bool, env_float, env_int
 
 RETRIABLE_4XX = frozenset({408, 425, 429})
+# The longest error text an attempt keeps (``last_error``, logs, dead letters).
+_MAX_ERROR_CHARS = 300
 _USER_AGENT = "tickd-callbacks/0.1"
 
 
@@ -108,11 +110,18 @@ def classify_error(exc: Exception, attempt: int, timeout_s: float) -> DeliveryRe
     if isinstance(exc, TimeoutError):
         return DeliveryResult.failed(attempt, f"timeout after {timeout_s}s", retriable=True, maybe_received=True)
     if isinstance(exc, ValueError | aiohttp.NonHttpUrlClientError | aiohttp.RedirectClientError):
-        return DeliveryResult.failed(attempt, f"invalid request: {exc}", retriable=False)
+        return DeliveryResult.failed(attempt, _bounded(f"invalid request: {exc}"), retriable=False)
     # Never connected: nothing went out. Anything else (a dropped connection, a broken answer) may have
     # followed a request the subscriber received.
     sent = not isinstance(exc, aiohttp.ClientConnectorError)
-    return DeliveryResult.failed(attempt, f"{type(exc).__name__}: {exc}", retriable=True, maybe_received=sent)
+    error = _bounded(f"{type(exc).__name__}: {exc}")
+    return DeliveryResult.failed(attempt, error, retriable=True, maybe_received=sent)
+
+
+def _bounded(error: str) -> str:
+    """An error's text cut to ``_MAX_ERROR_CHARS``: aiohttp quotes what it could not parse, so a broken
+    answer's text carries the endpoint's bytes (up to a whole body) into ``last_error``, logs and letters."""
+    return error if len(error) <= _MAX_ERROR_CHARS else error[: _MAX_ERROR_CHARS - 3] + "..."
 
 
 @lru_cache(maxsize=64)

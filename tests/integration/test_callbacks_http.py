@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import time
@@ -146,7 +147,8 @@ async def test_always_500_fails_after_max_attempts(receiver: Receiver, schedule_
 
 async def test_429_honours_retry_after(receiver: Receiver, schedule_to: Callable[..., Schedule]) -> None:
     url = receiver.script("/busy", Reply(429, {"Retry-After": "1"}), Reply(200))
-    async with HttpDispatcher(PRIVATE_OK, FAST) as dispatcher:
+    # A Retry-After is honoured up to the policy's cap (FAST's 0.05 s would clamp it): a cap of 300 s here.
+    async with HttpDispatcher(PRIVATE_OK, dataclasses.replace(FAST, cap_s=300.0)) as dispatcher:
         result = await dispatcher.deliver(schedule_to(url), 1, datetime.now(UTC))
     assert (result.ok, result.attempts) == (True, 2)
     first, second = receiver.seen
@@ -157,9 +159,16 @@ async def test_retry_after_beyond_budget_is_handed_back(
     receiver: Receiver, schedule_to: Callable[..., Schedule]
 ) -> None:
     url = receiver.script("/later", Reply(503, {"Retry-After": "120"}))
-    async with HttpDispatcher(PRIVATE_OK, FAST) as dispatcher:
+    async with HttpDispatcher(PRIVATE_OK, dataclasses.replace(FAST, cap_s=300.0)) as dispatcher:
         result = await dispatcher.deliver(schedule_to(url), 1, datetime.now(UTC))
     assert (result.ok, result.retriable, result.retry_after_s, result.attempts) == (False, True, 120.0, 1)
+
+
+async def test_retry_after_beyond_the_cap_is_the_cap(receiver: Receiver, schedule_to: Callable[..., Schedule]) -> None:
+    url = receiver.script("/never", Reply(503, {"Retry-After": "10000000000000"}))
+    async with HttpDispatcher(PRIVATE_OK, dataclasses.replace(FAST, cap_s=30.0)) as dispatcher:
+        result = await dispatcher.deliver(schedule_to(url), 1, datetime.now(UTC))
+    assert (result.ok, result.retriable, result.retry_after_s, result.attempts) == (False, True, 30.0, 1)
 
 
 async def test_400_is_not_retried(receiver: Receiver, schedule_to: Callable[..., Schedule]) -> None:
