@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
+from tickd.schema.grants import topic_allowed
 from tickd.schema.model import Callback, HttpCallback, KafkaCallback
 from tickd.service.errors import Invalid, Malformed, PayloadTooLarge
 from tickd.service.settings import ApiSettings
@@ -362,12 +363,6 @@ def payload_bytes(payload: Raw | UnsetType, settings: ApiSettings) -> bytes:
 def topic_grants(grants: list[str]) -> frozenset[str]:
     """The topics an admin lets a client target: names, or prefixes like ``orders.*`` (``TopicGrant``)."""
     return frozenset(grants)
-
-
-def topic_allowed(topic: str, grants: frozenset[str]) -> bool:
-    if topic in grants:
-        return True
-    return any(g.endswith("*") and topic.startswith(g[:-1]) and len(topic) >= len(g) for g in grants)
 
 
 def check_kafka(target: KafkaTarget, grants: frozenset[str], prefix: str) -> KafkaCallback:
