@@ -141,34 +141,37 @@ class Authenticator:
         if await self._client_for(token, request) is not None:
             raise Forbidden("a client API key cannot use admin endpoints", code="forbidden")
         if _KEY.fullmatch(token) is None:  # a key-shaped token was counted by _client_for
-            source = source_of(request)
-            self._screen(source, known_right=False)
-            self._failures.spend(source)
+            self._failures.take(source_of(request))
         raise Unauthorized("unknown admin token", code="unauthorized", field="Authorization")
 
     async def _client_for(self, key: str, request: web.Request) -> Client | None:
         """The client the key belongs to; None for a malformed key, an unknown client or a wrong secret
         (the same work and answer for each: the secret is hashed and compared either way). A well-formed
-        key that fails counts against its source; past that source's limit, 429 before any lookup."""
+        key not known to be right pays a failure token of its source before the lookup (429 if none is
+        left), refunded if it turns out right: paid in advance, concurrent requests cannot all slip
+        through before the first failure is counted."""
         match = _KEY.fullmatch(key)
         if match is None:
             return None
-        source = source_of(request)
-        secret_hash = hash_secret(match[2])
-        self._screen(source, known_right=self._known_right(match[1], secret_hash))
-        client = await self.cache.get(match[1])
+        source, secret_hash = source_of(request), hash_secret(match[2])
+        charged = not self._known_right(match[1], secret_hash)
+        if charged:
+            self._failures.take(source)
+        try:
+            client = await self.cache.get(match[1])
+        except BaseException:
+            self._refund(source, charged)
+            raise
         expected = client.api_key_hash if client is not None else _NO_HASH
         if not hmac.compare_digest(secret_hash, expected) or client is None:
-            self._failures.spend(source)
             return None
+        self._refund(source, charged)
         return client
 
     def _known_right(self, client_id: str, secret_hash: str) -> bool:
         known = self.cache.known(client_id)
         return known is not None and hmac.compare_digest(secret_hash, known.api_key_hash)
 
-    def _screen(self, source: str, *, known_right: bool) -> None:
-        """429 for a source over its failed-authentication limit, unless the key was seen to be right."""
-        wait_s = self._failures.wait_s(source)
-        if wait_s > 0 and not known_right:
-            raise self._failures.refusal(wait_s)
+    def _refund(self, source: str, charged: bool) -> None:
+        if charged:
+            self._failures.refund(source)

@@ -125,6 +125,12 @@ class RateLimiter:
             self._buckets.put(key, bucket)
         bucket.tokens = max(0.0, bucket.tokens - cost)
 
+    def refund(self, key: str, cost: int = 1) -> None:
+        """Give back tokens taken in advance for a cost that did not arise (never above the burst)."""
+        bucket = self._refilled(key, time.monotonic())
+        if bucket is not None:
+            bucket.tokens = min(float(self.burst), bucket.tokens + cost)
+
     def refusal(self, wait_s: float) -> TooManyRequests:
         return TooManyRequests(
             f"{self.name} ({self.rate_per_s:g}/s, burst {self.burst}; {self.setting}) exceeded",
