@@ -537,7 +537,8 @@ def _errors(op: Op) -> set[int]:
     takes input lists 400 (not this schema) and 422 (a rule after decoding, service.errors)."""
     statuses = set(op.errors)
     if op.auth is not None:
-        statuses |= {400, 401, 503} | ({403} if op.auth == "admin" else set())
+        # 429: failed authentications are limited per source address, and a client's reads per client.
+        statuses |= {400, 401, 429, 503} | ({403} if op.auth == "admin" else set())
     if _path_params(op):
         statuses |= {400, 404, 422}
     if op.request is not None:
