@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timedelta
-from typing import cast
 from uuid import UUID
 
 from tickd.schema import aio, timing
 from tickd.schema.model import Client, InstanceKey, ListCursor, Page, Schedule, Status
 
-# Partition reads in flight at once, and per page (a page may end early on the budget). 1024 reads take
-# about 1 s on 2 shared cores (2048 took 1.6-2.3 s, over schemathesis's 2 s response limit).
+# Partition reads in flight at once, and partitions per page (a page may end early on the budget): 512
+# (two hours of a 4-poller client), half of what took about 1 s on 2 shared cores with whole rows.
 LIST_CONCURRENCY = 32
-LIST_READ_BUDGET = 1024
+LIST_READ_BUDGET = 512
+# Rows one page reads in all (its partitions' first reads, a fair share each, may go a chunk over): a
+# page listing one status among many other rows ends early, with a cursor where its reads stopped.
+LIST_ROW_BUDGET = 4000
 # Event rows per unlogged batch (one partition each): at most this many, and about this many bytes,
 # well under Cassandra's batch_size_fail_threshold (50 KiB by default).
 EVENT_CHUNK = 50
@@ -83,17 +84,36 @@ def chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
     return [chunk for chunk in out if chunk]
 
 
-class Listing:
-    """``list_schedules`` for an adapter that provides ``read_minute`` (mixed in)."""
+_NIL = UUID(int=0)
 
-    def read_minute(
-        self,
-        instance: InstanceKey,
-        minute: datetime,
-        *,
-        from_due: datetime | None = None,
-        until_due: datetime | None = None,
-    ) -> AsyncIterator[list[Schedule]]:
+
+def _key(s: Schedule) -> tuple[datetime, int, UUID]:
+    return s.location.due_at, 1, s.schedule_id
+
+
+def _mark(c: ListCursor) -> tuple[datetime, int, UUID]:
+    """Where a cursor stands among rows' ``_key``s: after its row, or before every row due at its time."""
+    return (c.due_at, 0, _NIL) if c.schedule_id is None else (c.due_at, 1, c.schedule_id)
+
+
+def _cursor(s: Schedule) -> ListCursor:
+    return ListCursor(s.location.due_at, s.schedule_id)
+
+
+@dataclasses.dataclass
+class _Rows:
+    """The rows a page may still read, and the most one partition's first read may take."""
+
+    left: int
+    share: int = 1
+
+
+class Listing:
+    """``list_schedules`` for an adapter that provides ``list_minute`` (mixed in)."""
+
+    async def list_minute(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
+    ) -> tuple[list[Schedule], int]:
         raise NotImplementedError
 
     async def list_schedules(
@@ -108,45 +128,68 @@ class Listing:
         begin = max(start, after.due_at) if after is not None else start
         keep = ListFilter(start, end, status, after)
         step = max(1, LIST_CONCURRENCY // client.poller_span)
+        rows = _Rows(LIST_ROW_BUDGET, max(1, LIST_ROW_BUDGET // (step * client.poller_span)))
         minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()
         while minute < end:
             chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
-            found += sorted(await self._list_chunk(client, chunk, begin, keep, limit), key=list_order)
+            listed, cut = await self._list_chunk(client, chunk, begin, keep, limit, rows)
+            found += sorted(listed, key=list_order)
             minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
+            if cut is not None:  # a partition's reads stopped before its end: list nothing past where
+                return _page([s for s in found if _key(s) <= _mark(cut)], limit, cut)
             if len(found) >= limit:
-                items = found[:limit]
-                more = len(found) > limit or minute < end
-                last = items[-1]
-                return Page(items, ListCursor(last.location.due_at, last.schedule_id).encode() if more else None)
-            if reads >= LIST_READ_BUDGET and minute < end:
+                return _page(found, limit, ListCursor(minute) if minute < end else None)
+            if (reads >= LIST_READ_BUDGET or rows.left <= 0) and minute < end:
                 return Page(found, ListCursor(minute).encode())
         return Page(found, None)
 
     async def _list_chunk(
-        self, client: Client, minutes: list[datetime], begin: datetime, keep: ListFilter, limit: int
-    ) -> list[Schedule]:
+        self, client: Client, minutes: list[datetime], begin: datetime, keep: ListFilter, limit: int, rows: _Rows
+    ) -> tuple[list[Schedule], ListCursor | None]:
+        """The rows ``keep`` keeps of the chunk's partitions, and the earliest place a partition's reads
+        stopped before its end (None: every partition was read to the end of the range)."""
         gate = asyncio.Semaphore(LIST_CONCURRENCY)
 
-        async def one(instance: InstanceKey, minute: datetime) -> list[Schedule]:
+        async def one(instance: InstanceKey, minute: datetime) -> tuple[list[Schedule], ListCursor | None]:
             async with gate:
-                return await self._list_partition(instance, minute, max(minute, begin), keep, limit)
+                return await self._list_partition(instance, minute, max(minute, begin), keep, limit, rows)
 
         reads = [
             one(InstanceKey(client.client_id, poller_id), minute)
             for minute in minutes
             for poller_id in range(client.poller_span)
         ]
-        return [s for rows in await aio.gather(*reads) for s in rows]
+        done = await aio.gather(*reads)
+        stops = [stop for _, stop in done if stop is not None]
+        return [s for kept, _ in done for s in kept], min(stops, key=_mark, default=None)
 
     async def _list_partition(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: ListFilter, limit: int
-    ) -> list[Schedule]:
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: ListFilter, limit: int, rows: _Rows
+    ) -> tuple[list[Schedule], ListCursor | None]:
+        """Up to ``limit`` kept rows of one partition, read ``limit`` (or the page's share) at a time, and
+        where the reads stopped (the last row read) if not at the partition's or the range's end."""
         kept: list[Schedule] = []
-        # read_minute is an async generator: close it when stopping early so its query does not dangle.
-        pages = cast(AsyncGenerator[list[Schedule], None], self.read_minute(instance, minute, from_due=from_due))
-        async with aclosing(pages):
-            async for page in pages:
-                kept += filter(keep, page)
-                if len(kept) >= limit:
-                    break
-        return kept[:limit]
+        at = keep.after if keep.after is not None and keep.after.due_at >= from_due else None
+        size = min(limit, rows.share)  # a first read always gets its share: every page moves on
+        while True:
+            rows.left -= size
+            listed, read = await self.list_minute(instance, minute, at.due_at if at else from_due, size)
+            rows.left += size - read
+            fresh = [s for s in listed if at is None or _key(s) > _mark(at)]
+            kept += filter(keep, fresh)
+            at = _cursor(fresh[-1]) if fresh else at
+            if read < size or (at is not None and at.due_at >= keep.end):
+                return kept, None
+            if len(kept) >= limit:
+                return kept, at
+            size = min(limit - len(kept) if fresh else size * 2, rows.left)
+            if size <= 0:
+                return kept, at or ListCursor(from_due)
+
+
+def _page(found: list[Schedule], limit: int, more: ListCursor | None) -> Page:
+    """The first ``limit`` of ``found`` (sorted) and the cursor after them: after the last item if some
+    were left out, else ``more`` (where the listing goes on; None at its end)."""
+    if len(found) > limit or (len(found) == limit and more is not None):
+        return Page(found[:limit], _cursor(found[limit - 1]).encode())
+    return Page(found, more.encode() if more is not None else None)

@@ -146,6 +146,13 @@ class ScheduleStore(Protocol):
         """The same rows as ``read_minute``, each as its ``RowStamp`` only: what a poller's re-reads of an
         open minute compare with what it holds, at a fraction of the cost of whole rows."""
 
+    async def list_minute(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
+    ) -> tuple[list[Schedule], int]:
+        """A listing's read of one minute partition: at most ``max_rows`` rows due from ``from_due``, in
+        (due time, id) order, **without payloads** (``payload`` empty), and the number of rows read
+        (fences of changes that never landed are read but not returned). One bounded read."""
+
     async def list_schedules(
         self,
         client: Client,

@@ -140,6 +140,7 @@ class ApiSettings:
         if token is not None and len(token) < 12:
             raise ConfigError("TICKD_ADMIN_TOKEN must be at least 12 characters", field="TICKD_ADMIN_TOKEN")
         count_min = env_int(env, "TICKD_POLLER_COUNT_MIN", cls.poller_count_min, low=1, high=65536)
+        dns_per_client = env_int(env, "TICKD_DNS_LOOKUPS_PER_CLIENT", cls.dns_lookups_per_client, low=1, high=256)
         takeover_s = env_float(env, "TICKD_IDEMPOTENCY_TAKEOVER_S", cls.idempotency_takeover_s, low=1, high=3600)
         store_budget_s = env_float(env, "TICKD_STORE_BUDGET_S", cls.store_budget_s, low=0.1, high=600)
         if store_budget_s >= takeover_s:
@@ -184,10 +185,9 @@ class ApiSettings:
             hot_write_deadline_s=hot_write_deadline_s(env),
             dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
             dns_timeout_s=env_float(env, "TICKD_DNS_TIMEOUT_S", cls.dns_timeout_s, low=0.1, high=30),
-            dns_lookups_per_client=env_int(
-                env, "TICKD_DNS_LOOKUPS_PER_CLIENT", cls.dns_lookups_per_client, low=1, high=256
-            ),
-            dns_threads=env_int(env, "TICKD_DNS_THREADS", cls.dns_threads, low=1, high=1024),
+            dns_lookups_per_client=dns_per_client,
+            # More threads than one client's slots: one client can never hold every resolver thread.
+            dns_threads=env_int(env, "TICKD_DNS_THREADS", cls.dns_threads, low=dns_per_client + 1, high=1024),
             dns_negative_cache_s=env_float(
                 env, "TICKD_DNS_NEGATIVE_CACHE_S", cls.dns_negative_cache_s, low=0, high=3600
             ),

@@ -81,7 +81,8 @@ class ScheduleView(Struct, omit_defaults=True):
     last_error: str | None
     created_at: datetime
     callback: Callback
-    payload: Raw
+    # Absent in a listing's items (a listing reads no payloads); GET of one schedule shows it.
+    payload: Raw | UnsetType = UNSET
     # Recurring schedules: the rule, and which occurrence fire_at is (1 = the first).
     recurrence: RecurrenceView | UnsetType = UNSET
     occurrence: int | UnsetType = UNSET
@@ -296,7 +297,8 @@ def _completed(run: Run) -> bool | None:
     return False if datetime.now(UTC) > end + _WINDOW_GRACE else None
 
 
-def schedule_view(s: Schedule) -> ScheduleView:
+def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
+    """``payload`` False: a listing's item, read without its payload (``Store.list_minute``)."""
     options = s.options
     return ScheduleView(
         schedule_id=s.schedule_id,
@@ -309,7 +311,7 @@ def schedule_view(s: Schedule) -> ScheduleView:
         last_error=s.last_error,
         created_at=s.created_at,
         callback=s.callback,
-        payload=Raw(s.payload or b"null"),
+        payload=Raw(s.payload or b"null") if payload else UNSET,
         recurrence=recurrence_view(options.repeat) if options and options.repeat else UNSET,
         occurrence=s.seq or UNSET,
         jitter_s=options.jitter_ms / 1000 if options and options.jitter_ms else UNSET,

@@ -385,6 +385,19 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             # A row without fire_at is a fence of a client change that never landed (schema.changes).
             yield [_schedule(row) for row in rows if row.fire_at is not None]
 
+    async def list_minute(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
+    ) -> tuple[list[Schedule], int]:
+        values = {
+            "client_id": instance.client_id,
+            "poller_id": instance.poller_id,
+            "minute": minute,
+            "from_due": from_due,
+            "max_rows": max_rows,
+        }
+        rows = await self._db.rows("list_minute", values)
+        return [_schedule(row) for row in rows if row.fire_at is not None], len(rows)
+
     async def read_minute_stamps(
         self,
         instance: InstanceKey,
@@ -495,7 +508,7 @@ def _schedule(row: Row) -> Schedule:
         schedule_id=row.schedule_id,
         location=Location(row.poller_id, utc(row.due_at)),
         fire_at=utc(row.fire_at),
-        payload=row.payload or b"",
+        payload=getattr(row, "payload", None) or b"",  # a listing's read has none (list_minute)
         callback=decode_callback(row.callback),
         created_at=utc(row.created_at),
         status=Status(row.status) if row.status else Status.SCHEDULED,

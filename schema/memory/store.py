@@ -450,6 +450,13 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
         async for rows in self._db.pages("read_minute", self._minute_rows(instance, minute, start, until)):
             yield [to.schedule(r) for r in rows if not to.is_fence(r)]
 
+    async def list_minute(
+        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
+    ) -> tuple[list[Schedule], int]:
+        select = self._minute_rows(instance, minute, norm(from_due), None)
+        rows = await self._db.rows("list_minute", select, limit=max(max_rows, 1))
+        return [dataclasses.replace(to.schedule(r), payload=b"") for r in rows if not to.is_fence(r)], len(rows)
+
     def read_minute_stamps(
         self,
         instance: InstanceKey,

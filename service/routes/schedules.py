@@ -563,7 +563,7 @@ async def list_schedules(request: web.Request) -> web.Response:
     status = None if isinstance(query.status, UnsetType) else Status(query.status)
     after = params.cursor(query.cursor)
     page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, query.limit)
-    return json_response(ScheduleList([schedule_view(s) for s in page.items], page.cursor))
+    return json_response(ScheduleList([schedule_view(s, payload=False) for s in page.items], page.cursor))
 
 
 async def schedule_runs(request: web.Request) -> web.Response:

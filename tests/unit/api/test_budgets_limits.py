@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from tests.integration.api_helpers import ADMIN, Api, schedule_body, serve, with_settings
+from tickd.schema.errors import ConfigError
 from tickd.schema.store import Store
 from tickd.service.errors import Invalid, TooManyRequests
 from tickd.service.limits import Lru, create_limiter
@@ -98,3 +99,30 @@ def test_lru_evicts_the_least_recently_used() -> None:
     assert lru.get("a") == 1  # a is now the most recently used
     lru.put("c", 3)
     assert "b" not in lru and lru.get("a") == 1 and lru.get("c") == 3
+
+
+def test_the_budget_settings_are_read_and_bounded() -> None:
+    env = {
+        "TICKD_READ_RATE_PER_S": "50",
+        "TICKD_READ_BURST": "60",
+        "TICKD_AUTH_FAILURE_RATE_PER_S": "0.5",
+        "TICKD_AUTH_FAILURE_BURST": "7",
+        "TICKD_DNS_LOOKUPS_PER_CLIENT": "2",
+        "TICKD_DNS_THREADS": "3",
+        "TICKD_DNS_NEGATIVE_CACHE_S": "0",
+        "TICKD_CLIENT_CACHE_MAX": "500",
+    }
+    settings = ApiSettings.from_env(env)
+    assert (settings.read_rate_per_s, settings.read_burst) == (50, 60)
+    assert (settings.auth_failure_rate_per_s, settings.auth_failure_burst) == (0.5, 7)
+    assert (settings.dns_lookups_per_client, settings.dns_threads, settings.dns_negative_cache_s) == (2, 3, 0)
+    assert settings.client_cache_max == 500
+    for name, value in (
+        ("TICKD_READ_BURST", "0"),
+        ("TICKD_DNS_TIMEOUT_S", "0"),
+        ("TICKD_CLIENT_CACHE_MISSES_MAX", "1"),
+        ("TICKD_DNS_THREADS", "2"),  # not more than one client's 2 slots: that client could hold them all
+    ):
+        with pytest.raises(ConfigError) as refused:
+            ApiSettings.from_env({**env, name: value})
+        assert refused.value.field == name
