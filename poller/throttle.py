@@ -74,6 +74,10 @@ class ThrottleGate:
         self._ttl_grace_s = ttl_grace_s
         self._queues: dict[PolicyKey, _Queue] = {}
         self._policies: dict[PolicyKey, tuple[float, ThrottlePolicy | None]] = {}
+        # The policy reads under way: events asking at once share one (5,000 events of one policy due
+        # together sent 5,000 reads at once, and every other tenant's store requests on the node queued
+        # behind them for seconds: issue 25).
+        self._reading: dict[PolicyKey, asyncio.Task[ThrottlePolicy | None]] = {}
         self._timers: set[asyncio.Task[None]] = set()
         # Takes whose answer was lost (StoreUnavailable): the slot may be held for that event, by us.
         self._unknown: set[tuple[str, str, int, str]] = set()
@@ -122,9 +126,9 @@ class ThrottleGate:
         for queue in self._queues.values():
             if queue.pump is not None:
                 queue.pump.cancel()
-        for task in list(self._timers):
+        for task in [*self._timers, *self._reading.values()]:
             task.cancel()
-        await asyncio.gather(*self._timers, return_exceptions=True)
+        await asyncio.gather(*self._timers, *self._reading.values(), return_exceptions=True)
 
     # -- internals ------------------------------------------------------------------------------------
 
@@ -143,9 +147,25 @@ class ThrottleGate:
         cached = self._policies.get(key)
         if cached is not None and now - cached[0] < self._policy_refresh_s:
             return cached[1]
+        reading = self._reading.get(key)
+        if reading is None:
+            # A task of its own, so a cancelled asker does not cancel the others' read (tasks do not
+            # inherit a delivery's store guard: schema.guard).
+            reading = asyncio.create_task(self._read_policy(key, now))
+            self._reading[key] = reading
+            reading.add_done_callback(lambda done: self._read_done(key, done))
+        return await asyncio.shield(reading)
+
+    async def _read_policy(self, key: PolicyKey, now: float) -> ThrottlePolicy | None:
         policy = await self._store.get_policy(*key)
         self._policies[key] = (now, policy)
         return policy
+
+    def _read_done(self, key: PolicyKey, done: asyncio.Task[ThrottlePolicy | None]) -> None:
+        if self._reading.get(key) is done:
+            del self._reading[key]
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every asker may have been cancelled meanwhile
 
     async def _pump(self, key: PolicyKey, queue: _Queue) -> None:
         while True:

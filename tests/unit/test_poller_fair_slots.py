@@ -22,6 +22,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import FairSlots, SendSlots
+from tickd.poller.throttle import ThrottleGate
 from tickd.schema import timing
 from tickd.schema.errors import ConfigError
 from tickd.schema.memory import MemoryStore
@@ -345,3 +346,32 @@ def test_bad_share_settings_are_refused_naming_the_variable(env: dict[str, str],
     with pytest.raises(ConfigError) as refused:
         PollerSettings.from_env(env)
     assert refused.value.field == field
+
+
+# -- the throttle's policy reads ----------------------------------------------------------------------
+
+
+async def test_events_asking_for_one_policy_at_once_share_one_read() -> None:
+    """5,000 events of one policy due together sent 5,000 policy reads at once: every other tenant's
+    store requests on the node queued behind them (the acceptance test's quiet tenant was 10 s late)."""
+    store = MemoryStore(lambda: datetime.now(UTC))
+    at = datetime.now(UTC)
+    await store.put_policy(ThrottlePolicy(NOISY, "p", 1, 3600, at, at))
+    reads: list[str] = []
+    read = store.get_policy
+
+    async def slow_read(client_id: str, name: str) -> ThrottlePolicy | None:
+        reads.append(name)
+        await asyncio.sleep(0.05)
+        return await read(client_id, name)
+
+    store.get_policy = slow_read  # type: ignore[method-assign]
+    gate = ThrottleGate(store, "n1", lambda: datetime.now(UTC), Metrics(), poll_s=0.02)
+    waiting = [asyncio.create_task(gate.acquire(NOISY, "p", f"e{i}", at)) for i in range(200)]
+    first = await asyncio.wait_for(waiting[0], 2)
+    assert first is not None and reads == ["p"]  # one read for all 200 (and the pump used it too)
+    waiting[1].cancel()  # an asker cancelled while others wait: theirs go on
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    await gate.close()
