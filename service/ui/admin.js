@@ -1,7 +1,7 @@
 // The admin's views: clients and their quotas (with the resize dialog), the poller nodes, and the cluster's
 // lateness and callback outcomes (every client together, or one client's).
 
-import { api } from "./api.js";
+import { api, BadId, isId, seg } from "./api.js";
 import { badge, busy, h, mount, notice, table, when } from "./dom.js";
 import { statsPanel } from "./stats.js";
 
@@ -63,7 +63,7 @@ function resizeDialog(client, onDone) {
     e.preventDefault();
     await busy(confirm, async () => {
       try {
-        const changed = await api("PATCH", `/v1/clients/${encodeURIComponent(client.client_id)}`, { poller_count: Number(input.value) });
+        const changed = await api("PATCH", `/v1/clients/${seg("client", client.client_id)}`, { poller_count: Number(input.value) });
         dialog.close();
         onDone(notice(`${changed.client_id}: poller_count ${client.poller_count} → ${changed.poller_count} (poller_span ${changed.poller_span}).`, "ok"));
       } catch (err) {
@@ -228,6 +228,7 @@ function clientPicker(chosen) {
 }
 
 async function statsFor(root, clientId, ctx) {
+  if (clientId && !isId("client", clientId)) return mount(root, notice(new BadId("client", clientId).message));
   const path = clientId ? `/v1/admin/stats?client_id=${encodeURIComponent(clientId)}` : "/v1/admin/stats";
   const panel = statsPanel(path, ctx, (answer) =>
     answer.client_id === null ? "every client together" : `client ${answer.client_id} only`,

@@ -3,6 +3,47 @@
 
 const STORE_KEY = "tickd.session";
 
+// The API's id grammars (service/params.py). Every id put into a request path goes through seg(): it must
+// match its grammar and is then encoded, so an id taken from the address bar ("#/schedules/..%2F..%2Fadmin",
+// "#/schedules/x?y#z") can neither climb to another endpoint nor add a query or a fragment.
+const ID = {
+  schedule: [/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, "schedule id"],
+  deadLetter: [/^\d{1,15}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, "dead letter id (<failed_at epoch ms>-<schedule id>)"],
+  client: [/^[a-z0-9_-]{1,64}$/, "client id"],
+  policy: [/^[a-z0-9_-]{1,64}$/, "throttle policy name"],
+  key: [/^[A-Za-z0-9._~:@-]{1,128}$/, "business key"],
+};
+// "." and ".." (in any spelling a URL parser reads as one) would be resolved away by fetch.
+const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
+// What a request path may look like: /v1/, then segments of unreserved or percent-encoded characters
+// (what encodeURIComponent leaves), then an optional query; no fragment, no backslash, no dot segment.
+const PATH = /^\/v1(?:\/[A-Za-z0-9\-._~!*'()%:@]+)*\/?(?:\?[^#\\]*)?$/;
+
+export class BadId extends Error {
+  constructor(kind, value) {
+    super(`${JSON.stringify(String(value))} is not a valid ${ID[kind][1]}.`);
+    this.kind = kind;
+  }
+}
+
+export function isId(kind, value) {
+  return typeof value === "string" && ID[kind][0].test(value) && !DOT_SEGMENT.test(value);
+}
+
+// One path segment: `value` checked against the grammar of `kind` (BadId if it does not match), encoded.
+export function seg(kind, value) {
+  if (!isId(kind, value)) throw new BadId(kind, value);
+  return encodeURIComponent(value);
+}
+
+function checkedPath(path) {
+  const bare = path.split("?", 1)[0];
+  if (!PATH.test(path) || bare.split("/").some((s) => DOT_SEGMENT.test(s))) {
+    throw new ApiError(0, { error: { message: `refused to call ${JSON.stringify(path)}: not an API path` } });
+  }
+  return path;
+}
+
 export class ApiError extends Error {
   constructor(status, body) {
     const detail = (body && body.error) || {};
@@ -29,7 +70,7 @@ async function call(token, method, path, body) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(path, init);
+  const resp = await fetch(checkedPath(path), init);
   const text = await resp.text();
   const parsed = text ? JSON.parse(text) : null;
   if (!resp.ok) throw new ApiError(resp.status, parsed);

@@ -1,8 +1,9 @@
 // Sign-in, navigation and the view router. Views are plain functions of (root, params, ctx); ctx.every
 // runs a refresh while the view is on screen and stops when another one replaces it. A view with `one`
-// also shows one item of its list: #/<path>/<id> calls one(root, id, ctx).
+// also shows one item of its list: #/<path>/<id> calls one(root, id, ctx), once the id (decoded once) is
+// one segment matching the grammar of the view's `id` kind; any other text is refused before any request.
 
-import { ApiError, session, signIn, signOut } from "./api.js";
+import { ApiError, BadId, isId, session, signIn, signOut } from "./api.js";
 import { h, mount, notice } from "./dom.js";
 import * as admin from "./admin.js";
 import * as letters from "./letters.js";
@@ -11,8 +12,8 @@ import * as tenant from "./tenant.js";
 
 const VIEWS = {
   tenant: [
-    { path: "schedules", label: "Schedules", view: tenant.schedules, one: tenant.scheduleView },
-    { path: "dead-letters", label: "Dead letters", view: letters.deadLetters, one: letters.letterView },
+    { path: "schedules", label: "Schedules", view: tenant.schedules, one: tenant.scheduleView, id: "schedule" },
+    { path: "dead-letters", label: "Dead letters", view: letters.deadLetters, one: letters.letterView, id: "deadLetter" },
     { path: "preview", label: "Cron preview", view: tenant.preview },
     { path: "policies", label: "Throttle policies", view: tenant.policies },
     { path: "stats", label: "Lateness", view: stats.stats },
@@ -20,7 +21,7 @@ const VIEWS = {
   admin: [
     { path: "clients", label: "Clients", view: admin.clients },
     { path: "nodes", label: "Nodes", view: admin.nodes },
-    { path: "cluster-stats", label: "Lateness", view: admin.clusterStats, one: admin.clientStats },
+    { path: "cluster-stats", label: "Lateness", view: admin.clusterStats, one: admin.clientStats, id: "client" },
   ],
 };
 
@@ -108,7 +109,7 @@ async function route() {
   const found = views.find((v) => v.path === path) || views[0];
   header(me, found.path);
   current = context();
-  const view = found.one && rest[0] ? (root, _p, ctx) => found.one(root, decodeURIComponent(rest[0]), ctx) : found.view;
+  const view = found.one && rest.some(Boolean) ? oneView(found, rest) : found.view;
   try {
     await view(main, rest, current);
   } catch (err) {
@@ -118,6 +119,25 @@ async function route() {
     }
     mount(main, notice(err.message));
   }
+}
+
+// The view of one item, for the rest of the hash after "#/<path>/": all of it is the id (a "/" in it, raw or
+// encoded, makes it no id), decoded once; an id that is not valid for the view is refused, with no request.
+function oneView(found, rest) {
+  const raw = rest.join("/");
+  let id = null;
+  try {
+    id = decodeURIComponent(raw);
+  } catch {
+    id = null; // a malformed escape ("%E0%A4%A"): no id at all
+  }
+  if (id === null || !isId(found.id, id)) {
+    return async (root) => {
+      const back = h("p", {}, h("a", { href: `#/${found.path}` }, `← ${found.label}`));
+      mount(root, back, notice(new BadId(found.id, id === null ? raw : id).message));
+    };
+  }
+  return (root, _p, ctx) => found.one(root, id, ctx);
 }
 
 window.addEventListener("hashchange", route);

@@ -2,7 +2,7 @@
 // redrive. A redrive writes the fire again with the same fire id; a letter is redriven once: redriving it
 // again answers the same marks and writes no second fire (README, "Dead letters").
 
-import { api, ApiError, pages } from "./api.js";
+import { api, ApiError, isId, pages, seg } from "./api.js";
 import {
   badge,
   busy,
@@ -17,13 +17,12 @@ import {
 } from "./dom.js";
 
 const PAGE = 100;
-const LETTER_ID = /^\d{1,15}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 // Empty times: the API's default, the last 7 days up to now.
 const filters = { schedule: "", from: null, to: null };
 
 export function letterHref(letter) {
-  return `#/dead-letters/${letter.dead_letter_id}`;
+  return `#/dead-letters/${encodeURIComponent(letter.dead_letter_id)}`;
 }
 
 function state(letter) {
@@ -41,7 +40,7 @@ function redrivenNotice(before, after) {
   const again = Boolean(before.redriven_at);
   const lead = again ? "Already redriven; no second fire written. Fire " : "Redriven: fire ";
   return notice(
-    [lead, h("span", { class: "mono wrap" }, after.fire_id), " is due ", when(after.redriven_due_at), " (same fire id). ", h("a", { href: `#/schedules/${after.schedule_id}` }, "Follow it on its schedule")],
+    [lead, h("span", { class: "mono wrap" }, after.fire_id), " is due ", when(after.redriven_due_at), " (same fire id). ", h("a", { href: `#/schedules/${encodeURIComponent(after.schedule_id)}` }, "Follow it on its schedule")],
     "ok",
   );
 }
@@ -52,7 +51,7 @@ export async function redrive(letter, button, onDone) {
   if (!window.confirm(`Redrive dead letter ${letter.dead_letter_id}? ${first}`)) return;
   await busy(button, async () => {
     try {
-      const after = await api("POST", `/v1/dead-letters/${encodeURIComponent(letter.dead_letter_id)}/redrive`);
+      const after = await api("POST", `/v1/dead-letters/${seg("deadLetter", letter.dead_letter_id)}/redrive`);
       onDone(redrivenNotice(letter, after), after);
     } catch (err) {
       onDone(notice(`Redrive refused: ${errorText(err)}`), null);
@@ -78,7 +77,7 @@ function letterRows(list, onChange) {
   return table(
     [
       { label: "Dead letter", cell: (l) => h("a", { href: letterHref(l), class: "mono wrap" }, l.dead_letter_id) },
-      { label: "Schedule", cell: (l) => h("a", { href: `#/schedules/${l.schedule_id}`, class: "mono wrap" }, l.schedule_id) },
+      { label: "Schedule", cell: (l) => h("a", { href: `#/schedules/${encodeURIComponent(l.schedule_id)}`, class: "mono wrap" }, l.schedule_id) },
       { label: "Failed at", cell: (l) => when(l.failed_at) },
       { label: "Attempts", cell: (l) => String(l.attempts) },
       { label: "Last error", cell: (l) => h("span", { class: "wrap" }, l.last_error) },
@@ -160,7 +159,7 @@ export async function deadLetters(root) {
 function details(l) {
   const rows = [
     ["State", state(l)],
-    ["Schedule", h("a", { href: `#/schedules/${l.schedule_id}`, class: "mono wrap" }, l.schedule_id)],
+    ["Schedule", h("a", { href: `#/schedules/${encodeURIComponent(l.schedule_id)}`, class: "mono wrap" }, l.schedule_id)],
     ["Fire id", h("span", { class: "mono wrap", id: "dl-fire-id" }, l.fire_id)],
     ["Failed at", when(l.failed_at)],
     ["Attempts", String(l.attempts)],
@@ -176,7 +175,7 @@ export async function letterView(root, id) {
   const message = h("div");
   const body = h("div", { class: "detail" });
   mount(root, h("p", {}, h("a", { href: "#/dead-letters" }, "← Dead letters")), h("h2", { class: "mono wrap" }, id), message, body);
-  if (!LETTER_ID.test(id)) return mount(message, notice(`${id} is not a dead letter id (<failed_at epoch ms>-<schedule id>).`));
+  if (!isId("deadLetter", id)) return mount(message, notice(`${id} is not a dead letter id (<failed_at epoch ms>-<schedule id>).`));
 
   function render(letter) {
     const explain = letter.redriven_at
@@ -190,7 +189,7 @@ export async function letterView(root, id) {
   }
 
   try {
-    render(await api("GET", `/v1/dead-letters/${encodeURIComponent(id)}`));
+    render(await api("GET", `/v1/dead-letters/${seg("deadLetter", id)}`));
   } catch (err) {
     mount(message, notice(err instanceof ApiError && err.status === 404 ? `No dead letter ${id} (kept for the retention only).` : errorText(err)));
   }

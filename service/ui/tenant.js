@@ -1,7 +1,7 @@
 // A client's views: its schedules, one schedule's timeline and actions (pause, resume, trigger now,
 // cancel, redrive a failed fire), the cron preview, its throttle policies.
 
-import { api, ApiError, pages } from "./api.js";
+import { api, ApiError, BadId, pages, seg } from "./api.js";
 import { letterHref, lettersOf, redriveButton } from "./letters.js";
 import {
   badge,
@@ -19,6 +19,10 @@ import {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const PAGE = 100;
+
+export function scheduleHref(id) {
+  return `#/schedules/${encodeURIComponent(id)}`;
+}
 
 // --- the schedules list -------------------------------------------------------------------------------
 
@@ -41,7 +45,7 @@ async function cancel(id, button, onDone) {
   if (!window.confirm(`Cancel schedule ${id}? A cancel answered 200 never fires.`)) return;
   await busy(button, async () => {
     try {
-      await api("DELETE", `/v1/schedules/${id}`);
+      await api("DELETE", `/v1/schedules/${seg("schedule", id)}`);
       onDone(notice(`Cancelled ${id}.`, "ok"));
     } catch (err) {
       onDone(notice(`Cancel refused: ${err.message}`));
@@ -52,7 +56,7 @@ async function cancel(id, button, onDone) {
 function scheduleRows(list, onChange) {
   return table(
     [
-      { label: "Schedule", cell: (s) => h("a", { href: `#/schedules/${s.schedule_id}`, class: "mono" }, s.schedule_id) },
+      { label: "Schedule", cell: (s) => h("a", { href: scheduleHref(s.schedule_id), class: "mono" }, s.schedule_id) },
       { label: "Status", cell: (s) => badge(s.status) },
       { label: "Fires at", cell: (s) => when(s.fire_at) },
       { label: "Due", cell: (s) => when(s.due_at) },
@@ -139,9 +143,10 @@ export async function schedules(root) {
   async function byKey(key, current) {
     let found;
     try {
-      found = await api("GET", `/v1/schedules/by-key/${encodeURIComponent(key)}`);
+      found = await api("GET", `/v1/schedules/by-key/${seg("key", key)}`);
     } catch (err) {
-      if (err instanceof ApiError && (err.status === 404 || err.status === 400)) return false;
+      // Not a key (BadId: refused here, no request) or no schedule under it: search ids instead.
+      if (err instanceof BadId || (err instanceof ApiError && (err.status === 404 || err.status === 400))) return false;
       if (current()) {
         mount(results);
         mount(message, notice(err.message));
@@ -154,7 +159,7 @@ export async function schedules(root) {
 
   async function lookup(id, current) {
     try {
-      const found = await api("GET", `/v1/schedules/${id}`);
+      const found = await api("GET", `/v1/schedules/${seg("schedule", id)}`);
       if (current()) showOne(found);
     } catch (err) {
       if (!current()) return;
@@ -263,7 +268,7 @@ function timeline(schedule, runs, dead) {
 function details(s) {
   const rows = [
     ["Status", h("span", { id: "s-status" }, badge(s.status))],
-    s.trigger_of ? ["Trigger of", h("a", { href: `#/schedules/${s.trigger_of}`, class: "mono wrap" }, s.trigger_of)] : null,
+    s.trigger_of ? ["Trigger of", h("a", { href: scheduleHref(s.trigger_of), class: "mono wrap" }, s.trigger_of)] : null,
     ["Fire at", when(s.fire_at)],
     ["Due at", when(s.due_at)],
     ["Fire id", h("span", { class: "mono wrap" }, s.fire_id)],
@@ -291,7 +296,7 @@ const CHANGED = {
 async function change(id, action, button, onDone) {
   await busy(button, async () => {
     try {
-      onDone(notice(CHANGED[action](await api("POST", `/v1/schedules/${id}/${action}`)), "ok"));
+      onDone(notice(CHANGED[action](await api("POST", `/v1/schedules/${seg("schedule", id)}/${action}`)), "ok"));
     } catch (err) {
       onDone(notice(`${action === "pause" ? "Pause" : "Resume"} refused: ${err.message}`));
     }
@@ -302,10 +307,10 @@ async function trigger(id, button, onDone) {
   if (!window.confirm(`Fire schedule ${id} once now? Its own timeline does not move.`)) return;
   await busy(button, async () => {
     try {
-      const t = await api("POST", `/v1/schedules/${id}/trigger`);
+      const t = await api("POST", `/v1/schedules/${seg("schedule", id)}/trigger`);
       onDone(
         notice(
-          ["Triggered: fire id ", h("span", { class: "mono wrap", id: "trigger-fire-id" }, t.fire_id), ". ", h("a", { href: `#/schedules/${t.schedule_id}` }, "Follow the trigger")],
+          ["Triggered: fire id ", h("span", { class: "mono wrap", id: "trigger-fire-id" }, t.fire_id), ". ", h("a", { href: scheduleHref(t.schedule_id) }, "Follow the trigger")],
           "ok",
         ),
       );
@@ -366,8 +371,8 @@ export async function scheduleView(root, id, ctx) {
     let runs;
     try {
       [schedule, { items: runs }] = await Promise.all([
-        api("GET", `/v1/schedules/${id}`),
-        pages(`/v1/schedules/${id}/runs?limit=100`, "runs", null, 100, 1),
+        api("GET", `/v1/schedules/${seg("schedule", id)}`),
+        pages(`/v1/schedules/${seg("schedule", id)}/runs?limit=100`, "runs", null, 100, 1),
       ]);
       // A trigger's dead letter is filed under the schedule it is a trigger of.
       if ((looks === 0 || lacking(runs)) && looks < 5 && Date.now() - looked > 2000) {
@@ -504,7 +509,7 @@ export async function policies(root, _params, ctx) {
   async function refresh() {
     try {
       const { policies: list } = await api("GET", "/v1/throttle-policies");
-      const full = await Promise.all(list.map((p) => api("GET", `/v1/throttle-policies/${encodeURIComponent(p.name)}`)));
+      const full = await Promise.all(list.map((p) => api("GET", `/v1/throttle-policies/${seg("policy", p.name)}`)));
       if (!full.length) return mount(out, notice("No throttle policies yet (PUT /v1/throttle-policies/{name}).", "info"));
       mount(
         out,
