@@ -18,7 +18,9 @@ of ``service.openapi.OPERATIONS`` (the table is iterated, so a new endpoint is m
 An endpoint without a builder here is still measured with a generic request (path parameters filled in,
 no body) and its row says so. Each row: A's answer status and median latency, B's p50/p99/max over every
 request that overlapped A's, and the API process's CPU per A request (utime + stime from /proc, which
-includes B's few requests). A row is flagged when A took over 2 s or B's max went over 100 ms.
+includes B's few requests), beside B's max in the 0.4 s before each A request and how busy the whole
+machine was (others' work raises B's latency too). A row is flagged when A took over 2 s or B's max went
+over 100 ms.
 
     .venv/bin/python -m bench.isolation [--reps 3] [--budget-s 240] [--api-env NAME=VALUE ...]
 
@@ -67,6 +69,8 @@ PROBE_PERIOD_S = 0.02
 SLOW_A_S = 2.0  # issue 25: the largest request answers within 2 s ...
 SLOW_B_S = 0.1  # ... while another client's requests keep answering within 100 ms
 REPEAT_BELOW_S = 5.0  # a request slower than this is measured once
+# B alone just before each A request: what B saw without A, at that moment (others share the machine).
+CONTROL_S = 0.4
 THROTTLE = "bench-throttle"
 # A cron whose next-fire search skips wall times in DST gaps and is still accepted (Chile's clocks jump at
 # midnight on the first Sunday of September: each year's first matches fall in the gap), and one whose
@@ -478,6 +482,7 @@ class Row:
     a_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
     b: list[Sample] = field(default_factory=list)
+    before: list[Sample] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     note: str = ""
     # The whole machine's busy CPU seconds during A's requests, and their wall seconds: how loaded it was.
@@ -555,7 +560,9 @@ class Bench:
             call = finished(op, builder(self.world, rep))
             row.what = call.what
             await self.probe.settled()
+            await asyncio.sleep(CONTROL_S)
             started, busy = time.monotonic(), machine_busy_s()
+            row.before.extend(self.probe.overlapping(started - CONTROL_S, started))
             status, answer, seconds, cpu = await self.send(op, call)
             row.busy_s += machine_busy_s() - busy
             row.wall_s += seconds
@@ -830,14 +837,15 @@ def print_report(rows: list[Row], env: dict[str, str], args: argparse.Namespace)
     print(f"\n### bench-isolation: {os.cpu_count()} cores ({cpu_model()}), one tickd-api process\n")
     print(
         "| endpoint | A's request | A's status | A ms (median / max) | B p50 ms | B p99 ms | B max ms | B n "
-        "| API CPU ms / A request | machine busy, cores | flags |"
+        "| B max ms just before | API CPU ms / A request | machine busy, cores | flags |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         b = (f"{r.b_ms(0.5):.0f}", f"{r.b_ms(0.99):.0f}", f"{r.b_ms(1.0):.0f}") if r.b else ("-", "-", "-")
         flags = "; ".join(x for x in (r.flags, r.note) if x)
+        before = f"{1000 * max(x.latency_s for x in r.before):.0f}" if r.before else "-"
         print(
-            f"| {r.endpoint} | {r.what} | {statuses(r)} | {a_ms(r.a_s)} | {' | '.join(b)} | {len(r.b)} | "
+            f"| {r.endpoint} | {r.what} | {statuses(r)} | {a_ms(r.a_s)} | {' | '.join(b)} | {len(r.b)} | {before} | "
             f"{fmt_ms(r.cpu_s)} | {r.busy_cores} | {flags} |"
         )
     flagged = [r for r in rows if "A>2s" in r.flags or "B>100ms" in r.flags]
@@ -849,7 +857,8 @@ def print_report(rows: list[Row], env: dict[str, str], args: argparse.Namespace)
     print(
         f"\nA: up to {args.reps} repetitions per row (one when it took over {REPEAT_BELOW_S:g} s); status 0 = no "
         f"answer within {args.request_timeout_s:g} s. B: GET /v1/schedules/{{id}} every {1000 * PROBE_PERIOD_S:g} ms "
-        "from its own process, open loop; its columns pool every B request that overlapped A's. API CPU (in "
+        f"from its own process, open loop; its columns pool every B request that overlapped A's; 'just before': "
+        f"B alone in the {1000 * CONTROL_S:g} ms before each A request. API CPU (in "
         f"{1000 // CLK_TCK} ms ticks) includes B's requests. Machine busy: every process's CPU during A's "
         f"requests (of {os.cpu_count()} cores; others' work on the machine shows here). API environment beyond "
         f"the defaults: {raised}."
