@@ -112,8 +112,8 @@ class Listing:
     """``list_schedules`` for an adapter that provides ``list_minute`` (mixed in)."""
 
     async def list_minute(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
-    ) -> tuple[list[Schedule], int]:
+        self, instance: InstanceKey, minute: datetime, start: ListCursor, max_rows: int
+    ) -> tuple[list[Schedule], int, ListCursor | None]:
         raise NotImplementedError
 
     async def list_schedules(
@@ -166,25 +166,25 @@ class Listing:
     async def _list_partition(
         self, instance: InstanceKey, minute: datetime, from_due: datetime, keep: ListFilter, limit: int, rows: _Rows
     ) -> tuple[list[Schedule], ListCursor | None]:
-        """Up to ``limit`` kept rows of one partition, read ``limit`` (or the page's share) at a time, and
-        where the reads stopped (the last row read) if not at the partition's or the range's end."""
+        """Up to ``limit`` kept rows of one partition, read ``limit`` (or the page's share) at a time, each
+        read after the last; and the last row read if the reads stopped before the partition's (or the
+        range's) end."""
         kept: list[Schedule] = []
-        at = keep.after if keep.after is not None and keep.after.due_at >= from_due else None
+        at = keep.after if keep.after is not None and keep.after.due_at >= from_due else ListCursor(from_due)
         size = min(limit, rows.share)  # a first read always gets its share: every page moves on
         while True:
             rows.left -= size
-            listed, read = await self.list_minute(instance, minute, at.due_at if at else from_due, size)
+            listed, read, last = await self.list_minute(instance, minute, at, size)
             rows.left += size - read
-            fresh = [s for s in listed if at is None or _key(s) > _mark(at)]
-            kept += filter(keep, fresh)
-            at = _cursor(fresh[-1]) if fresh else at
-            if read < size or (at is not None and at.due_at >= keep.end):
+            kept += filter(keep, listed)
+            at = last or at
+            if read < size or at.due_at >= keep.end:
                 return kept, None
             if len(kept) >= limit:
                 return kept, at
-            size = min(limit - len(kept) if fresh else size * 2, rows.left)
+            size = min(limit - len(kept), rows.left)
             if size <= 0:
-                return kept, at or ListCursor(from_due)
+                return kept, at
 
 
 def _page(found: list[Schedule], limit: int, more: ListCursor | None) -> Page:

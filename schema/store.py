@@ -147,11 +147,12 @@ class ScheduleStore(Protocol):
         open minute compare with what it holds, at a fraction of the cost of whole rows."""
 
     async def list_minute(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
-    ) -> tuple[list[Schedule], int]:
-        """A listing's read of one minute partition: at most ``max_rows`` rows due from ``from_due``, in
-        (due time, id) order, **without payloads** (``payload`` empty), and the number of rows read
-        (fences of changes that never landed are read but not returned). One bounded read."""
+        self, instance: InstanceKey, minute: datetime, start: ListCursor, max_rows: int
+    ) -> tuple[list[Schedule], int, ListCursor | None]:
+        """A listing's read of one minute partition: at most ``max_rows`` rows in (due time, id) order from
+        ``start`` (due at or after its time; after its row if it names one), **without payloads**
+        (``payload`` empty); the number of rows read and the last one (fences of changes that never
+        landed are read but not returned). One bounded read."""
 
     async def list_schedules(
         self,

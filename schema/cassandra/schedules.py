@@ -27,6 +27,7 @@ from tickd.schema.model import (
     FireOutcome,
     IdempotencyKey,
     InstanceKey,
+    ListCursor,
     Location,
     RowStamp,
     Run,
@@ -386,17 +387,21 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             yield [_schedule(row) for row in rows if row.fire_at is not None]
 
     async def list_minute(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
-    ) -> tuple[list[Schedule], int]:
-        values = {
+        self, instance: InstanceKey, minute: datetime, start: ListCursor, max_rows: int
+    ) -> tuple[list[Schedule], int, ListCursor | None]:
+        values: dict[str, object] = {
             "client_id": instance.client_id,
             "poller_id": instance.poller_id,
             "minute": minute,
-            "from_due": from_due,
             "max_rows": max_rows,
         }
-        rows = await self._db.rows("list_minute", values)
-        return [_schedule(row) for row in rows if row.fire_at is not None], len(rows)
+        if start.schedule_id is None:
+            rows = await self._db.rows("list_minute", {**values, "from_due": start.due_at})
+        else:
+            after = {"due_at": start.due_at, "schedule_id": start.schedule_id}
+            rows = await self._db.rows("list_minute_after", {**values, **after})
+        last = ListCursor(utc(rows[-1].due_at), rows[-1].schedule_id) if rows else None
+        return [_schedule(row) for row in rows if row.fire_at is not None], len(rows), last
 
     async def read_minute_stamps(
         self,

@@ -32,6 +32,7 @@ from tickd.schema.model import (
     HotMark,
     IdempotencyKey,
     InstanceKey,
+    ListCursor,
     Location,
     NodeInfo,
     RowStamp,
@@ -451,11 +452,21 @@ class MemoryStore(changes.ClientChanges, moves.PollerMoves, Listing):
             yield [to.schedule(r) for r in rows if not to.is_fence(r)]
 
     async def list_minute(
-        self, instance: InstanceKey, minute: datetime, from_due: datetime, max_rows: int
-    ) -> tuple[list[Schedule], int]:
-        select = self._minute_rows(instance, minute, norm(from_due), None)
-        rows = await self._db.rows("list_minute", select, limit=max(max_rows, 1))
-        return [dataclasses.replace(to.schedule(r), payload=b"") for r in rows if not to.is_fence(r)], len(rows)
+        self, instance: InstanceKey, minute: datetime, start: ListCursor, max_rows: int
+    ) -> tuple[list[Schedule], int, ListCursor | None]:
+        rows_from = self._minute_rows(instance, minute, norm(start.due_at), None)
+        after = (norm(start.due_at), start.schedule_id)
+
+        def select() -> list[tuple[Any, Values]]:
+            rows = rows_from()
+            return [(o, r) for o, r in rows if start.schedule_id is None or (r["due_at"], r["schedule_id"]) > after]
+
+        rows = await self._db.rows(
+            "list_minute_after" if start.schedule_id else "list_minute", select, max(max_rows, 1)
+        )
+        last = ListCursor(rows[-1]["due_at"], rows[-1]["schedule_id"]) if rows else None
+        listed = [dataclasses.replace(to.schedule(r), payload=b"") for r in rows if not to.is_fence(r)]
+        return listed, len(rows), last
 
     def read_minute_stamps(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.integration.api_helpers import Api, Register
-from tickd.schema import timing
+from tickd.schema import listing, timing
 from tickd.schema.memory import MemoryStore
 from tickd.schema.model import DeadLetter, HttpCallback
 from tickd.service import dead_letters
@@ -116,3 +116,90 @@ async def test_paging_returns_every_letter_once_in_order(
             break
         params["cursor"] = page["next_cursor"]
     assert seen == [f"{timing.to_epoch_ms(d.failed_at)}-{d.schedule_id}" for d in expected]
+
+
+# -- schedule listings ------------------------------------------------------------------------------
+
+
+async def _create(api: Api, key: dict[str, str], fire_ats: list[datetime]) -> list[str]:
+    """Schedules due at ``fire_ats`` (one batch per 1,000), with 1 KB payloads: their ids."""
+    ids: list[str] = []
+    for i in range(0, len(fire_ats), 1000):
+        items = [
+            {
+                "fire_at": at.isoformat(),
+                "payload": "x" * 1000,
+                "callback": {"type": "http", "url": "http://127.0.0.1:9/cb"},
+            }
+            for at in fire_ats[i : i + 1000]
+        ]
+        resp = await api.post("/v1/schedules/batch", json={"schedules": items}, headers=key)
+        ids += [r["schedule_id"] for r in (await resp.json())["results"]]
+    return ids
+
+
+async def _list_all(api: Api, key: dict[str, str], params: dict[str, Any]) -> tuple[list[str], int]:
+    """Every schedule a listing pages through, and the number of pages."""
+    seen: list[str] = []
+    for pages in range(1, 1000):
+        page = await (await api.get("/v1/schedules", params=params, headers=key)).json()
+        seen += [s["schedule_id"] for s in page["schedules"]]
+        if not page["next_cursor"]:
+            return seen, pages
+        params = {**params, "cursor": page["next_cursor"]}
+    raise AssertionError("the listing never ended")
+
+
+def _span(at: datetime) -> dict[str, str]:
+    return {"from": (at - timedelta(minutes=1)).isoformat(), "to": (at + timedelta(hours=1)).isoformat()}
+
+
+async def test_a_schedule_page_reads_its_limit_without_payloads(
+    api: Api, store: MemoryStore, register: Register
+) -> None:
+    """Base code: a page of 5 read its partitions whole (300 rows of 1 KB payloads here); now 5 rows."""
+    _, key = await register(poller_count=1)
+    at = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=30)
+    await _create(api, key, [at + timedelta(milliseconds=i) for i in range(300)])
+    counted = Counted(store)
+    resp = await api.get("/v1/schedules", params={**_span(at), "limit": 5}, headers=key)
+    page = await resp.json()
+    assert resp.status == 200 and len(page["schedules"]) == 5 and page["next_cursor"]
+    assert "payload" not in page["schedules"][0]
+    rows = sum(n for op, n in counted.rows.items() if "minute" in op)
+    print(f"rows read {dict(counted.rows)}")
+    assert rows <= 5
+
+
+async def test_a_filtered_schedule_page_ends_on_its_row_budget(
+    api: Api, store: MemoryStore, register: Register, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing the one cancelled schedule among many: each page reads about the row budget, short, with
+    a cursor; paging on finds it."""
+    monkeypatch.setattr(listing, "LIST_ROW_BUDGET", 100)
+    _, key = await register(poller_count=2)
+    at = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=30)
+    ids = await _create(api, key, [at + timedelta(milliseconds=i) for i in range(600)])
+    assert (await api.delete(f"/v1/schedules/{ids[-1]}", headers=key)).status == 200
+    counted = Counted(store)
+    params = {**_span(at), "status": "cancelled"}
+    first = await (await api.get("/v1/schedules", params=params, headers=key)).json()
+    assert first["schedules"] == [] and first["next_cursor"]
+    assert sum(n for op, n in counted.rows.items() if "minute" in op) <= 2 * 100
+    found, pages = await _list_all(api, key, params)
+    assert found == [ids[-1]] and pages > 3
+
+
+@pytest.mark.parametrize(("budget", "limit"), [(7, 3), (40, 10), (4000, 7)])
+async def test_paging_lists_every_schedule_once_in_order(
+    api: Api, register: Register, monkeypatch: pytest.MonkeyPatch, budget: int, limit: int
+) -> None:
+    """Over 4 pollers and several minutes, many due in the same millisecond: whatever the budgets cut."""
+    monkeypatch.setattr(listing, "LIST_ROW_BUDGET", budget)
+    _, key = await register(poller_count=4)
+    at = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=30)
+    fire_ats = [at + timedelta(seconds=20 * (i // 5)) for i in range(90)]  # 5 in each millisecond
+    ids = await _create(api, key, fire_ats)
+    expected = [sid for _, sid in sorted(zip(fire_ats, [uuid.UUID(i) for i in ids], strict=True))]
+    found, _ = await _list_all(api, key, {**_span(at), "limit": limit})
+    assert found == [str(sid) for sid in expected]
