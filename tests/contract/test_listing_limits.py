@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from tests.contract.conftest import Env
 from tickd.schema import timing
-from tickd.schema.model import DeadLetter, Schedule
+from tickd.schema.model import DeadLetter, ListCursor, Schedule
 from tickd.schema.store import Store
 
 Factory = Callable[..., Schedule]
@@ -54,3 +54,23 @@ async def test_an_empty_day_reads_nothing(env: Env, store: Store, new_schedule: 
     day = letters[0].failed_at.date() - timedelta(days=3)
     start = datetime.combine(day, datetime.min.time(), UTC)
     assert await store.page_dead_letters(letters[0].client_id, day, start, start + timedelta(days=1), 10) == []
+
+
+async def test_a_minute_read_for_a_listing_is_bounded_and_resumes_after_a_row(
+    env: Env, store: Store, new_schedule: Factory
+) -> None:
+    """``list_minute``: at most ``max_rows`` rows, no payloads, and resuming after a row (not at its due
+    time) neither reads its ties in the same millisecond again nor skips them."""
+    due = timing.minute_bucket(env.later(3600)) + timedelta(seconds=10)
+    made = [new_schedule(due + timedelta(seconds=i // 3), poller_id=1, payload=BIG) for i in range(9)]
+    await store.create_schedules(made[:4], env.now())
+    await store.create_schedules(made[4:], env.now())
+    order = sorted(made, key=lambda s: (s.location.due_at, s.schedule_id))
+    instance, minute = made[0].instance, made[0].location.minute
+    first, read, last = await store.list_minute(instance, minute, ListCursor(due), 4)
+    assert [s.schedule_id for s in first] == [s.schedule_id for s in order[:4]] and read == 4
+    assert all(s.payload == b"" for s in first)
+    assert last == ListCursor(order[3].location.due_at, order[3].schedule_id)
+    rest, read, last = await store.list_minute(instance, minute, last, 100)
+    assert [s.schedule_id for s in rest] == [s.schedule_id for s in order[4:]] and read == 5
+    assert await store.list_minute(instance, minute, last, 100) == ([], 0, None)
