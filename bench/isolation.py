@@ -16,13 +16,13 @@ of ``service.openapi.OPERATIONS`` (the table is iterated, so a new endpoint is m
   every 20 ms (open loop: a stalled API shows up as every request queued behind the stall).
 
 An endpoint without a builder here is still measured with a generic request (path parameters filled in,
-no body) and its row says so. Each row: A's answer status and median latency, B's p50/p99/max over every
+no body) and its row says so. Each row: A's answer status and median and maximum latency, B's p50/p99/max over every
 request that overlapped A's, and the API process's CPU per A request (utime + stime from /proc, which
 includes B's few requests), beside B's max in the 0.4 s before each A request and how busy the whole
 machine was (others' work raises B's latency too). A row is flagged when A took over 2 s or B's max went
 over 100 ms.
 
-    .venv/bin/python -m bench.isolation [--reps 3] [--budget-s 240] [--api-env NAME=VALUE ...]
+    .venv/bin/python -m bench.isolation [--reps 3] [--budget-s 200] [--api-env NAME=VALUE ...]
 
 Bounded: each A request times out after ``--request-timeout-s``; a request slower than 5 s is not
 repeated; once ``--budget-s`` is spent the remaining rows say "not run". The API process is killed at the
@@ -52,6 +52,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from bench.api import ADMIN_TOKEN, CLK_TCK, REPO, ApiProcesses, cpu_model, log, machine_busy_s, proc_cpu_s
 from tickd.schema import stats, timing
@@ -60,7 +61,7 @@ from tickd.schema.errors import ConfigError
 from tickd.schema.migrate import drop, migrate
 from tickd.schema.model import DeadLetter, HttpCallback, Run, Status
 from tickd.schema.settings import StoreSettings
-from tickd.service import validation
+from tickd.service import dead_letters, params, validation
 from tickd.service.openapi import OPERATIONS, Op
 from tickd.service.settings import ApiSettings
 
@@ -313,16 +314,30 @@ def patch_client_call(w: World, rep: int) -> Call:
     return Call("max poller_count, 100 longest grants", "PATCH", f"/v1/clients/{target}", {}, json_bytes(body))
 
 
+def max_limit(query: type[msgspec.Struct]) -> int:
+    """The largest ``limit`` a query Struct of ``service.params`` takes (its ``le``)."""
+    (found,) = (f.type for f in msgspec.inspect.type_info(query).fields if f.name == "limit")  # type: ignore[attr-defined]
+    kind = found.type if isinstance(found, msgspec.inspect.Metadata) else found
+    assert isinstance(kind, msgspec.inspect.IntType) and kind.le is not None
+    return kind.le
+
+
 def listing_query(w: World) -> dict[str, str]:
     start = w.now.replace(microsecond=0)
     end = start + timedelta(seconds=w.settings.list_max_range_s)
-    return {"from": start.isoformat(), "to": end.isoformat(), "limit": "1000"}
+    return {"from": start.isoformat(), "to": end.isoformat(), "limit": str(max_limit(params.ListQuery))}
 
 
-def letters_query(limit: int) -> dict[str, str]:
+def letters_query(query: type[msgspec.Struct]) -> dict[str, str]:
+    """The widest range a dead-letter query takes (31 days), at its largest limit."""
     end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-    start = end - timedelta(days=31)
-    return {"from": start.isoformat(), "to": end.isoformat(), "limit": str(limit)}
+    start = end - dead_letters.MAX_RANGE
+    return {"from": start.isoformat(), "to": end.isoformat(), "limit": str(max_limit(query))}
+
+
+def runs_call(w: World, rep: int) -> Call:
+    query = {"limit": str(max_limit(params.RunsQuery))}
+    return Call("the largest limit, of 1,200 runs", "GET", f"/v1/schedules/{w.runs_schedule}/runs", query)
 
 
 def policy_call(w: World, rep: int) -> Call:
@@ -352,15 +367,10 @@ def largest() -> dict[tuple[str, str], list[tuple[str, Builder]]]:
             ("refused", lambda w, rep: batch_call(w, REFUSED_RULE, "crons refused after the whole search")),
         ],
         ("post", "/v1/schedules/preview"): [("", preview_call)],
-        ("get", "/v1/schedules/{schedule_id}/runs"): [
-            (
-                "",
-                lambda w, rep: Call(
-                    "limit 1000 of 1,200 runs", "", f"/v1/schedules/{w.runs_schedule}/runs", {"limit": "1000"}
-                ),
-            )
+        ("get", "/v1/schedules/{schedule_id}/runs"): [("", runs_call)],
+        ("get", "/v1/schedules"): [
+            ("", lambda w, rep: Call("the largest limit, the widest range", "", "", listing_query(w)))
         ],
-        ("get", "/v1/schedules"): [("", lambda w, rep: Call("limit 1000, the widest range", "", "", listing_query(w)))],
         ("get", "/v1/schedules/{schedule_id}"): [
             ("", lambda w, rep: Call("the largest schedule", "", f"/v1/schedules/{w.big_schedule}"))
         ],
@@ -368,10 +378,15 @@ def largest() -> dict[tuple[str, str], list[tuple[str, Builder]]]:
         ("post", "/v1/schedules/{schedule_id}/trigger"): [("", trigger_call)],
         ("put", "/v1/schedules/by-key/{key}"): [("", business_key_call)],
         ("get", "/v1/dead-letters"): [
-            ("", lambda w, rep: Call("limit 1000 over 31 days", "", "", letters_query(1000)))
+            ("", lambda w, rep: Call("the largest limit over 31 days", "", "", letters_query(params.DeadLetterQuery)))
         ],
         ("post", "/v1/dead-letters/redrive"): [
-            ("", lambda w, rep: Call("redrive-all: limit 100 over 31 days", "", "", letters_query(100)))
+            (
+                "",
+                lambda w, rep: Call(
+                    "redrive-all: its largest limit over 31 days", "", "", letters_query(params.RedriveQuery)
+                ),
+            )
         ],
         ("post", "/v1/dead-letters/{dead_letter_id}/redrive"): [
             (
