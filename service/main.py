@@ -46,6 +46,9 @@ def main() -> None:
     except StoreUnavailable as exc:
         log.error("api_failed", error=str(exc))
         raise SystemExit(1) from None
+    except OSError as exc:  # a listen address taken or not ours (the API's or the metrics listener's)
+        log.error("api_failed", error=str(exc))
+        raise SystemExit(1) from None
     log.info("api_stopped")
 
 

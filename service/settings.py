@@ -24,10 +24,14 @@ _TEN_YEARS_S = 10 * 365 * 86400
 
 
 def _metrics_port(env: Mapping[str, str]) -> int | None:
-    """TICKD_API_METRICS_PORT: unset or blank for no metrics listener, 0 for any free port."""
+    """TICKD_API_METRICS_PORT: unset or blank for no metrics listener, 0 for any free port; never the
+    API's own port (the two listeners would collide at start)."""
     if not env.get("TICKD_API_METRICS_PORT", "").strip():
         return None
-    return env_int(env, "TICKD_API_METRICS_PORT", 0, low=0, high=65535)
+    port = env_int(env, "TICKD_API_METRICS_PORT", 0, low=0, high=65535)
+    if port and port == env_int(env, "TICKD_API_PORT", ApiSettings.port, low=0, high=65535):
+        raise ConfigError("TICKD_API_METRICS_PORT must differ from TICKD_API_PORT", field="TICKD_API_METRICS_PORT")
+    return port
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ async def test_a_metrics_port_serves_metrics_alone_without_a_token(api_settings:
         ({"TICKD_METRICS_AUTH": "token"}, "TICKD_METRICS_AUTH"),
         ({"TICKD_API_METRICS_PORT": "70000"}, "TICKD_API_METRICS_PORT"),
         ({"TICKD_API_METRICS_PORT": "metrics"}, "TICKD_API_METRICS_PORT"),
+        ({"TICKD_API_METRICS_PORT": "8080"}, "TICKD_API_METRICS_PORT"),  # the API's own port
+        ({"TICKD_API_PORT": "9000", "TICKD_API_METRICS_PORT": "9000"}, "TICKD_API_METRICS_PORT"),
     ],
 )
 def test_bad_metrics_settings_stop_the_api_at_start(env: dict[str, str], name: str) -> None:
