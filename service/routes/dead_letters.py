@@ -7,13 +7,14 @@ redriven once: redriving it again answers 200 with the same dead letter (``redri
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import structlog
 from aiohttp import web
 from msgspec import UnsetType
 
-from tickd.schema import redrives
+from tickd.schema import aio, redrives
 from tickd.schema.errors import TickdError
 from tickd.schema.model import Client, DeadLetter
 from tickd.service import dead_letters, grants, keys, params
@@ -22,6 +23,7 @@ from tickd.service.routes.common import now, read_json
 from tickd.service.validation import RedriveRequest, decode, parse_time, to_ms
 from tickd.service.views import (
     DeadLetterList,
+    DeadLetterView,
     RedriveError,
     RedriveResult,
     dead_letter_id,
@@ -29,6 +31,9 @@ from tickd.service.views import (
 )
 
 log = structlog.get_logger("tickd.api")
+# Redrives of one redrive-all written at once: each is a few store requests in turn (a compare-and-set
+# among them), so 100 one after another took about 4 s on the local Cassandra.
+REDRIVES_AT_ONCE = 8
 _BODY_MAX = 4096
 
 
@@ -96,14 +101,20 @@ async def redrive_dead_letters(request: web.Request) -> web.Response:
     wanted = _filter(query, now(), unredriven=True)  # which letters: failed in the last 7 days by default
     found, cursor = await dead_letters.page(request.app[keys.STORE], client.client_id, wanted, query.limit)
     request.app[keys.LIMITER].take(client.client_id, max(1, len(found)))
-    done, errors = [], []
-    for letter in found:
-        try:
-            done.append(dead_letter_view(await _redrive(request, client, letter, due_at)))
-        except TickdError as exc:
-            if exc.retriable:
-                raise  # the store is unavailable: the caller retries; redrives are idempotent
-            errors.append(RedriveError(dead_letter_id(letter), exc.code, exc.message))
+    gate = asyncio.Semaphore(REDRIVES_AT_ONCE)
+
+    async def one(letter: DeadLetter) -> DeadLetterView | RedriveError:
+        async with gate:
+            try:
+                return dead_letter_view(await _redrive(request, client, letter, due_at))
+            except TickdError as exc:
+                if exc.retriable:
+                    raise  # the store is unavailable: the caller retries; redrives are idempotent
+                return RedriveError(dead_letter_id(letter), exc.code, exc.message)
+
+    results = await aio.gather(*(one(letter) for letter in found))
+    done = [r for r in results if isinstance(r, DeadLetterView)]
+    errors = [r for r in results if isinstance(r, RedriveError)]
     return json_response(RedriveResult(done, errors, cursor))
 
 
