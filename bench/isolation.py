@@ -22,7 +22,7 @@ includes B's few requests), beside B's max in the 0.4 s before each A request an
 machine was (others' work raises B's latency too). A row is flagged when A took over 2 s or B's max went
 over 100 ms.
 
-    .venv/bin/python -m bench.isolation [--reps 3] [--budget-s 200] [--api-env NAME=VALUE ...]
+    .venv/bin/python -m bench.isolation [--reps 3] [--budget-s 180] [--api-env NAME=VALUE ...]
 
 Bounded: each A request times out after ``--request-timeout-s``; a request slower than 5 s is not
 repeated; once ``--budget-s`` is spent the remaining rows say "not run". The API process is killed at the
@@ -143,14 +143,15 @@ class Probe:
     def overlapping(self, start: float, end: float) -> list[Sample]:
         return [s for s in list(self.samples) if s.started <= end and s.ended >= start]
 
-    async def settled(self, limit_s: float = 60.0) -> None:
-        """Until a request sent from now on has been answered within 100 ms (or ``limit_s``): nothing
-        left of the previous request's work queued in the API."""
+    async def settled(self, limit_s: float = 15.0) -> None:
+        """Until a request sent from now on has been answered (or ``limit_s``): the API has worked through
+        what the previous request left queued. Not "answered fast": on a machine others load too, B may
+        never be fast, and every row would wait the whole limit."""
         since, deadline = time.monotonic(), time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            if any(s.started >= since and s.latency_s < SLOW_B_S for s in list(self.samples)[-50:]):
+            if any(s.started >= since for s in list(self.samples)[-50:]):
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -883,7 +884,7 @@ def print_report(rows: list[Row], env: dict[str, str], args: argparse.Namespace)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench-isolation", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="repetitions per endpoint (median shown)")
-    parser.add_argument("--budget-s", type=float, default=200.0, help="no new row starts after this long")
+    parser.add_argument("--budget-s", type=float, default=180.0, help="no new row starts after this long")
     parser.add_argument("--request-timeout-s", type=float, default=30.0, help="A's requests give up after this")
     parser.add_argument("--baseline-s", type=float, default=3.0, help="B alone, before and after")
     parser.add_argument("--listed", type=int, default=2000, help="schedules seeded in the listing range")
