@@ -3,6 +3,7 @@ attempt, which refuses a denied port even for a schedule the API accepted before
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -10,14 +11,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 
 from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.http import HttpDispatcher, HttpSettings
+from tickd.poller.delivery import CallbackRouter, DeliveryResult
+from tickd.poller.metrics import Metrics
+from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema.errors import ConfigError
+from tickd.schema.memory import MemoryStore
 from tickd.schema.model import HttpCallback, Location, Schedule
 from tickd.schema.ports import DEFAULT_DENIED, DEFAULT_POLICY, PortPolicy, url_port
+from tickd.schema.settings import StoreSettings
+from tickd.service.app import create_app
 from tickd.service.settings import ApiSettings
 
 DENIED = "TICKD_CALLBACK_DENIED_PORTS"
@@ -156,3 +163,63 @@ async def test_the_poller_delivers_to_an_allowed_port(receiver: tuple[TestServer
     async with HttpDispatcher(HttpSettings(allow_private=True), RetryPolicy(max_attempts=1)) as dispatcher:
         result = await dispatcher.deliver(_schedule(str(server.make_url("/hook"))), 1, datetime.now(UTC))
     assert result.ok and seen == ["/hook"]
+
+
+# -- a whole node: accepted by the API, dead-lettered by the poller under a newer policy ------------------
+
+
+class NoKafka:
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        raise AssertionError("no Kafka callback here")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_schedule_accepted_before_its_port_was_denied_ends_as_a_dead_letter_saying_why(
+    receiver: tuple[TestServer, list[str]],
+) -> None:
+    """The API (default policy) accepts a callback to the receiver's port; the node runs with that port
+    denied, as after an operator changed TICKD_CALLBACK_DENIED_PORTS: the fire is a dead letter whose error
+    names the port, and the receiver never hears of it."""
+    server, seen = receiver
+    store = MemoryStore(lambda: datetime.now(UTC))
+    admin = {"Authorization": "Bearer ports-test-admin-token"}
+    api_settings = ApiSettings(admin_token="ports-test-admin-token", callback_allow_private=True)
+    async with TestClient(TestServer(create_app(api_settings, store))) as api:
+        registered = await api.post("/v1/clients", json={"client_id": "ports", "poller_count": 1}, headers=admin)
+        key = {"Authorization": f"Bearer {(await registered.json())['api_key']}"}
+        body = {"delay_s": 0, "callback": {"type": "http", "url": str(server.make_url("/hook"))}}
+        created = await api.post("/v1/schedules", json=body, headers=key)
+        assert created.status == 201, await created.text()
+        schedule_id = (await created.json())["schedule_id"]
+    policy = PortPolicy.from_env({DENIED: f"default,{server.port}"})
+    http = HttpDispatcher(replace(HttpSettings(allow_private=True), ports=policy), RetryPolicy(max_attempts=3))
+    node = Node(_node_settings(), store, CallbackRouter(http, NoKafka()), Metrics())
+    stop = asyncio.Event()
+    task = asyncio.create_task(node.run(stop))
+    try:
+        async with asyncio.timeout(20):
+            while not (letters := await store.dead_letters("ports", datetime.now(UTC).date())):
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+        await http.close()
+    (letter,) = letters
+    assert str(letter.schedule_id) == schedule_id
+    assert letter.last_error is not None and f"port {server.port}" in letter.last_error
+    assert "denied" in letter.last_error and seen == []
+
+
+def _node_settings() -> PollerSettings:
+    return PollerSettings(
+        node_id="ports-node",
+        metrics_port=0,
+        store=StoreSettings(keyspace="memory"),
+        heartbeat_interval_s=0.05,
+        node_ttl_s=2,
+        fence_margin_s=1.5,
+        ring_refresh_s=0.05,
+        shutdown_deadline_s=0.5,
+    )
