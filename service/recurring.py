@@ -7,6 +7,7 @@ this module only maps request fields onto it, merges a patch into a stored rule,
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -25,22 +26,33 @@ from tickd.service.validation import REPEAT_FIELDS, RepeatFields, parse_time
 T = TypeVar("T")
 
 # Threads that search cron rules off the event loop. A search holds the GIL only a switch interval
-# (5 ms) at a time, so the loop answers other requests meanwhile; one request searches in one thread at
-# a time (``RuleWork``), and a request's searches together pass over at most its scan budget.
+# (5 ms) at a time, so the loop answers other requests meanwhile. A client searches in one thread at a
+# time (``RuleWork``): one client's flood of rules queues behind its own searches, and another client
+# always finds a thread; a request's searches together pass over at most its scan budget.
 RULE_THREADS = 2
 _RULES = ThreadPoolExecutor(max_workers=RULE_THREADS, thread_name_prefix="tickd-rules")
+# Each client's turn at the rule threads, while one of its requests holds it.
+_TURNS: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def _turn(client_id: str) -> asyncio.Lock:
+    turn = _TURNS.get(client_id)
+    if turn is None:
+        turn = _TURNS[client_id] = asyncio.Lock()
+    return turn
 
 
 class RuleWork:
-    """The rule searches of one API request (a create, a whole batch, a preview): off the event loop,
-    one at a time, sharing ``steps`` gap-skipped wall times (``schema.recurrence.ScanBudget``) between
-    them. Each search still gets at most ``MAX_SCAN_STEPS``; once the request's are spent, its further
-    cron rules are refused (422 ``request_budget_spent``) instead of costing more."""
+    """The rule searches of one API request (a create, a whole batch, a preview) of ``client_id``: off
+    the event loop, one at a time of that client's, sharing ``steps`` gap-skipped wall times
+    (``schema.recurrence.ScanBudget``) between them. Each search still gets at most ``MAX_SCAN_STEPS``;
+    once the request's are spent, its further cron rules are refused (422 ``request_budget_spent``)
+    instead of costing more."""
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self, steps: int, client_id: str) -> None:
         self.left = steps
         self._open: list[tuple[rec.ScanBudget, int]] = []
-        self._turn = asyncio.Lock()
+        self._turn = _turn(client_id)
 
     async def run(self, search: Callable[[RuleWork], T]) -> T:
         """``search(self)`` in a rule thread, after the request's earlier searches are done."""

@@ -94,7 +94,7 @@ async def _build(
         if body.fire_at is not UNSET or body.delay_s is not UNSET:
             field = "fire_at" if body.fire_at is not UNSET else "delay_s"
             raise Invalid(f"{field} is for one-time schedules; a recurring one starts at start_at", field=field)
-        work = work or recurring.RuleWork(settings.request_scan_steps)
+        work = work or recurring.RuleWork(settings.request_scan_steps, client.client_id)
         recurrence, fire_at = await recurring.timeline(body, at, settings, work)
         repeat = Repeat.from_recurrence(recurrence, implicit_start=recurring.implicit_start(body))
     else:
@@ -213,7 +213,7 @@ _BUILDING = 16
 async def _build_items(request: web.Request, client: Client, items: list[msgspec.Raw], at: datetime) -> list[Any]:
     """Each item as a schedule or the error that refused it; the items' cron searches share one budget."""
     kind, gate = request.app[keys.TYPES].schedule_create, asyncio.Semaphore(_BUILDING)
-    work = recurring.RuleWork(request.app[keys.SETTINGS].request_scan_steps)
+    work = recurring.RuleWork(request.app[keys.SETTINGS].request_scan_steps, client.client_id)
 
     async def build(raw: msgspec.Raw) -> Schedule:
         async with gate:
@@ -585,14 +585,14 @@ async def schedule_runs(request: web.Request) -> web.Response:
 async def preview_schedule(request: web.Request) -> web.Response:
     """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing.
     It is a read: it costs a token of the client's read bucket (TICKD_READ_*)."""
-    await request.app[keys.AUTH].client(request, read=True)
+    client = await request.app[keys.AUTH].client(request, read=True)
     settings = request.app[keys.SETTINGS]
     body = decode(request.app[keys.TYPES].preview, await read_json(request, _BODY_OVERHEAD))
     if not recurring.asks_repeat(body):
         raise Invalid("give cron or every", field="cron", code="missing_field")
     at = now()
     after = recurring.parse_after(body.after, at)
-    work = recurring.RuleWork(settings.request_scan_steps)
+    work = recurring.RuleWork(settings.request_scan_steps, client.client_id)
     recurrence, found = await recurring.preview(body, at, after, body.count, settings, work)
     occurrences = [rec.occurrence(recurrence.rule, moment) for moment in found]
     return json_response(PreviewView([OccurrenceView(o.utc, o.local, o.timezone) for o in occurrences]))

@@ -115,3 +115,25 @@ async def test_a_preview_of_a_never_firing_rule_costs_one_search(
     body = await resp.json()
     assert resp.status == 422 and body["error"]["field"] == "cron", body
     assert looked_at[0] <= rec.MAX_SCAN_STEPS + 10
+
+
+async def test_one_clients_rule_searches_leave_a_thread_to_another(
+    api: Api, register: Register, looked_at: list[int]
+) -> None:
+    """Client A sends 6 creates of never-firing rules at once (each a whole search); client B's hourly
+    rule, sent after them, is answered before most of A's: A searches in one rule thread at a time, so
+    B finds the other free instead of queueing behind A's searches. Order of answers, not time."""
+    _, key_a = await register()
+    _, key_b = await register()
+    answered: list[str] = []
+
+    async def create(name: str, key: dict[str, str], body: dict[str, Any]) -> None:
+        resp = await api.post("/v1/schedules", json=body, headers=key)
+        assert resp.status in (201, 422), await resp.text()
+        answered.append(name)
+
+    a = [asyncio.create_task(create(f"a{i}", key_a, NEVER)) for i in range(6)]
+    await asyncio.sleep(0.05)  # A's searches are under way (or queued) before B asks
+    await create("b", key_b, HOURLY)
+    await asyncio.gather(*a)
+    assert answered.index("b") <= 2, answered
