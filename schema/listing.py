@@ -13,9 +13,9 @@ from tickd.schema import aio, timing
 from tickd.schema.model import Client, InstanceKey, ListCursor, Page, Schedule, Status
 
 # Partition reads in flight at once, and partitions per page (a page may end early on the budget): 512
-# (two hours of a 4-poller client), half of what took about 1 s on 2 shared cores with whole rows.
+# cost the API 1.4 s of CPU on 2 busy shared cores (make bench-isolation, the widest listing), 256 half.
 LIST_CONCURRENCY = 32
-LIST_READ_BUDGET = 512
+LIST_READ_BUDGET = 256
 # Rows one page reads in all (its partitions' first reads, a fair share each, may go a chunk over): a
 # page listing one status among many other rows ends early, with a cursor where its reads stopped.
 LIST_ROW_BUDGET = 4000
