@@ -633,6 +633,8 @@ def error_messages(body: bytes) -> dict[str, str]:
         errors = [value.get("error")] if isinstance(value, dict) else []
         if isinstance(value, dict) and isinstance(value.get("results"), list):
             errors += [r.get("error") for r in value["results"]]
+        if isinstance(value, dict) and isinstance(value.get("errors"), list):
+            errors += value["errors"]  # redrive-all: the dead letters it could not redrive
         found = [e for e in errors if isinstance(e, dict)]
         return {str(e.get("code")): f"{e.get('field')}: {str(e.get('message'))[:160]}" for e in reversed(found)}
     return {}
