@@ -105,15 +105,7 @@ class World:
     store: MemoryStore
     router: Router
     node: Node
-    t0: datetime
-    loop_t0: float
     stop: Callable[[], Awaitable[None]]
-
-    def lateness_s(self, client_id: str, fire_at: datetime) -> float | None:
-        times = self.router.times(client_id)
-        if not times:
-            return None
-        return times[0] - self.loop_t0 - (fire_at - self.t0).total_seconds()
 
 
 @pytest.fixture
@@ -135,7 +127,7 @@ async def world() -> AsyncIterator[Callable[[PollerSettings], World]]:
             await asyncio.wait_for(task, 10)
 
         stops.append(stopped)
-        return World(store, router, node, datetime.now(UTC), asyncio.get_running_loop().time(), stopped)
+        return World(store, router, node, stopped)
 
     running: list[asyncio.Task[None]] = []
     stops: list[Callable[[], Awaitable[None]]] = []
@@ -154,14 +146,12 @@ async def until(check: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
-async def quiet_fire_beside(w: World, noisy_rows: list[Schedule], callback: Callback) -> datetime:
-    """Store the noisy tenant's rows (due in 1 s) and one quiet fire due 1 s after them; the quiet fire's
-    due time."""
+async def quiet_fire_beside(w: World, noisy_rows: list[Schedule], callback: Callback) -> None:
+    """Store the noisy tenant's rows (due in 1 s) and one quiet fire due 1 s after them."""
     now = datetime.now(UTC)
     quiet_at = timing.truncate_ms(now + timedelta(seconds=2))
     await w.store.create_schedules(noisy_rows, now)
     await w.store.create_schedule(row(QUIET, quiet_at, now, callback), now)
-    return quiet_at
 
 
 # -- the node ---------------------------------------------------------------------------------------
@@ -175,13 +165,11 @@ async def test_a_throttle_that_never_releases_holds_no_node_slot_of_another_tena
     await w.store.put_policy(ThrottlePolicy(NOISY, "p", 1, 3600, now, now))  # one token, never released
     fire_at = timing.truncate_ms(now + timedelta(seconds=1))
     trigger = row(NOISY, fire_at, now, HttpCallback(url="https://noisy.test/"), Options(events=50, throttle="p"))
-    quiet_at = await quiet_fire_beside(w, [trigger], HttpCallback(url="https://quiet.test/"))
+    await quiet_fire_beside(w, [trigger], HttpCallback(url="https://quiet.test/"))
 
     # The noisy tenant's 49 events wait for the token (its first event holds it) as the quiet fire comes due.
     assert await until(lambda: bool(w.router.times(QUIET)), 8), "the quiet tenant's fire never went out"
     assert len(w.router.times(NOISY)) == 1  # the policy still holds: one event out, the rest waiting
-    late = w.lateness_s(QUIET, quiet_at)
-    assert late is not None and late < 3.0, late
     slots = w.node._send_slots
     assert slots.node.held(NOISY) == 0  # waiting for a token holds no node slot
     assert slots.node.waiting(NOISY) == 0 and slots.http.waiting(NOISY) == 0
@@ -195,11 +183,9 @@ async def test_an_endpoint_that_never_answers_takes_at_most_its_clients_share(
     now = datetime.now(UTC)
     fire_at = timing.truncate_ms(now + timedelta(seconds=1))
     noisy = [row(NOISY, fire_at, now, HttpCallback(url="https://noisy.test/")) for _ in range(40)]
-    quiet_at = await quiet_fire_beside(w, noisy, HttpCallback(url="https://quiet.test/"))
+    await quiet_fire_beside(w, noisy, HttpCallback(url="https://quiet.test/"))
 
     assert await until(lambda: bool(w.router.times(QUIET)), 8), "the quiet tenant's fire never went out"
-    late = w.lateness_s(QUIET, quiet_at)
-    assert late is not None and late < 3.0, late
     slots = w.node._send_slots
     # The noisy tenant's sends hang, each holding a node slot: a quarter of the node's at most. Its HTTP
     # share (4) is its own: the fires holding those wait only for its node share.
@@ -217,11 +203,9 @@ async def test_a_kafka_group_that_never_acks_takes_at_most_its_clients_share(
     now = datetime.now(UTC)
     fire_at = timing.truncate_ms(now + timedelta(seconds=1))
     noisy = [row(NOISY, fire_at, now, KafkaCallback(topic="noisy")) for _ in range(40)]
-    quiet_at = await quiet_fire_beside(w, noisy, KafkaCallback(topic="quiet"))
+    await quiet_fire_beside(w, noisy, KafkaCallback(topic="quiet"))
 
     assert await until(lambda: bool(w.router.times(QUIET)), 8), "the quiet tenant's fire never went out"
-    late = w.lateness_s(QUIET, quiet_at)
-    assert late is not None and late < 3.0, late
     assert w.router.stuck == w.node._send_slots.node.held(NOISY) == NODE_SLOTS // 4
 
 
