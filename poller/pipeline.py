@@ -688,13 +688,22 @@ class _ContainedRouter:
             return self._failed(attempt, exc)
 
     async def deliver_many(self, schedules: Sequence[Schedule], fired_at: datetime) -> list[DeliveryResult]:
+        """A pass's group, each fire sent as a group of its own, all at once: an error one of them raises
+        is that fire's alone. Sent as one group, an error would leave the group's outcomes unknown and
+        every fire of it sent again (the others already out: twice from one owner). The Kafka dispatcher's
+        batch sender still puts concurrent records into the same producer batches."""
+        return list(await asyncio.gather(*(self._one_of_many(schedule, fired_at) for schedule in schedules)))
+
+    async def _one_of_many(self, schedule: Schedule, fired_at: datetime) -> DeliveryResult:
+        attempt = schedule.attempts + 1
         try:
-            return await self._router.deliver_many(schedules, fired_at)
+            (result,) = await self._router.deliver_many([schedule], fired_at)
         except _STOPS:
             raise
         except Exception as exc:
-            self._log.exception("fire_failed_unexpectedly", fires=len(schedules))
-            return [self._failed(schedule.attempts + 1, exc) for schedule in schedules]
+            self._log.exception("fire_failed_unexpectedly", schedule_id=str(schedule.schedule_id), attempt=attempt)
+            return self._failed(attempt, exc)
+        return result
 
     def _failed(self, attempt: int, exc: Exception) -> DeliveryResult:
         # Maybe sent: the error may have come after the request went out.
