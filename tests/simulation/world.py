@@ -60,7 +60,7 @@ class SimConfig:
     replica_down_every_s: float = 60.0  # mean time between such windows, while faults are on
     replica_down_s: tuple[float, float] = (3.0, 40.0)
     # Per fire, while faults are on: its endpoint turns hostile for good (``Hostile``), from a stream of its own.
-    hostile_p: float = 0.0
+    hostile_p: float = 0.02
 
 
 @dataclass
