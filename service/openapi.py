@@ -202,6 +202,9 @@ OPERATIONS: tuple[Op, ...] = (
         None,
         "client",
         (400, 401, 404, 409, 503),
+        description="409 already_fired, or fire_imminent (a one-time schedule within TICKD_MUTATION_GUARD_S of "
+        "its first due time); a fire in retry can be cancelled at any time (an attempt already on the wire may "
+        "still arrive).",
     ),
     Op(
         "post",
@@ -214,7 +217,7 @@ OPERATIONS: tuple[Op, ...] = (
         "client",
         (400, 401, 404, 409, 503),
         description="409 already_cancelled, already_fired, or fire_imminent (a one-time schedule within "
-        "TICKD_MUTATION_GUARD_S of its due time).",
+        "TICKD_MUTATION_GUARD_S of its first due time; a fire in retry can be paused at any time).",
     ),
     Op(
         "post",
