@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -119,9 +120,31 @@ def classify_error(exc: Exception, attempt: int, timeout_s: float) -> DeliveryRe
 
 
 def _bounded(error: str) -> str:
-    """An error's text cut to ``_MAX_ERROR_CHARS``: aiohttp quotes what it could not parse, so a broken
-    answer's text carries the endpoint's bytes (up to a whole body) into ``last_error``, logs and letters."""
+    """An error's text, redacted (``redacted``) and cut to ``_MAX_ERROR_CHARS``: aiohttp quotes what it could
+    not parse, so a broken answer's text carries the endpoint's bytes (up to a whole body) into
+    ``last_error``, logs and letters."""
+    error = redacted(error)
     return error if len(error) <= _MAX_ERROR_CHARS else error[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+# A URL inside an error's text: a scheme, then everything up to a space or a quote that ends the quoting.
+_URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,15}://)([^\s'\"<>]*)")
+
+
+def redacted(text: str) -> str:
+    """``text`` with each URL in it cut to its scheme, host, port and path: a callback URL's credentials
+    (``user:password@``) and its query string and fragment (where tokens usually travel) never reach
+    ``last_error``, logs or dead letters. aiohttp names the URL in several of its errors."""
+    return _URL_IN_TEXT.sub(_redact_url, text)
+
+
+def _redact_url(match: re.Match[str]) -> str:
+    scheme, rest = match.group(1), match.group(2)
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    authority, slash, path = rest[:cut].partition("/")
+    host = authority.rpartition("@")[2]
+    credentials = "[redacted]@" if "@" in authority else ""
+    return f"{scheme}{credentials}{host}{slash}{path}{'?[redacted]' if cut < len(rest) else ''}"
 
 
 @lru_cache(maxsize=64)
@@ -192,7 +215,9 @@ class HttpDispatcher:
         if refused is not None:
             return DeliveryResult.failed(attempt, f"refused target: {refused}", retriable=False)
         if not self.settings.allow_private and _url_is_blocked(callback.url):
-            return DeliveryResult.failed(attempt, f"refused target: {callback.url} is not public", retriable=False)
+            return DeliveryResult.failed(
+                attempt, f"refused target: {redacted(callback.url)} is not public", retriable=False
+            )
         body = encode_body(schedule, attempt, fired_at)
         headers = _with_signature(http_headers(schedule, callback, attempt), schedule, body)
         async with self._slot(schedule.client_id):
