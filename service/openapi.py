@@ -168,7 +168,8 @@ OPERATIONS: tuple[Op, ...] = (
         "client",
         (400, 401, 503),
         query=params.ListQuery,
-        description="A page may be short (even empty) and still have a next_cursor: keep paging until it is null.",
+        description="A page may be short (even empty) and still have a next_cursor: keep paging until it is null. "
+        "List items carry no payload (GET of one schedule does).",
     ),
     Op(
         "get",
@@ -323,7 +324,8 @@ OPERATIONS: tuple[Op, ...] = (
         (400, 401, 503),
         query=params.DeadLetterQuery,
         description="from/to: when they failed (default the last 7 days, at most 31 days); schedule_id: of one "
-        "schedule. A page may be short and still have a next_cursor.",
+        "schedule. A page may be short and still have a next_cursor. List items carry no payload (GET of one "
+        "dead letter does).",
     ),
     Op(
         "get",

@@ -3,7 +3,7 @@
 Every failure names the field (``callback.url``, ``schedules``...) with a stable code. What the types
 refuse is ``Malformed`` (400: ``malformed_json``, ``unknown_field``, ``missing_field``, ``wrong_type``,
 ``invalid_value``, ``out_of_range``); what the rules after decoding refuse is ``Invalid`` (422:
-``invalid``, ``out_of_range``, ``forbidden_target``, ``topic_not_allowed``...).
+``invalid``, ``out_of_range``, ``forbidden_target``, ``forbidden_port``, ``topic_not_allowed``...).
 """
 
 from __future__ import annotations
