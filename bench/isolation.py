@@ -606,6 +606,9 @@ class Bench:
         self.rows.append(await self.baseline(self.args.baseline_s))
         for op in OPERATIONS:
             for variant, builder in calls_of(op, self.world):
+                endpoint = f"{op.method.upper()} {op.path}" + (f" ({variant})" if variant else "")
+                if self.args.only and not any(text in endpoint for text in self.args.only):
+                    continue
                 self.rows.append(await self.measure(op, variant, builder))
         self.rows.append(await self.baseline(self.args.baseline_s))
 
@@ -893,6 +896,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dead-letters", type=int, default=400, help="dead letters seeded (64 KiB payloads)")
     parser.add_argument("--stats-writers", type=int, default=4, help="writers per seeded statistics minute")
     parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE", help="extra API env")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT", help="measure only rows whose endpoint contains TEXT"
+    )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--probe-key", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
