@@ -8,6 +8,7 @@ from importlib import resources
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$")
 _FLAGS = re.compile(r"^-- flags: ([\w ,]+)$")
+_PAGE = re.compile(r"^-- page: (\d+)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +16,7 @@ class Query:
     name: str
     cql: str
     idempotent: bool
+    page: int | None = None  # rows per page at most, below the store's page_size (``-- page: N``)
 
 
 def parse(text: str) -> dict[str, Query]:
@@ -22,6 +24,7 @@ def parse(text: str) -> dict[str, Query]:
     queries: dict[str, Query] = {}
     name: str | None = None
     flags: set[str] = set()
+    page: int | None = None
     lines: list[str] = []
 
     def flush() -> None:
@@ -30,14 +33,18 @@ def parse(text: str) -> dict[str, Query]:
         if name in queries:
             raise ValueError(f"duplicate query name {name!r}")
         cql = " ".join(line.strip() for line in lines if line.strip()).rstrip(";")
-        queries[name] = Query(name, cql, "idempotent" in flags)
+        queries[name] = Query(name, cql, "idempotent" in flags, page)
 
     for line in text.splitlines():
         if match := _NAME.match(line):
             flush()
-            name, flags, lines = match.group(1), set(), []
+            name, flags, page, lines = match.group(1), set(), None, []
         elif name is not None and (match := _FLAGS.match(line)):
             flags = {f.strip() for f in match.group(1).replace(",", " ").split()}
+        elif name is not None and (match := _PAGE.match(line)):
+            page = int(match.group(1))
+            if page < 1:
+                raise ValueError(f"{name}: a page holds at least one row, not {page}")
         elif name is not None and not line.lstrip().startswith("--"):
             lines.append(line)
     flush()

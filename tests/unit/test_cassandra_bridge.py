@@ -15,11 +15,12 @@ from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavaila
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
+from cassandra.query import named_tuple_factory
 
 from tickd.schema import deadline
 from tickd.schema.cassandra import adapter
 from tickd.schema.cassandra import bridge as bridge_module
-from tickd.schema.cassandra.bridge import Bridge, Statements
+from tickd.schema.cassandra.bridge import Bridge, Statements, rows_of
 from tickd.schema.errors import BatchNotLogged, OutcomeUnknown, StoreUnavailable
 from tickd.schema.model import IdempotencyKey
 from tickd.schema.settings import StoreSettings
@@ -418,3 +419,14 @@ def test_timestamps_outside_a_bridge_request_are_the_drivers() -> None:
     assert isinstance(clock, bridge_module.RequestTimestamps)
     stamps = [clock() for _ in range(1000)]
     assert stamps == sorted(set(stamps))
+
+
+def test_rows_are_named_like_the_drivers_and_share_one_class_per_column_list() -> None:
+    columns = ["[applied]", "client_id", "writetime(payload)", "count"]
+    ours, drivers = rows_of(columns, [(True, "a", 7, 2)]), named_tuple_factory(columns, [(True, "a", 7, 2)])
+    assert ours == drivers and ours[0]._fields == drivers[0]._fields
+    assert (ours[0].applied, ours[0].client_id) == (True, "a")
+    # The driver builds a class per response; ours is built once per column list, empty answers included.
+    assert type(rows_of(columns, [(False, "b", 1, 3)])[0]) is type(ours[0])
+    assert rows_of(columns, []) == []
+    assert type(rows_of(["client_id"], [("a",)])[0]) is not type(ours[0])

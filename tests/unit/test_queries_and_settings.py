@@ -32,6 +32,15 @@ def test_duplicate_query_name_is_refused() -> None:
         queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
 
 
+def test_a_statement_may_cap_its_page() -> None:
+    parsed = queries.parse("-- name: a\n-- flags: idempotent\n-- page: 500\nSELECT 1;\n-- name: b\nSELECT 2;\n")
+    assert (parsed["a"].page, parsed["a"].idempotent, parsed["a"].cql) == (500, True, "SELECT 1")
+    assert parsed["b"].page is None
+    assert queries.load()["read_stats"].page == 500  # a day of a client's statistics: thousands of wide rows
+    with pytest.raises(ValueError, match="at least one row"):
+        queries.parse("-- name: a\n-- page: 0\nSELECT 1;\n")
+
+
 def test_migration_files_split_into_statements() -> None:
     (version, name, text), *_ = queries.migrations()
     assert version == 1 and name.startswith("001_")
