@@ -14,7 +14,10 @@ from tickd.schema.model import Client, InstanceKey, ListCursor, Page, Schedule, 
 
 # Partition reads in flight at once, and partitions per page (a page may end early on the budget): 512
 # cost the API 1.4 s of CPU on 2 busy shared cores (make bench-isolation, the widest listing), 256 half.
-LIST_CONCURRENCY = 32
+# Every answer is decoded on the driver's one I/O thread, so another client's read waits behind those in
+# flight: at 32, its reads took up to 130 ms beside the widest listing; at 8, under 75 ms, and the listing
+# itself was no slower (its CPU, not the round trips, is what it waits on).
+LIST_CONCURRENCY = 8
 LIST_READ_BUDGET = 256
 # Rows one page reads in all (its partitions' first reads, a fair share each, may go a chunk over): a
 # page listing one status among many other rows ends early, with a cursor where its reads stopped.
