@@ -177,6 +177,7 @@ async def _main(options: DevOptions) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse(argv)
     logs.configure()
+    eventloop.favour_the_loop()  # the API's rule searches run in threads here too
     try:
         eventloop.run(_main(options), eventloop.loop_factory())
     except ConfigError as exc:

@@ -22,6 +22,7 @@ def main() -> None:
         settings = ApiSettings.from_env()
         store_settings = StoreSettings.from_env()
         factory = eventloop.loop_factory()
+        eventloop.favour_the_loop()
         tracing.setup("tickd-api")
     except ConfigError as exc:
         log.error("config_invalid", error=exc.message, variable=exc.field)
