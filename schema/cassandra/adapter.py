@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from cassandra.cluster import Cluster, Session
+from cassandra.cluster import Cluster
 
 from tickd.schema import batchlog
 from tickd.schema.cassandra.bridge import (
     Bridge,
+    DriverSubmit,
     Statements,
+    Submit,
     build_cluster,
     connect_refusal,
     is_unavailable,
@@ -27,12 +29,16 @@ from tickd.schema.settings import StoreSettings
 
 
 class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination):
-    """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``."""
+    """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``; on any
+    other ``Submit`` connection (``schema.memory.cql_store``), construct it with the connection's statements."""
 
-    def __init__(self, settings: StoreSettings, cluster: Cluster, session: Session, statements: Statements) -> None:
+    def __init__(
+        self, settings: StoreSettings, connection: Submit, statements: Statements, cluster: Cluster | None = None
+    ) -> None:
         self.settings = settings
         self._cluster = cluster
-        self._db = Bridge(session, statements, settings.request_timeout_s)
+        self._db = Bridge(connection, statements, settings.request_timeout_s)
+        self._clock = connection
         self._horizons = Horizons()
         self._unlogged = batchlog.Fallbacks()
 
@@ -50,15 +56,16 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
             if is_unavailable(exc):
                 raise unavailable(f"connect to Cassandra at {','.join(settings.hosts)}", exc) from exc
             raise
-        return cls(settings, cluster, session, statements)
+        return cls(settings, DriverSubmit(session, settings.request_timeout_s), statements, cluster)
 
     async def ping(self) -> None:
         await self._db.rows("ping", {})
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         """Requests sent so far by (statement, kind): ``Bridge.request_counts``. Cheap enough per scrape;
-        not part of the store port (the in-memory store has no requests to count)."""
+        not part of the store port (the in-memory twin, ``MemoryStore``, has no requests to count)."""
         return self._db.request_counts()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._cluster.shutdown)
+        if self._cluster is not None:
+            await asyncio.to_thread(self._cluster.shutdown)

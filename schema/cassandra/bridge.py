@@ -1,7 +1,10 @@
 """The bridge from cassandra-driver to asyncio, and the one place where driver errors are mapped.
 
-Every request goes through ``Bridge``: ``execute_async`` with callbacks (run on the driver's I/O thread)
-that resolve an asyncio future through ``loop.call_soon_threadsafe``, so nothing blocks the event loop.
+Every request goes through ``Bridge``, which sends it over a ``Submit`` connection: ``DriverSubmit``
+(cassandra-driver's ``execute_async`` with callbacks, run on the driver's I/O thread, that resolve an
+asyncio future through ``loop.call_soon_threadsafe``, so nothing blocks the event loop), or the in-memory
+one that executes the same CQL (``schema.memory.connection``). Above the seam, shared by both: binding,
+error mapping, the resend of idempotent requests, the request's store budget, request counts, paging.
 Reads page explicitly to their end. Statements come from ``schema/cql/queries.cql``, prepared once, and
 are bound by name: a write is ``(statement name, {marker: value})``.
 
@@ -16,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import time
 from collections import Counter, namedtuple
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException, WriteTimeout
 from cassandra.auth import PlainTextAuthProvider
@@ -184,7 +188,7 @@ def batch_kind(kinds: Iterable[str]) -> str:
     return LWT if LWT in kinds else BATCH
 
 
-class _Sends:
+class Sends:
     """The client timestamp of one request, fixed by its first send and carried by the next."""
 
     __slots__ = ("timestamp",)
@@ -193,13 +197,13 @@ class _Sends:
         self.timestamp: int | None = None
 
 
-_SENDING: ContextVar[_Sends | None] = ContextVar("tickd_request_sends", default=None)
+_SENDING: ContextVar[Sends | None] = ContextVar("tickd_request_sends", default=None)
 
 
 class RequestTimestamps(MonotonicTimestampGenerator):  # type: ignore[misc]
     """The driver's client timestamps (microseconds, never going back), except that every send of one
     ``Bridge`` request carries the same: the driver asks for it inside ``execute_async``, on the thread
-    that calls it, so the request's ``_Sends`` is in the context then. The driver's own retries and
+    that calls it, so the request's ``Sends`` is in the context then. The driver's own retries and
     speculative executions already reuse a request's message, and so its timestamp."""
 
     def __call__(self) -> int:
@@ -291,6 +295,144 @@ def connect_refusal(settings: StoreSettings, exc: BaseException) -> ConfigError 
     return None
 
 
+# -- the seam: what the bridge sends requests over ------------------------------------------------------
+
+PagingState = Any  # opaque to the bridge: the driver's bytes, or an in-memory connection's position
+
+
+class Page:
+    """One answer: its rows (the driver's named tuples) and where the next page starts (None: no more)."""
+
+    __slots__ = ("paging_state", "rows")
+
+    def __init__(self, rows: list[Row], paging_state: PagingState | None) -> None:
+        self.rows = rows
+        self.paging_state = paging_state
+
+
+class Clock(Protocol):
+    """The times a store's requests are stamped with, as the Cassandra adapter asks for them."""
+
+    def clock_us(self) -> int:
+        """The clients' clock, in microseconds since the epoch."""
+        ...
+
+    def write_timestamp(self) -> int:
+        """A write timestamp (µs) as this connection's requests get them."""
+        ...
+
+
+class WallClock:
+    """The real clock, as the driver's client-side timestamps read it."""
+
+    def clock_us(self) -> int:
+        return time.time_ns() // 1000
+
+    def write_timestamp(self) -> int:
+        return time.time_ns() // 1000
+
+
+WALL_CLOCK = WallClock()
+
+
+@runtime_checkable
+class Submit(Clock, Protocol):
+    """A connection the bridge sends requests over: prepares statements and sends one request at a time.
+
+    A statement is prepared from a ``queries.Query`` into an object with the driver's ``PreparedStatement``
+    attributes the bridge reads: ``query_string``, ``column_metadata`` (the marker names, as ``.name``),
+    ``is_idempotent`` and ``fetch_size`` (the page size), the last two set after preparing. A request
+    fails with the driver's own exception types (or ``StoreUnavailable``), which the bridge maps; ``sends``
+    carries the request's write timestamp from its first send to a second one."""
+
+    def prepare(self, query: queries.Query) -> Any:
+        """The prepared statement of ``query`` (may block: the driver asks the server)."""
+        ...
+
+    def send(
+        self, statement: Any, values: Values, paging_state: PagingState | None, left_s: float | None, sends: Sends
+    ) -> Awaitable[Page]:
+        """One bound statement: a page of its rows (``statement.fetch_size`` at most) from ``paging_state``."""
+        ...
+
+    def send_batch(
+        self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
+    ) -> Awaitable[Page]:
+        """One batch of bound statements, logged or not."""
+        ...
+
+
+class DriverSubmit(WallClock):
+    """``Submit`` on a cassandra-driver session: ``execute_async`` and its callbacks, batches as the
+    driver's ``BatchStatement``, the request's client timestamp through ``RequestTimestamps``."""
+
+    def __init__(self, session: Session, request_timeout_s: float = StoreSettings.request_timeout_s) -> None:
+        self.session = session
+        self._request_timeout_s = request_timeout_s
+
+    def prepare(self, query: queries.Query) -> PreparedStatement:
+        return self.session.prepare(query.cql)
+
+    def send(
+        self, statement: Any, values: Values, paging_state: PagingState | None, left_s: float | None, sends: Sends
+    ) -> asyncio.Future[Page]:
+        return self._execute(statement, values, paging_state, left_s, sends)
+
+    def send_batch(
+        self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
+    ) -> asyncio.Future[Page]:
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
+        for statement, values in writes:
+            batch.add(statement, values)
+        batch.is_idempotent = idempotent
+        return self._execute(batch, None, None, left_s, sends)
+
+    def _execute(
+        self,
+        statement: Any,
+        values: Values | None,
+        paging_state: PagingState | None,
+        left_s: float | None,
+        sends: Sends,
+    ) -> asyncio.Future[Page]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Page] = loop.create_future()
+        # The rest of the request's store budget (schema.deadline), if shorter than the driver's timeout.
+        timeout = {"timeout": left_s} if left_s is not None and left_s < self._request_timeout_s else {}
+        sending = _SENDING.set(sends)
+        try:
+            future: ResponseFuture = self.session.execute_async(statement, values, paging_state=paging_state, **timeout)
+        finally:
+            _SENDING.reset(sending)
+
+        def on_rows(rows: list[Row] | None) -> None:
+            loop.call_soon_threadsafe(_resolve, done, Page(rows or [], future._paging_state))
+
+        def on_error(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(_reject, done, exc)
+
+        future.add_callbacks(on_rows, on_error)
+        return done
+
+
+def _resolve(done: asyncio.Future[Page], page: Page) -> None:
+    if not done.done():
+        done.set_result(page)
+
+
+def _reject(done: asyncio.Future[Page], exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
+
+
+def as_submit(connection: Session | Submit, request_timeout_s: float = StoreSettings.request_timeout_s) -> Submit:
+    """``connection`` itself, or a driver session wrapped in ``DriverSubmit``."""
+    return connection if isinstance(connection, Submit) else DriverSubmit(connection, request_timeout_s)
+
+
+# -- above the seam ---------------------------------------------------------------------------------------
+
+
 class Statements:
     """Every statement of ``queries.cql``, prepared once, with the marker names each one binds and its
     kind (``kind_of`` its CQL)."""
@@ -301,11 +443,12 @@ class Statements:
         self.kinds: dict[str, str] = {name: kind_of(s.query_string) for name, s in prepared.items()}
 
     @classmethod
-    def prepare(cls, session: Session, page_size: int) -> Statements:
-        """Blocking (one round trip per statement): run it in a thread, once at start-up."""
+    def prepare(cls, session: Session | Submit, page_size: int) -> Statements:
+        """Blocking on a driver session (one round trip per statement): run it in a thread, once at start-up."""
+        connection = as_submit(session)
         prepared = {}
         for query in queries.load().values():
-            stmt = session.prepare(query.cql)
+            stmt = connection.prepare(query)
             stmt.is_idempotent = query.idempotent
             stmt.fetch_size = min(page_size, query.page or page_size)
             prepared[query.name] = stmt
@@ -324,34 +467,22 @@ class Statements:
         return self._prepared[name], values
 
 
-class _Page:
-    __slots__ = ("paging_state", "rows")
-
-    def __init__(self, rows: list[Row], paging_state: bytes | None) -> None:
-        self.rows = rows
-        self.paging_state = paging_state
-
-
-def _resolve(done: asyncio.Future[_Page], page: _Page) -> None:
-    if not done.done():
-        done.set_result(page)
-
-
-def _reject(done: asyncio.Future[_Page], exc: BaseException) -> None:
-    if not done.done():
-        done.set_exception(exc)
+Send = Callable[[float | None, Sends], Awaitable[Page]]  # one send of a request: (budget left, its timestamp)
 
 
 class Bridge:
-    """Runs statements on a driver session from asyncio; every driver failure that means "Cassandra
-    cannot serve this now" leaves as ``StoreUnavailable`` naming the statement and the error type."""
+    """Runs statements on a connection from asyncio; every driver failure that means "Cassandra cannot
+    serve this now" leaves as ``StoreUnavailable`` naming the statement and the error type."""
 
     def __init__(
-        self, session: Session, statements: Statements, request_timeout_s: float = StoreSettings.request_timeout_s
+        self,
+        connection: Session | Submit,
+        statements: Statements,
+        request_timeout_s: float = StoreSettings.request_timeout_s,
     ) -> None:
-        self._session = session
+        self._session = connection  # as given: a driver session (or a test's stub of one), or a Submit
+        self._connection = as_submit(connection, request_timeout_s)
         self.statements = statements
-        self._request_timeout_s = request_timeout_s
         # Requests sent, by statement name (or batch name): one increment per round trip, nothing more on
         # the hot path; kinds are joined in when the counts are read (a scrape).
         self._requests: Counter[str] = Counter()
@@ -365,9 +496,10 @@ class Bridge:
     async def pages(self, name: str, values: Values) -> AsyncIterator[list[Row]]:
         """The statement's rows a page (``page_size`` rows) at a time."""
         statement, bound = self.statements.bind(name, values)
-        paging_state: bytes | None = None
+        paging_state: PagingState | None = None
         while True:
-            page = await self._request(name, statement, bound, paging_state)
+            send = functools.partial(self._connection.send, statement, bound, paging_state)
+            page = await self._request(name, statement.is_idempotent, send)
             yield page.rows
             if page.paging_state is None:
                 return
@@ -382,11 +514,10 @@ class Bridge:
         return bool(rows[0][0]), rows[0]
 
     async def batch(self, writes: Sequence[Write], *, logged: bool) -> None:
-        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
-        for name, values in writes:
-            batch.add(*self.statements.bind(name, values))
-        batch.is_idempotent = all(self.statements[name].is_idempotent for name, _ in writes)
-        await self._request(BATCH_PREFIX + "+".join(sorted({name for name, _ in writes})), batch, None, None)
+        bound = [self.statements.bind(name, values) for name, values in writes]
+        idempotent = all(self.statements[name].is_idempotent for name, _ in writes)
+        send = functools.partial(self._connection.send_batch, bound, logged, idempotent)
+        await self._request(BATCH_PREFIX + "+".join(sorted({name for name, _ in writes})), idempotent, send)
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         """Requests sent so far (answered, failed or still out) by (statement or batch name, kind). Only
@@ -398,44 +529,20 @@ class Bridge:
             return batch_kind(self.statements.kinds[n] for n in name.removeprefix(BATCH_PREFIX).split("+"))
         return self.statements.kinds[name]
 
-    async def _request(self, what: str, statement: Any, values: Values | None, paging_state: bytes | None) -> _Page:
+    async def _request(self, what: str, idempotent: bool, send: Send) -> Page:
         """Send one request: ``what`` (a statement name, or a batch's) is what it is counted and reported as."""
-        sends = _Sends()
+        sends = Sends()
         resend = True
         while True:
             guard.check()
             left = deadline.left_s(what)
             self._requests[what] += 1
             try:
-                return await self._submit(statement, values, paging_state, left, sends)
+                return await send(left, sends)
             except Exception as exc:
-                if resend and statement.is_idempotent and connections_lost(exc):
+                if resend and idempotent and connections_lost(exc):
                     resend = False
                     continue
                 if is_unavailable(exc):
                     raise unavailable(what, exc) from exc
                 raise
-
-    def _submit(
-        self, statement: Any, values: Values | None, paging_state: bytes | None, left_s: float | None, sends: _Sends
-    ) -> asyncio.Future[_Page]:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[_Page] = loop.create_future()
-        # The rest of the request's store budget (schema.deadline), if shorter than the driver's timeout.
-        timeout = {"timeout": left_s} if left_s is not None and left_s < self._request_timeout_s else {}
-        sending = _SENDING.set(sends)
-        try:
-            future: ResponseFuture = self._session.execute_async(
-                statement, values, paging_state=paging_state, **timeout
-            )
-        finally:
-            _SENDING.reset(sending)
-
-        def on_rows(rows: list[Row] | None) -> None:
-            loop.call_soon_threadsafe(_resolve, done, _Page(rows or [], future._paging_state))
-
-        def on_error(exc: BaseException) -> None:
-            loop.call_soon_threadsafe(_reject, done, exc)
-
-        future.add_callbacks(on_rows, on_error)
-        return done

@@ -18,7 +18,18 @@ from cassandra.query import UNSET_VALUE, PreparedStatement
 
 from tickd.schema import aio, batchlog, changes, listing, moves, timing
 from tickd.schema.cassandra import runs
-from tickd.schema.cassandra.bridge import Bridge, Row, Statements, Values, Write, unset_if_none, utc, write_bytes
+from tickd.schema.cassandra.bridge import (
+    WALL_CLOCK,
+    Bridge,
+    Clock,
+    Row,
+    Statements,
+    Values,
+    Write,
+    unset_if_none,
+    utc,
+    write_bytes,
+)
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from tickd.schema.cassandra.dead_letters import dead_letter_of
 from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
@@ -70,9 +81,11 @@ def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = No
     return "insert_schedule", values
 
 
-def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
-    """The by-id pointer of a new schedule, below the ballot of any compare-and-set that moves it on."""
+def ref_insert(s: Schedule, now: datetime, retention_s: int, clock_us: int | None = None) -> Write:
+    """The by-id pointer of a new schedule, below the ballot of any compare-and-set that moves it on
+    (``clock_us``: the clients' clock, the real one if not given)."""
     loc = s.location
+    clock_us = clock_us if clock_us is not None else time.time_ns() // 1000
     values = {
         "client_id": s.client_id,
         "schedule_id": s.schedule_id,
@@ -80,7 +93,7 @@ def ref_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
         "due_at": loc.due_at,
         "version": s.version,
         "ttl": timing.row_ttl_s(loc.due_at, now, retention_s),
-        "ts": timing.below_ballots(time.time_ns() // 1000),
+        "ts": timing.below_ballots(clock_us),
     }
     return "insert_ref", values
 
@@ -101,11 +114,13 @@ def status_write(
     return "set_status", values
 
 
-def creation(s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons) -> list[Write]:
+def creation(
+    s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons, clock_us: int | None = None
+) -> list[Write]:
     """Every write of one create: the row, the pointer, and the signals the pollers need."""
     return [
         row_insert(s, now, settings.retention_s),
-        ref_insert(s, now, settings.retention_s),
+        ref_insert(s, now, settings.retention_s, clock_us),
         *new_row_signals(horizons, s.instance, s.location, now, settings.hot_window_s),
     ]
 
@@ -138,6 +153,8 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
     _db: Bridge
     _horizons: Horizons
     _unlogged: batchlog.Fallbacks
+    # The clocks of the connection (the real one unless the store was built on another: schema.memory).
+    _clock: Clock = WALL_CLOCK
 
     def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
         return new_row_signals(self._horizons, instance, loc, now, self.settings.hot_window_s)
@@ -148,7 +165,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
     async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
         # One logged batch for the group: a Cassandra request costs far more than a statement in it
         # (bench-api: 4 schedules per batch cut driver and Cassandra CPU per schedule about in half).
-        each = [creation(s, now, self.settings, self._horizons) for s in schedules]
+        each = [creation(s, now, self.settings, self._horizons, self._clock.clock_us()) for s in schedules]
         writes = [w for ws in each for w in ws]
         if len(each) > 1 and write_bytes(writes) > self.settings.batch_max_bytes:
             # Callers group creates under the limit (service.creates); should one not, write each alone.
@@ -233,7 +250,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             raise Conflict("the schedule was changed concurrently; read it again and retry")
 
     def _write_clock(self) -> int:
-        return time.time_ns() // 1000  # as the driver's client-side timestamps
+        return self._clock.write_timestamp()  # as the connection's client-side timestamps
 
     async def _write_cancel(self, current: Schedule, now: datetime, base: changes.Base) -> None:
         loc, retention_s = current.location, self.settings.retention_s
