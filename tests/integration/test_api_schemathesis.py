@@ -57,7 +57,7 @@ def _args(url: str, authorization: str, report_dir: Path) -> list[str]:
     ]
 
 
-async def _st(args: list[str], budget_s: float) -> str:
+async def check_with_schemathesis(args: list[str], budget_s: float) -> str:
     """Run ``st`` to completion within ``budget_s``; its output, asserting it found nothing."""
     proc = await asyncio.create_subprocess_exec(
         str(_ST), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
@@ -89,6 +89,6 @@ async def test_schemathesis_finds_no_server_error_and_no_conformance_failure(
     _, key = await register(kafka_topics=["orders.*"])
     url = f"http://{api.server.host}:{api.server.port}/openapi.json"
     client = [*_args(url, key["Authorization"], tmp_path / "client"), "--exclude-path-regex", _ADMIN_PATHS]
-    await _st(client, _CLIENT_BUDGET_S)
+    await check_with_schemathesis(client, _CLIENT_BUDGET_S)
     admin = [*_args(url, ADMIN["Authorization"], tmp_path / "admin"), "--include-path-regex", _ADMIN_PATHS]
-    await _st(admin, _ADMIN_BUDGET_S)
+    await check_with_schemathesis(admin, _ADMIN_BUDGET_S)

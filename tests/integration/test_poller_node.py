@@ -105,9 +105,13 @@ def row(client_id: str, sid: uuid.UUID, fire_at: datetime, now: datetime, **chan
     return Schedule(client_id, sid, location, fire_at, b"{}", HttpCallback(url="http://127.0.0.1:9/"), now, **changes)
 
 
-async def create(store: CassandraStore, client_id: str, in_s: float) -> Schedule:
+async def create(store: CassandraStore, client_id: str, in_s: float, poller_id: int | None = None) -> Schedule:
+    """A schedule due in ``in_s``, of the instance ``poller_id`` if given (its id drawn until it lands there)."""
     now = later(0)
-    s = row(client_id, uuid.uuid4(), later(in_s), now)
+    sid = uuid.uuid4()
+    while poller_id is not None and timing.poller_id_for(sid, 2) != poller_id:
+        sid = uuid.uuid4()
+    s = row(client_id, sid, later(in_s), now)
     await store.create_schedule(s, now)
     return s
 
@@ -153,7 +157,10 @@ async def test_late_create_and_cancel_in_a_loaded_minute(
     await store.cancel_schedule(current, datetime.now(UTC))  # > 2 s before its time: must not fire
     late = await create(store, client_id, 0.3)  # a create landing in an already-loaded minute
     await wait_for(lambda: router.fired(late), 15)
-    await asyncio.sleep(max(0.0, (doomed.fire_at - datetime.now(UTC)).total_seconds()) + 2.0)
+    # Due after the doomed one in its instance: once this fires, the instance has gone past the doomed one.
+    gone_past = (doomed.fire_at - datetime.now(UTC)).total_seconds() + 2.0
+    after = await create(store, client_id, gone_past, poller_id=doomed.location.poller_id)
+    await wait_for(lambda: router.fired(after), 30)
     assert router.fired(doomed) == []
 
 
@@ -204,12 +211,14 @@ class GhostArrivesAfterFirstLook:
         self._store = store
         self._keys = keys
         self.arrived = False
+        self.looks = 0  # membership reads: one per round of the node's ring loop
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
     async def live_nodes(self) -> list[NodeInfo]:
         nodes = await self._store.live_nodes()
+        self.looks += 1
         if not self.arrived:
             self.arrived = True
             now = datetime.now(UTC)
@@ -233,7 +242,9 @@ async def test_a_claim_held_by_a_live_node_is_never_taken_over(store: CassandraS
     stop = asyncio.Event()
     task = asyncio.create_task(node.run(stop))
     try:
-        await asyncio.sleep(3)
+        # At least ten rounds of the ring loop after the ghost came (one or two membership reads a round):
+        # each would have claimed the ghost's instances if the node still went by its first, stale read.
+        await wait_for(lambda: proxy.looks >= 21, 30)
         assert proxy.arrived
         assert not {str(k) for k in keys} & set(node.status()["instances"])  # type: ignore[arg-type]
         claims = await asyncio.gather(*(store.get_claim(k) for k in keys))
@@ -262,14 +273,6 @@ async def test_recurring_fires_on_its_nominal_grid_and_records_runs(
     nominal = [start + timedelta(seconds=2 * i) for i in range(4)]
     want = {timing.fire_id(sid, t) for t in nominal}
     await wait_for(lambda: want <= {f for f, _, _ in router.fires}, 30)
-    await asyncio.sleep(2.5)  # a fifth would be due by now
-
-    mine = [(f, a, t) for f, a, t in router.fires if f.startswith(str(sid))]
-    assert {f for f, _, _ in mine} == want  # max_fires: no fifth occurrence
-    for t in nominal[1:]:
-        [(attempt, fired_at)] = [(a, at) for f, a, at in mine if f == timing.fire_id(sid, t)]
-        assert attempt == 1 and t <= fired_at < t + timedelta(seconds=1), (t, fired_at)
-    assert [a for f, a, _ in mine if f == first.fire_id] == [1, 2]  # retried, same fire id
 
     async def runs_done() -> list[Status]:
         return [r.status for r in await store.list_runs(client_id, sid, None, 10)]
@@ -281,6 +284,16 @@ async def test_recurring_fires_on_its_nominal_grid_and_records_runs(
     assert [(r.nominal_at, r.seq, r.status) for r in runs] == [
         (t, i + 1, Status.SUCCEEDED) for i, t in reversed(list(enumerate(nominal)))
     ]
+    # The fourth's outcome is recorded, and with it the timeline's end: no fifth occurrence is stored to come.
+    ended = await store.get_schedule(client_id, sid)
+    assert ended is not None and ended.status is Status.SUCCEEDED and ended.seq == 4, ended
+
+    mine = [(f, a, t) for f, a, t in router.fires if f.startswith(str(sid))]
+    assert {f for f, _, _ in mine} == want  # max_fires: no fifth occurrence
+    firsts = [at for t in nominal[1:] for f, a, at in mine if f == timing.fire_id(sid, t) and a == 1]
+    assert len(firsts) == 3 and firsts == sorted(firsts)  # one first attempt each, in their order
+    assert all(t <= at for t, at in zip(nominal[1:], firsts, strict=True))  # never before its nominal time
+    assert [a for f, a, _ in mine if f == first.fire_id] == [1, 2]  # retried, same fire id
 
 
 async def test_a_batch_trigger_expands_into_spread_events(
@@ -294,18 +307,18 @@ async def test_a_batch_trigger_expands_into_spread_events(
     trigger = row(client_id, sid, fire_at, now, options=Options(events=6, window_ms=3000))
     await store.create_schedule(trigger, now)
     await wait_for(lambda: len(router.events.get(trigger.fire_id, [])) >= 6, 20)
-    await asyncio.sleep(1)
-    arrived = router.events[trigger.fire_id]
-    assert sorted(i for i, _ in arrived) == list(range(6))  # each event once; the trigger itself never
-    assert not router.fired(trigger)
-    for index, at in arrived:
-        assert fire_at + timedelta(milliseconds=500 * index) <= at < fire_at + timedelta(milliseconds=500 * index + 900)
-
     deadline = asyncio.get_running_loop().time() + 10
     runs = await store.list_runs(client_id, sid, None, 5)
     while (not runs or runs[0].events_done < 6) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.2)
         runs = await store.list_runs(client_id, sid, None, 5)
+    # The run has counted its six: a seventh (a duplicate) would have been sent before that.
+    arrived = router.events[trigger.fire_id]
+    assert sorted(i for i, _ in arrived) == list(range(6))  # each event once; the trigger itself never
+    assert not router.fired(trigger)
+    for index, at in arrived:  # each in its own half-second slot: never before the slot opens, in slot order
+        assert fire_at + timedelta(milliseconds=500 * index) <= at
+    assert [i for i, _ in sorted(arrived, key=lambda e: e[1])] == list(range(6))
     [run] = runs
     assert (run.status, run.events, run.events_done) == (Status.SUCCEEDED, 6, 6)
     assert run.window_end == fire_at + timedelta(seconds=3)

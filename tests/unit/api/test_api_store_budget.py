@@ -17,18 +17,24 @@ from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
-BUDGET_S = 0.5
+# Long enough that a reservation taking 0.6 of it answers within it on a loaded machine.
+BUDGET_S = 1.0
 
 
 class SlowReservations(NoFaults):
-    """An Idempotency-Key reservation takes ``delay_s`` to answer, then applies."""
+    """An Idempotency-Key reservation takes ``delay_s`` to answer, then applies (``answered`` counts them)."""
 
     def __init__(self) -> None:
         self.delay_s = 0.0
+        self.answered = 0
 
     async def before(self, op: str) -> None:
         if op.startswith("reserve_idempotency_key") and self.delay_s:
             await asyncio.sleep(self.delay_s)
+
+    async def after(self, op: str) -> None:
+        if op.startswith("reserve_idempotency_key"):
+            self.answered += 1
 
 
 @pytest.fixture
@@ -51,15 +57,15 @@ async def test_a_create_whose_budget_is_spent_is_a_503_and_writes_nothing_more(
     api: Api, register: Register, rows: Rows, slow: SlowReservations
 ) -> None:
     client_id, key = await register()
+    # The reservation answers past the budget. (The memory store has no request timeout, so the 503 comes
+    # once it answers; on Cassandra the driver's timeout is the budget's rest: cluster test C2.)
     slow.delay_s = BUDGET_S + 0.2
-    started = asyncio.get_running_loop().time()
     resp = await api.post("/v1/schedules", json=schedule_body(delay_s=3600), headers={**key, "Idempotency-Key": "b1"})
-    took = asyncio.get_running_loop().time() - started
     body = await resp.json()
     assert resp.status == 503 and body["error"]["code"] == "store_unavailable", body
     assert "spent" in body["error"]["message"] and "Retry-After" in resp.headers
-    assert took < BUDGET_S + 0.6, f"answered after {took:.2f} s"
-    await asyncio.sleep(0.2)
+    assert slow.answered == 1
+    assert (await api.get("/healthz")).status == 200  # a round trip later: a write that followed it would be in
     assert (await rows(client_id))["schedules"] == 0  # the schedule's write was never sent
 
 

@@ -20,7 +20,7 @@ def _body(url: str) -> dict[str, Any]:
     return schedule_body(callback=http_callback(url=url))
 
 
-async def _refused(resp: Any, port: int) -> None:
+async def assert_refused(resp: Any, port: int) -> None:
     error = (await resp.json())["error"]
     assert resp.status == 422, error
     assert (error["code"], error["field"]) == ("forbidden_port", "callback.url")
@@ -42,7 +42,7 @@ async def _refused(resp: Any, port: int) -> None:
 async def test_a_create_naming_a_denied_port_is_refused(api: Api, register: Register, url: str) -> None:
     _, key = await register()
     resp = await api.post("/v1/schedules", json=_body(url), headers=key)
-    await _refused(resp, int(url.rsplit(":", 1)[1].split("/")[0]))
+    await assert_refused(resp, int(url.rsplit(":", 1)[1].split("/")[0]))
 
 
 async def test_every_path_taking_a_callback_checks_its_port(api: Api, register: Register) -> None:
@@ -53,9 +53,9 @@ async def test_every_path_taking_a_callback_checks_its_port(api: Api, register: 
     patched = await api.patch(
         f"/v1/schedules/{schedule_id}", json={"callback": http_callback(url="http://127.0.0.1:5432/")}, headers=key
     )
-    await _refused(patched, 5432)
+    await assert_refused(patched, 5432)
     put = await api.put("/v1/schedules/by-key/order-1", json=_body("http://127.0.0.1:3306/"), headers=key)
-    await _refused(put, 3306)
+    await assert_refused(put, 3306)
     batch = await api.post(
         "/v1/schedules/batch",
         json={"schedules": [_body("http://127.0.0.1:8080/ok"), _body("http://127.0.0.1:6443/")]},
@@ -75,7 +75,7 @@ async def test_the_denied_port_is_refused_with_private_targets_denied_too(
     async for api in serve(settings, store):
         resp = await api.post("/v1/clients", json={"client_id": "ports-public", "poller_count": 1}, headers=ADMIN)
         key = {"Authorization": f"Bearer {(await resp.json())['api_key']}"}
-        await _refused(await api.post("/v1/schedules", json=_body("https://8.8.8.8:6379/"), headers=key), 6379)
+        await assert_refused(await api.post("/v1/schedules", json=_body("https://8.8.8.8:6379/"), headers=key), 6379)
         ok = await api.post("/v1/schedules", json=_body("https://8.8.8.8:8443/"), headers=key)
         assert ok.status == 201, await ok.text()
 
