@@ -61,6 +61,9 @@ def schedules(topic: str, count: int) -> list[Schedule]:
 
 
 async def consume(settings: KafkaSettings, topic: str, count: int) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of ``topic`` up to its end as it is now (the sends were acknowledged before this is
+    called): all of them, not only the first ``count``, so a duplicate past the count is seen too. At least
+    ``count`` must be there: fewer within the deadline fails the test."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=settings.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -68,7 +71,13 @@ async def consume(settings: KafkaSettings, topic: str, count: int) -> list[Consu
     records: list[ConsumerRecord[bytes, bytes]] = []
     try:
         async with asyncio.timeout(60):
-            while len(records) < count:
+            while not consumer.assignment():
+                await consumer.getmany(timeout_ms=100)  # joins: partitions are assigned, nothing read yet
+            partitions = list(consumer.assignment())
+            ends = await consumer.end_offsets(partitions)
+            assert sum(ends.values()) >= count, f"{sum(ends.values())} records on {topic}, {count} sent"
+            await consumer.seek_to_beginning(*partitions)
+            while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
                 batches = await consumer.getmany(timeout_ms=1000)
                 records.extend(r for batch in batches.values() for r in batch)
     finally:
