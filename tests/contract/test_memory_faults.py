@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from tests.contract.conftest import START, Factory, FailOn, ManualClock, read_all
+from tests.waiting import until
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import MemoryStore, StoreFaults
 from tickd.schema.memory.faults import NoFaults
@@ -152,8 +153,8 @@ async def test_outcomes_of_other_partitions_land_when_one_fails(
     injected = faults(store, before=("batch:record_outcome",))
     with pytest.raises(StoreUnavailable):
         await store.record_outcomes(outcomes)
-    await asyncio.sleep(0.01)  # the other requests were sent with it and complete (as under gather)
-    assert injected.seen.count("batch:record_outcome") == 3 and injected.seen.count("record_run") == 3
+    # The other requests were sent with it and complete (as under gather).
+    await until(lambda: injected.seen.count("batch:record_outcome") == 3 and injected.seen.count("record_run") == 3)
     statuses = [(await store.get_schedule(client_id, s.schedule_id)).status for s in made]  # type: ignore[union-attr]
     assert statuses == [Status.SCHEDULED, Status.SUCCEEDED, Status.SUCCEEDED]
     assert len(await store.list_runs(client_id, made[0].schedule_id, None, 10)) == 1
