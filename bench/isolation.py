@@ -4,7 +4,7 @@ Issue 25 promises that no single request hurts other tenants: the largest reques
 should answer within 2 s while another client's requests keep answering within 100 ms. This measures it
 (and asserts nothing): one real ``tickd-api`` process on a fresh keyspace (``tickd_bench_isolation``,
 dropped and migrated each run) over the local Cassandra, two registered clients, and for every operation
-of ``service.openapi.OPERATIONS`` (the table is iterated, so a new endpoint is measured too):
+of ``service.routes.operations()`` (every declared operation, so a new endpoint is measured too):
 
 - client A sends that endpoint's largest request: the most items a batch takes, each as large as the body
   limit allows, with distinct 200-character cron rules whose next-fire search skips DST gaps (Santiago,
@@ -62,7 +62,8 @@ from tickd.schema.migrate import drop, migrate
 from tickd.schema.model import DeadLetter, HttpCallback, Run, Status
 from tickd.schema.settings import StoreSettings
 from tickd.service import dead_letters, params, validation
-from tickd.service.openapi import OPERATIONS, Op
+from tickd.service.declare import Operation
+from tickd.service.routes import operations
 from tickd.service.settings import ApiSettings
 
 KEYSPACE = "tickd_bench_isolation"
@@ -441,7 +442,7 @@ class _Filled(dict[str, str]):
         return "bench-unknown"
 
 
-def generic_call(op: Op, w: World, rep: int) -> Call:
+def generic_call(op: Operation, w: World, rep: int) -> Call:
     path = op.path.format_map(_Filled(path_values(w, rep)))
     what = DESCRIBED.get((op.method, op.path))
     if what is None:
@@ -456,7 +457,7 @@ def trigger_call(w: World, rep: int) -> Call:
 
 
 # Generic requests that use up their target take it from a pool of their own, one per repetition.
-def pooled_path(op: Op, w: World, rep: int) -> str | None:
+def pooled_path(op: Operation, w: World, rep: int) -> str | None:
     pools = {
         ("delete", "/v1/schedules/{schedule_id}"): ("schedule_id", w.one_time, 0),
         ("post", "/v1/schedules/{schedule_id}/pause"): ("schedule_id", w.recurring, 20),
@@ -471,7 +472,7 @@ def pooled_path(op: Op, w: World, rep: int) -> str | None:
     return op.path.replace("{" + name + "}", w.pick(pool, offset + rep))
 
 
-def calls_of(op: Op, w: World) -> list[tuple[str, Builder]]:
+def calls_of(op: Operation, w: World) -> list[tuple[str, Builder]]:
     specific = largest().get((op.method, op.path))
     if specific is not None:
         return specific
@@ -481,7 +482,7 @@ def calls_of(op: Op, w: World) -> list[tuple[str, Builder]]:
     return [("", lambda w, rep: generic_call(op, w, rep))]
 
 
-def finished(op: Op, call: Call) -> Call:
+def finished(op: Operation, call: Call) -> Call:
     """Method and path from the operation where the builder left them out."""
     method = call.method or op.method.upper()
     return dataclasses.replace(call, method=method, path=call.path or op.path)
@@ -538,14 +539,14 @@ class Bench:
     deadline: float
     rows: list[Row] = field(default_factory=list)
 
-    def auth(self, op: Op) -> dict[str, str]:
+    def auth(self, op: Operation) -> dict[str, str]:
         if op.auth == "admin":
             return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         if op.auth == "client":
             return {"Authorization": f"Bearer {self.world.key_a}"}
         return {}
 
-    async def send(self, op: Op, call: Call) -> tuple[int, str, float, float]:
+    async def send(self, op: Operation, call: Call) -> tuple[int, str, float, float]:
         """A's request: (status, what the answer held, seconds, API CPU seconds); status 0 when it timed
         out or failed. The clock stops once the answer has arrived, before this process reads it."""
         headers = {**self.auth(op), **call.headers}
@@ -566,7 +567,7 @@ class Bench:
             log(f"  {call.method} {call.path}: {code} ({message})")
         return status, answer_summary(body) if status else body.decode(), seconds, cpu
 
-    async def measure(self, op: Op, variant: str, builder: Builder) -> Row:
+    async def measure(self, op: Operation, variant: str, builder: Builder) -> Row:
         endpoint = f"{op.method.upper()} {op.path}" + (f" ({variant})" if variant else "")
         row = Row(endpoint, "")
         for rep in range(self.args.reps):
@@ -604,7 +605,7 @@ class Bench:
 
     async def run(self) -> None:
         self.rows.append(await self.baseline(self.args.baseline_s))
-        for op in OPERATIONS:
+        for op in operations():
             for variant, builder in calls_of(op, self.world):
                 endpoint = f"{op.method.upper()} {op.path}" + (f" ({variant})" if variant else "")
                 if self.args.only and not any(text in endpoint for text in self.args.only):

@@ -18,12 +18,12 @@ from tickd.schema.cassandra import CassandraStore
 from tickd.schema.settings import StoreSettings
 from tickd.schema.store import Store
 from tickd.schema.traced import traced
-from tickd.service import keys, limits, refusals
+from tickd.service import declare, keys, limits, refusals
 from tickd.service.auth import Authenticator, ClientCache
 from tickd.service.creates import CreateCombiner
 from tickd.service.errors import Handler, error_middleware
 from tickd.service.metrics import ApiMetrics
-from tickd.service.routes import admin, clients, dead_letters, keyed, ops, schedules, stats, throttle, ui
+from tickd.service.routes import operations, ops, ui
 from tickd.service.settings import ApiSettings
 from tickd.service.targets import TargetGuard
 from tickd.service.validation import request_types
@@ -102,8 +102,11 @@ def create_app(
         _use_store(app, store)
     else:
         app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
-    for routes in (clients, schedules, keyed, dead_letters, stats, throttle, ops, admin, ui):
-        routes.setup(app)
+    declared = operations()
+    declare.mount(app, declared)
+    app[ops.OPERATIONS] = declared
+    ui.setup(app)
+    ops.setup(app)
     return app
 
 

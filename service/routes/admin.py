@@ -19,6 +19,7 @@ from msgspec import Struct
 from tickd.schema.model import Claim, Client, InstanceKey, NodeInfo
 from tickd.schema.store import CoordinationStore
 from tickd.service import keys
+from tickd.service.declare import Routes
 from tickd.service.errors import json_response
 from tickd.service.routes.common import now
 
@@ -89,6 +90,19 @@ def nodes_view(
     return NodesView(at, [_node(n, at, held[n.node_id]) for n in ordered], unowned)
 
 
+routes = Routes("admin", auth="admin")
+
+
+@routes.get(
+    "/v1/admin/nodes",
+    "The live poller nodes, the instances each one holds with their epochs, and the instances none holds",
+    response=NodesView,
+    description=(
+        "Read from the store: membership, the client list and each instance's claim. A node fences itself "
+        "when its heartbeat has not been answered for TICKD_NODE_TTL_S less 3 s; here that shows as a "
+        "growing heartbeat_age_s, then as its claims listed under unowned with their old owner."
+    ),
+)
 async def list_nodes(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     store = request.app[keys.STORE]
@@ -96,7 +110,3 @@ async def list_nodes(request: web.Request) -> web.Response:
     clients = sorted(clients, key=lambda c: c.client_id)
     claims = await _claims(store, instances_of(clients))
     return json_response(nodes_view(nodes, clients, claims, now()))
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_get("/v1/admin/nodes", list_nodes, allow_head=False)

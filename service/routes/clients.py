@@ -21,15 +21,30 @@ from tickd.schema.model import Client
 from tickd.schema.signing import new_signing_secret
 from tickd.service import grants, keys, params
 from tickd.service.auth import new_api_key
+from tickd.service.declare import Routes
 from tickd.service.errors import Invalid, json_response
 from tickd.service.routes.common import now, read_json
-from tickd.service.validation import ClientPatch, decode, topic_grants
-from tickd.service.views import ApiKeyView, ClientList, SigningSecretView, client_view
+from tickd.service.validation import ClientCreate, ClientPatch, decode, topic_grants
+from tickd.service.views import ApiKeyView, ClientList, ClientView, SigningSecretView, client_view
 
 log = structlog.get_logger("tickd.api")
 _MAX_ADMIN_BODY = 64 * 1024
 
 
+routes = Routes("clients", auth="admin", path_params=(params.ClientPath,))
+
+
+@routes.post(
+    "/v1/clients",
+    "Register a client; the API key and the callback signing secret are shown only here",
+    ok=201,
+    response=ClientView,
+    request=ClientCreate,
+    errors=(409,),
+    description="422 topic_reserved: a kafka_topics entry reaching Kafka's __* or tickd's own topics. A grant "
+    "overlapping another client's is answered with an X-Tickd-Warning header (409 grant_overlaps when "
+    "TICKD_KAFKA_REFUSE_GRANT_OVERLAPS is set).",
+)
 async def create_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     body = decode(request.app[keys.TYPES].client_create, await read_json(request, _MAX_ADMIN_BODY))
@@ -56,6 +71,7 @@ async def create_client(request: web.Request) -> web.Response:
     return json_response(client_view(client, api_key, client.signing_secret), 201, _warned(warning))
 
 
+@routes.get("/v1/clients", "List clients", response=ClientList)
 async def list_clients(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     clients = sorted(await request.app[keys.STORE].list_clients(), key=lambda c: c.client_id)
@@ -91,6 +107,7 @@ def _warned(warning: str | None) -> dict[str, str] | None:
     return None if warning is None else {"X-Tickd-Warning": warning}
 
 
+@routes.get("/v1/clients/{client_id}", "Get a client", response=ClientView)
 async def get_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     return json_response(client_view(await _load(request)))
@@ -113,6 +130,14 @@ def _patched(client: Client, patch: ClientPatch) -> Client:
     return dataclasses.replace(client, **changes)  # type: ignore[arg-type]
 
 
+@routes.patch(
+    "/v1/clients/{client_id}",
+    "Change poller_count, active or kafka_topics",
+    response=ClientView,
+    request=ClientPatch,
+    errors=(409,),
+    description="Lowering poller_count keeps poller_span at the old count so pollers drain the old ids.",
+)
 async def patch_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     client_id = params.path(params.ClientPath, request).client_id
@@ -135,6 +160,12 @@ async def patch_client(request: web.Request) -> web.Response:
     return json_response(client_view(client), headers=_warned(warning))
 
 
+@routes.post(
+    "/v1/clients/{client_id}/api-keys",
+    "Rotate the client's API key (the old one stops working)",
+    ok=201,
+    response=ApiKeyView,
+)
 async def rotate_key(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     async with request.app[keys.ADMIN_LOCKS][params.path(params.ClientPath, request).client_id]:
@@ -147,6 +178,19 @@ async def rotate_key(request: web.Request) -> web.Response:
     return json_response(ApiKeyView(client.client_id, api_key), 201)
 
 
+@routes.post(
+    "/v1/clients/{client_id}/signing-secrets",
+    "Rotate the client's callback signing secret; the new one is shown only here",
+    ok=201,
+    response=SigningSecretView,
+    errors=(409,),
+    description=(
+        "Deliveries are signed with the new secret at once (within the pollers' client refresh, a few "
+        "seconds) and with the previous one as well until previous_valid_until "
+        "(TICKD_SIGNING_OVERLAP_S, a day by default): switch subscribers over meanwhile. Rotating again "
+        "drops the older secret at once. 409: a concurrent rotation won; rotate again."
+    ),
+)
 async def rotate_signing_secret(request: web.Request) -> web.Response:
     """A new signing secret, shown once; the previous one keeps signing too for ``signing_overlap_s``."""
     await request.app[keys.AUTH].admin(request)
@@ -160,12 +204,3 @@ async def rotate_signing_secret(request: web.Request) -> web.Response:
     log.info("signing_secret_rotated", client_id=current.client_id, previous_valid_until=until.isoformat())
     view = SigningSecretView(current.client_id, secret, until if overlap_s > 0 else None)
     return json_response(view, 201)
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_post("/v1/clients", create_client)
-    app.router.add_get("/v1/clients", list_clients, allow_head=False)
-    app.router.add_get("/v1/clients/{client_id}", get_client, allow_head=False)
-    app.router.add_patch("/v1/clients/{client_id}", patch_client)
-    app.router.add_post("/v1/clients/{client_id}/api-keys", rotate_key)
-    app.router.add_post("/v1/clients/{client_id}/signing-secrets", rotate_signing_secret)

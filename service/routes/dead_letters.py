@@ -18,6 +18,7 @@ from tickd.schema import aio, redrives
 from tickd.schema.errors import TickdError
 from tickd.schema.model import Client, DeadLetter
 from tickd.service import dead_letters, grants, keys, params
+from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, json_response
 from tickd.service.routes.common import now, read_json
 from tickd.service.validation import RedriveRequest, decode, parse_time, to_ms
@@ -38,6 +39,8 @@ _BODY_MAX = 4096
 
 
 Query = params.DeadLetterQuery | params.RedriveQuery
+# "redrive" is not a dead letter id: POST /v1/dead-letters/redrive is redrive-all, not a lookup.
+routes = Routes("dead-letters", path_params=(params.DeadLetterPath,), patterns={"dead_letter_id": "(?!redrive$)[^/]+"})
 
 
 def _filter(query: Query, at: datetime, *, unredriven: bool) -> dead_letters.Filter:
@@ -48,6 +51,15 @@ def _filter(query: Query, at: datetime, *, unredriven: bool) -> dead_letters.Fil
     return dead_letters.Filter(start, end, schedule_id, params.cursor(query.cursor), unredriven)
 
 
+@routes.get(
+    "/v1/dead-letters",
+    "List dead letters (fires that failed for good), newest first, paged",
+    response=DeadLetterList,
+    query=params.DeadLetterQuery,
+    description="from/to: when they failed (default the last 7 days, at most 31 days); schedule_id: of one "
+    "schedule. A page may be short and still have a next_cursor. List items carry no payload (GET of one "
+    "dead letter does).",
+)
 async def list_dead_letters(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     query = params.query(params.DeadLetterQuery, request)
@@ -56,6 +68,7 @@ async def list_dead_letters(request: web.Request) -> web.Response:
     return json_response(DeadLetterList([dead_letter_view(letter, payload=False) for letter in found], cursor))
 
 
+@routes.get("/v1/dead-letters/{dead_letter_id}", "Get a dead letter", response=DeadLetterView)
 async def get_dead_letter(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     letter_id = params.path(params.DeadLetterPath, request).dead_letter_id
@@ -87,6 +100,18 @@ async def _redrive(request: web.Request, client: Client, letter: DeadLetter, due
     return marked
 
 
+@routes.post(
+    "/v1/dead-letters/{dead_letter_id}/redrive",
+    "Redrive a dead letter: its fire again, due now or at `at`, with the same fire id (once)",
+    response=DeadLetterView,
+    request=RedriveRequest,
+    optional_body=True,
+    errors=(403, 409),
+    description="The body is optional. Redriving it again answers 200 with the same redriven_at and "
+    "redriven_due_at and writes no second fire. 409 not_redrivable (an event's dead letter), "
+    "schedule_changed (the schedule changed since), schedule_gone (expired), topic_not_allowed (a Kafka "
+    "topic no longer granted to the client).",
+)
 async def redrive_dead_letter(request: web.Request) -> web.Response:
     letter_id = params.path(params.DeadLetterPath, request).dead_letter_id
     client, due_at = await _redriver(request)
@@ -95,6 +120,17 @@ async def redrive_dead_letter(request: web.Request) -> web.Response:
     return json_response(dead_letter_view(await _redrive(request, client, letter, due_at)))
 
 
+@routes.post(
+    "/v1/dead-letters/redrive",
+    "Redrive the dead letters not yet redriven that match a filter, up to limit per call",
+    response=RedriveResult,
+    request=RedriveRequest,
+    optional_body=True,
+    query=params.RedriveQuery,
+    errors=(403,),
+    description="Same filters as the listing; call again with next_cursor until it is null. Those that "
+    "cannot be redriven are listed in errors with their code.",
+)
 async def redrive_dead_letters(request: web.Request) -> web.Response:
     query = params.query(params.RedriveQuery, request)
     client, due_at = await _redriver(request)
@@ -116,11 +152,3 @@ async def redrive_dead_letters(request: web.Request) -> web.Response:
     done = [r for r in results if isinstance(r, DeadLetterView)]
     errors = [r for r in results if isinstance(r, RedriveError)]
     return json_response(RedriveResult(done, errors, cursor))
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_get("/v1/dead-letters", list_dead_letters, allow_head=False)
-    app.router.add_post("/v1/dead-letters/redrive", redrive_dead_letters)
-    one = "/v1/dead-letters/{dead_letter_id:(?!redrive$)[^/]+}"
-    app.router.add_get(one, get_dead_letter, allow_head=False)
-    app.router.add_post(one + "/redrive", redrive_dead_letter)

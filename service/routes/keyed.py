@@ -23,6 +23,7 @@ from aiohttp import web
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
 from tickd.service import idempotency, keys, params
+from tickd.service.declare import Routes
 from tickd.service.errors import json_response
 from tickd.service.routes.common import conflict, now, read_json
 from tickd.service.routes.schedules import (
@@ -33,11 +34,13 @@ from tickd.service.routes.schedules import (
     _creator,
 )
 from tickd.service.validation import ScheduleCreate, decode
-from tickd.service.views import schedule_view
+from tickd.service.views import ScheduleView, schedule_view
 
 log = structlog.get_logger("tickd.api")
 _RETRIES = 8
 _ENDED = (Status.CANCELLED, Status.SUCCEEDED, Status.FAILED)
+_PATH = "/v1/schedules/by-key/{key}"
+routes = Routes("schedules", path_params=(params.BusinessKeyPath,))
 
 
 def _key(request: web.Request) -> str:
@@ -85,6 +88,17 @@ async def _replace(request: web.Request, client: Client, body: ScheduleCreate, c
     return await _confirmed(request, at, [current.location.due_at, updated.location.due_at], left_s, replace)
 
 
+@routes.put(
+    _PATH,
+    "Create or replace the one live schedule of a business key",
+    also={201: "Created (a new schedule for the key)"},
+    response=ScheduleView,
+    request=ScheduleCreate,
+    errors=(403, 409),
+    description="The body is a create's. 201 when it creates the key's schedule (a new key, or its "
+    "schedule fired or was cancelled), 200 when it replaces it (a client change: 409 fire_imminent within "
+    "the mutation guard, schedule_paused, conflict after concurrent PUTs won every retry, key_in_progress).",
+)
 async def put_by_key(request: web.Request) -> web.Response:
     client = await _creator(request)
     key = _key(request)
@@ -121,11 +135,18 @@ async def _keyed(request: web.Request) -> tuple[Client, Schedule]:
     return client, found
 
 
+@routes.get(_PATH, "Get the schedule of a business key", response=ScheduleView)
 async def get_by_key(request: web.Request) -> web.Response:
     _, schedule = await _keyed(request)
     return json_response(schedule_view(schedule))
 
 
+@routes.delete(
+    _PATH,
+    "Cancel the schedule of a business key (idempotent); the next PUT creates a new one",
+    response=ScheduleView,
+    errors=(409,),
+)
 async def delete_by_key(request: web.Request) -> web.Response:
     """Cancel the key's schedule (as ``DELETE /v1/schedules/{id}``); the next PUT creates a new one."""
     for attempt in range(_RETRIES):
@@ -144,10 +165,3 @@ async def delete_by_key(request: web.Request) -> web.Response:
         log.info("schedule_cancelled", client_id=cancelled.client_id, schedule_id=str(cancelled.schedule_id))
         return json_response(schedule_view(cancelled))
     raise AssertionError("unreachable")
-
-
-def setup(app: web.Application) -> None:
-    path = "/v1/schedules/by-key/{key}"
-    app.router.add_put(path, put_by_key)
-    app.router.add_get(path, get_by_key, allow_head=False)
-    app.router.add_delete(path, delete_by_key)

@@ -21,9 +21,13 @@ import structlog
 from aiohttp import web
 
 from tickd.service import keys, openapi
+from tickd.service.declare import Operation, Routes
 from tickd.service.errors import json_response
+from tickd.service.settings import ApiSettings
 from tickd.service.views import Health
 
+# Every operation the app serves, as ``service.app`` mounted them: the document is built from these.
+OPERATIONS = web.AppKey("operations", tuple[Operation, ...])
 SPEC = web.AppKey("openapi_spec", bytes)
 DOCS = web.AppKey("openapi_docs", str)
 DOCS_HEADERS = web.AppKey("openapi_docs_headers", dict[str, str])
@@ -42,18 +46,38 @@ class MetricsListener:
 METRICS_LISTENER = web.AppKey("metrics_listener", MetricsListener)
 
 
+routes = Routes("operations", auth=None)
+
+
+@routes.get("/healthz", "The process is up", response=Health)
 async def healthz(request: web.Request) -> web.Response:
     return json_response(Health("ok"))
 
 
+@routes.get("/readyz", "Cassandra answers", response=Health, errors=(503,))
 async def readyz(request: web.Request) -> web.Response:
     await request.app[keys.STORE].ping()  # StoreUnavailable -> 503
     return json_response(Health("ready"))
 
 
+def _metrics_public(settings: ApiSettings) -> bool:
+    return settings.metrics_auth == "none"
+
+
+@routes.get(
+    "/metrics",
+    "Prometheus metrics",
+    auth="admin",
+    public_when=_metrics_public,
+    media="text/plain",
+    description=(
+        "The admin token unless TICKD_METRICS_AUTH=none. TICKD_API_METRICS_PORT serves the same, without a "
+        "token, on a listener of its own."
+    ),
+)
 async def metrics(request: web.Request) -> web.Response:
     """/metrics on the API port: the admin token first, unless TICKD_METRICS_AUTH=none."""
-    if request.app[keys.SETTINGS].metrics_auth == "admin":
+    if not _metrics_public(request.app[keys.SETTINGS]):
         await request.app[keys.AUTH].admin(request)  # 401, 403 for a client key, 503 with no admin token
     return request.app[keys.METRICS].exposition()
 
@@ -63,10 +87,12 @@ async def exposition(request: web.Request) -> web.Response:
     return request.app[keys.METRICS].exposition()
 
 
+@routes.get("/openapi.json", "This document")
 async def openapi_json(request: web.Request) -> web.Response:
     return web.Response(body=request.app[SPEC], content_type="application/json")
 
 
+@routes.get("/docs", "This document as HTML", media="text/html")
 async def docs(request: web.Request) -> web.Response:
     return web.Response(text=request.app[DOCS], content_type="text/html", headers=request.app[DOCS_HEADERS])
 
@@ -110,12 +136,9 @@ async def _metrics_listener(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_get("/healthz", healthz, allow_head=False)
-    app.router.add_get("/readyz", readyz, allow_head=False)
-    app.router.add_get("/metrics", metrics, allow_head=False)
-    app.router.add_get("/openapi.json", openapi_json, allow_head=False)
-    app.router.add_get("/docs", docs, allow_head=False)
-    spec = openapi.build_spec(app[keys.SETTINGS])
+    """The document of the operations the app mounted (``OPERATIONS``), and the metrics-only listener."""
+    declared: tuple[Operation, ...] = app[OPERATIONS]
+    spec = openapi.build_spec(app[keys.SETTINGS], declared)
     app[SPEC] = openapi.encode(spec)
     app[DOCS] = openapi.render_html(spec)
     app[DOCS_HEADERS] = docs_headers(app[DOCS])

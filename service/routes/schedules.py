@@ -28,12 +28,15 @@ from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Loc
 from tickd.service import budgets, idempotency, keys, params, pauses, recurring
 from tickd.service.confirm import confirmed
 from tickd.service.creates import groups
+from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, json_response, status_of
 from tickd.service.routes.common import conflict, now, read_json
 from tickd.service.settings import ApiSettings
 from tickd.service.validation import (
     REPEAT_FIELDS,
+    BatchCreate,
     HttpTarget,
+    PreviewRequest,
     ScheduleCreate,
     SchedulePatch,
     Target,
@@ -52,6 +55,7 @@ from tickd.service.views import (
     PreviewView,
     RunList,
     ScheduleList,
+    ScheduleView,
     public_status,
     run_view,
     schedule_view,
@@ -62,6 +66,11 @@ T = TypeVar("T")
 _BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
 _SCHEDULED = Status.SCHEDULED.value
 _RACE_RETRIES = 3
+# "batch", "preview" and "by-key" are not schedule ids: another method on them is a 405, not a lookup.
+routes = Routes(
+    "schedules", path_params=(params.SchedulePath,), patterns={"schedule_id": "(?!(?:batch|preview|by-key)$)[^/]+"}
+)
+_REPLAYED = {200: "Replayed (Idempotency-Key)"}
 
 
 async def _callback(request: web.Request, client: Client, target: Target) -> Callback:
@@ -159,6 +168,20 @@ def _idempotency_key(request: web.Request) -> str | None:
     return None if isinstance(key, UnsetType) else key
 
 
+@routes.post(
+    "/v1/schedules",
+    "Create a schedule",
+    ok=201,
+    also=_REPLAYED,
+    response=ScheduleView,
+    request=ScheduleCreate,
+    headers=params.CreateHeaders,
+    errors=(403, 409),
+    description=(
+        "Idempotency-Key: a retried create with the same key and request returns the original (200); "
+        "the key with another request is 422; while the first is still in flight, 409 with Retry-After."
+    ),
+)
 async def create_schedule(request: web.Request) -> web.Response:
     client = await _creator(request)
     key = _idempotency_key(request)
@@ -226,6 +249,13 @@ def _item_error(index: int, exc: TickdError) -> BatchItem:
     return BatchItem(index, error=BatchItemError(exc.code, exc.message, exc.field, status_of(exc)))
 
 
+@routes.post(
+    "/v1/schedules/batch",
+    "Create up to TICKD_MAX_BATCH schedules; results in request order",
+    response=BatchResult,
+    request=BatchCreate,
+    errors=(403,),
+)
 async def create_batch(request: web.Request) -> web.Response:
     client = await _creator(request)
     settings = request.app[keys.SETTINGS]
@@ -293,6 +323,77 @@ async def _current(request: web.Request) -> tuple[Client, Schedule]:
     return client, found
 
 
+@routes.post(
+    "/v1/schedules/preview",
+    "The next fire times of a cron or every rule, in UTC and local time; writes nothing",
+    response=PreviewView,
+    request=PreviewRequest,
+    description="count: 1-100 (default 10); after: start from this time instead of now.",
+)
+async def preview_schedule(request: web.Request) -> web.Response:
+    """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing.
+    It is a read: it costs a token of the client's read bucket (TICKD_READ_*)."""
+    client = await request.app[keys.AUTH].client(request, read=True)
+    settings = request.app[keys.SETTINGS]
+    body = decode(request.app[keys.TYPES].preview, await read_json(request, _BODY_OVERHEAD))
+    if not recurring.asks_repeat(body):
+        raise Invalid("give cron or every", field="cron", code="missing_field")
+    at = now()
+    after = recurring.parse_after(body.after, at)
+    work = recurring.RuleWork(settings.request_scan_steps, client.client_id)
+    recurrence, found = await recurring.preview(body, at, after, body.count, settings, work)
+    occurrences = [rec.occurrence(recurrence.rule, moment) for moment in found]
+    return json_response(PreviewView([OccurrenceView(o.utc, o.local, o.timezone) for o in occurrences]))
+
+
+@routes.get(
+    "/v1/schedules/{schedule_id}/runs",
+    "The schedule's fire history, newest first, paged",
+    response=RunList,
+    query=params.RunsQuery,
+)
+async def schedule_runs(request: web.Request) -> web.Response:
+    """The schedule's fires, newest first: nominal time, when it fired, status, attempts, lateness."""
+    client, current = await _current(request)
+    query = params.query(params.RunsQuery, request)
+    limit, after = query.limit, params.cursor(query.cursor)
+    before = after.due_at if after is not None else None
+    if current.repeat is None and (current.options is None or not current.options.batch):
+        runs = [r for r in recurring.one_time_runs(current) if before is None or r.nominal_at < before]
+    else:
+        runs = await request.app[keys.STORE].list_runs(client.client_id, current.schedule_id, before, limit + 1)
+    more = len(runs) > limit
+    runs = runs[:limit]
+    next_cursor = ListCursor(runs[-1].nominal_at).encode() if more else None
+    return json_response(RunList([run_view(current.schedule_id, r) for r in runs], next_cursor))
+
+
+def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, datetime]:
+    start, end = parse_time(query.start, "from"), parse_time(query.end, "to")
+    if not 0 < (end - start).total_seconds() <= max_range_s:
+        raise Invalid(f"to must be after from, at most {max_range_s} s later", field="to", code="out_of_range")
+    return start, end
+
+
+@routes.get(
+    "/v1/schedules",
+    "List schedules due in [from, to), paged",
+    response=ScheduleList,
+    query=params.ListQuery,
+    description="A page may be short (even empty) and still have a next_cursor: keep paging until it is null. "
+    "List items carry no payload (GET of one schedule does).",
+)
+async def list_schedules(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    query = params.query(params.ListQuery, request)
+    start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)
+    status = None if isinstance(query.status, UnsetType) else Status(query.status)
+    after = params.cursor(query.cursor)
+    page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, query.limit)
+    return json_response(ScheduleList([schedule_view(s, payload=False) for s in page.items], page.cursor))
+
+
+@routes.get("/v1/schedules/{schedule_id}", "Get a schedule", response=ScheduleView)
 async def get_schedule(request: web.Request) -> web.Response:
     _, schedule = await _current(request)
     return json_response(schedule_view(schedule))
@@ -347,21 +448,6 @@ async def _retrying_races(request: web.Request, change: Callable[[Client, Schedu
             if current.repeat is None or attempt == _RACE_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")
-
-
-async def cancel_schedule(request: web.Request) -> web.Response:
-    async def cancel(client: Client, current: Schedule) -> Schedule:
-        if current.status is Status.CANCELLED:
-            return current  # cancelling twice is not an error
-        at = now()
-        left_s = _check_mutable(request, current, at, stops=True)
-        cancel = request.app[keys.STORE].cancel_schedule(current, at)
-        return await _confirmed(request, at, [current.location.due_at], left_s, cancel)
-
-    cancelled = await _retrying_races(request, cancel)
-    client_id, current = cancelled.client_id, cancelled
-    log.info("schedule_cancelled", client_id=client_id, schedule_id=str(current.schedule_id))
-    return json_response(schedule_view(cancelled))
 
 
 async def _changes(request: web.Request, client: Client, patch: SchedulePatch) -> dict[str, Any]:
@@ -436,6 +522,13 @@ def _updated(
 _PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "window", "throttle", *REPEAT_FIELDS)
 
 
+@routes.patch(
+    "/v1/schedules/{schedule_id}",
+    "Reschedule, or change payload, callback, jitter or a recurring schedule's rule",
+    response=ScheduleView,
+    request=SchedulePatch,
+    errors=(409,),
+)
 async def patch_schedule(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     _schedule_id(request)  # the path before the body
@@ -463,6 +556,38 @@ async def patch_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(updated))
 
 
+@routes.delete(
+    "/v1/schedules/{schedule_id}",
+    "Cancel a schedule (idempotent)",
+    response=ScheduleView,
+    errors=(409,),
+    description="409 already_fired, or fire_imminent (a one-time schedule within TICKD_MUTATION_GUARD_S of "
+    "its first due time); a fire in retry can be cancelled at any time (an attempt already on the wire may "
+    "still arrive).",
+)
+async def cancel_schedule(request: web.Request) -> web.Response:
+    async def cancel(client: Client, current: Schedule) -> Schedule:
+        if current.status is Status.CANCELLED:
+            return current  # cancelling twice is not an error
+        at = now()
+        left_s = _check_mutable(request, current, at, stops=True)
+        cancel = request.app[keys.STORE].cancel_schedule(current, at)
+        return await _confirmed(request, at, [current.location.due_at], left_s, cancel)
+
+    cancelled = await _retrying_races(request, cancel)
+    client_id, current = cancelled.client_id, cancelled
+    log.info("schedule_cancelled", client_id=client_id, schedule_id=str(current.schedule_id))
+    return json_response(schedule_view(cancelled))
+
+
+@routes.post(
+    "/v1/schedules/{schedule_id}/pause",
+    "Pause a schedule: it fires nothing until resumed (pausing a paused one is 200)",
+    response=ScheduleView,
+    errors=(409,),
+    description="409 already_cancelled, already_fired, or fire_imminent (a one-time schedule within "
+    "TICKD_MUTATION_GUARD_S of its first due time; a fire in retry can be paused at any time).",
+)
 async def pause_schedule(request: web.Request) -> web.Response:
     """Pause: the schedule fires nothing until resumed. Pausing a paused schedule is 200 (idempotent)."""
 
@@ -479,6 +604,14 @@ async def pause_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(paused))
 
 
+@routes.post(
+    "/v1/schedules/{schedule_id}/resume",
+    "Resume a paused schedule from now on; the occurrences missed are recorded in its runs as skipped",
+    response=ScheduleView,
+    errors=(409,),
+    description="A recurring schedule goes on with its first occurrence at or after now; a one-time one "
+    "fires at its time, or now if that passed. 409 not_paused.",
+)
 async def resume_schedule(request: web.Request) -> web.Response:
     """Resume a paused schedule (``service.pauses``); 409 ``not_paused`` for one that is not."""
 
@@ -499,6 +632,18 @@ async def resume_schedule(request: web.Request) -> web.Response:
     return json_response(schedule_view(resumed))
 
 
+@routes.post(
+    "/v1/schedules/{schedule_id}/trigger",
+    "Fire the schedule once more now, without moving its timeline: a one-time trigger of its own",
+    ok=201,
+    also=_REPLAYED,
+    response=ScheduleView,
+    headers=params.CreateHeaders,
+    errors=(403, 409),
+    description="The trigger has its own schedule id (trigger_of: the schedule) and fire id "
+    "(<schedule_id>:<trigger time ms>), the schedule's payload and callback. Idempotency-Key as on a "
+    "create (a replay answers 200). 409 already_cancelled.",
+)
 async def trigger_schedule(request: web.Request) -> web.Response:
     """One extra fire of the schedule now (``service.triggers``): 201 with the trigger, a one-time schedule
     of its own. An Idempotency-Key makes a retried request answer 200 with the same trigger."""
@@ -547,68 +692,3 @@ async def _trigger_reserved(request: web.Request, bound: IdempotencyKey, digest:
     if not takeover:
         raise idempotency.in_progress(bound, now(), settings.idempotency_takeover_s)
     return None
-
-
-def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, datetime]:
-    start, end = parse_time(query.start, "from"), parse_time(query.end, "to")
-    if not 0 < (end - start).total_seconds() <= max_range_s:
-        raise Invalid(f"to must be after from, at most {max_range_s} s later", field="to", code="out_of_range")
-    return start, end
-
-
-async def list_schedules(request: web.Request) -> web.Response:
-    client = await request.app[keys.AUTH].client(request)
-    query = params.query(params.ListQuery, request)
-    start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)
-    status = None if isinstance(query.status, UnsetType) else Status(query.status)
-    after = params.cursor(query.cursor)
-    page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, query.limit)
-    return json_response(ScheduleList([schedule_view(s, payload=False) for s in page.items], page.cursor))
-
-
-async def schedule_runs(request: web.Request) -> web.Response:
-    """The schedule's fires, newest first: nominal time, when it fired, status, attempts, lateness."""
-    client, current = await _current(request)
-    query = params.query(params.RunsQuery, request)
-    limit, after = query.limit, params.cursor(query.cursor)
-    before = after.due_at if after is not None else None
-    if current.repeat is None and (current.options is None or not current.options.batch):
-        runs = [r for r in recurring.one_time_runs(current) if before is None or r.nominal_at < before]
-    else:
-        runs = await request.app[keys.STORE].list_runs(client.client_id, current.schedule_id, before, limit + 1)
-    more = len(runs) > limit
-    runs = runs[:limit]
-    next_cursor = ListCursor(runs[-1].nominal_at).encode() if more else None
-    return json_response(RunList([run_view(current.schedule_id, r) for r in runs], next_cursor))
-
-
-async def preview_schedule(request: web.Request) -> web.Response:
-    """The next ``count`` fire times of a rule, in UTC and on the rule's wall clock; writes nothing.
-    It is a read: it costs a token of the client's read bucket (TICKD_READ_*)."""
-    client = await request.app[keys.AUTH].client(request, read=True)
-    settings = request.app[keys.SETTINGS]
-    body = decode(request.app[keys.TYPES].preview, await read_json(request, _BODY_OVERHEAD))
-    if not recurring.asks_repeat(body):
-        raise Invalid("give cron or every", field="cron", code="missing_field")
-    at = now()
-    after = recurring.parse_after(body.after, at)
-    work = recurring.RuleWork(settings.request_scan_steps, client.client_id)
-    recurrence, found = await recurring.preview(body, at, after, body.count, settings, work)
-    occurrences = [rec.occurrence(recurrence.rule, moment) for moment in found]
-    return json_response(PreviewView([OccurrenceView(o.utc, o.local, o.timezone) for o in occurrences]))
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_post("/v1/schedules", create_schedule)
-    app.router.add_post("/v1/schedules/batch", create_batch)
-    app.router.add_post("/v1/schedules/preview", preview_schedule)
-    app.router.add_get("/v1/schedules", list_schedules, allow_head=False)
-    # "batch", "preview" and "by-key" are not schedule ids: another method on them is a 405, not a lookup.
-    one = "/v1/schedules/{schedule_id:(?!(?:batch|preview|by-key)$)[^/]+}"
-    app.router.add_get(one, get_schedule, allow_head=False)
-    app.router.add_get(one + "/runs", schedule_runs, allow_head=False)
-    app.router.add_patch(one, patch_schedule)
-    app.router.add_delete(one, cancel_schedule)
-    app.router.add_post(one + "/pause", pause_schedule)
-    app.router.add_post(one + "/resume", resume_schedule)
-    app.router.add_post(one + "/trigger", trigger_schedule)

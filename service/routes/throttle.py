@@ -13,13 +13,15 @@ from tickd.schema import events
 from tickd.schema.errors import NotFound
 from tickd.schema.model import Client, ThrottlePolicy
 from tickd.service import keys, params
+from tickd.service.declare import Routes
 from tickd.service.errors import json_response
 from tickd.service.routes.common import now, read_json
-from tickd.service.validation import decode
-from tickd.service.views import PolicyList, ReleaseView, policy_view
+from tickd.service.validation import PolicyPut, decode
+from tickd.service.views import PolicyList, PolicyView, ReleaseView, policy_view
 
 log = structlog.get_logger("tickd.api")
 _MAX_BODY = 4096
+routes = Routes("throttle", path_params=(params.PolicyPath, params.EventPath))
 
 
 def _name(request: web.Request) -> str:
@@ -31,6 +33,23 @@ async def _client(request: web.Request) -> Client:
     return client
 
 
+@routes.get("/v1/throttle-policies", "List the client's throttle policies", response=PolicyList)
+async def list_policies(request: web.Request) -> web.Response:
+    client = await _client(request)
+    policies = await request.app[keys.STORE].list_policies(client.client_id)
+    return json_response(PolicyList([policy_view(p, None) for p in sorted(policies, key=lambda p: p.name)]))
+
+
+@routes.put(
+    "/v1/throttle-policies/{name}",
+    "Create (201) or replace (200) a throttle policy",
+    ok=201,
+    also={200: "Replaced"},
+    response=PolicyView,
+    request=PolicyPut,
+    description="At most max_in_flight events of the policy delivered and not yet released, across all "
+    "poller nodes; an event not released within release_timeout_s is released automatically.",
+)
 async def put_policy(request: web.Request) -> web.Response:
     client, name = await _client(request), _name(request)
     body = decode(request.app[keys.TYPES].policy_put, await read_json(request, _MAX_BODY))
@@ -52,18 +71,22 @@ async def _policy(request: web.Request) -> tuple[Client, ThrottlePolicy]:
     return client, policy
 
 
+@routes.get(
+    "/v1/throttle-policies/{name}",
+    "Get a throttle policy and the events it holds now (in_flight)",
+    response=PolicyView,
+)
 async def get_policy(request: web.Request) -> web.Response:
     client, policy = await _policy(request)
     held = await request.app[keys.STORE].tokens(client.client_id, policy.name)
     return json_response(policy_view(policy, len(held)))
 
 
-async def list_policies(request: web.Request) -> web.Response:
-    client = await _client(request)
-    policies = await request.app[keys.STORE].list_policies(client.client_id)
-    return json_response(PolicyList([policy_view(p, None) for p in sorted(policies, key=lambda p: p.name)]))
-
-
+@routes.delete(
+    "/v1/throttle-policies/{name}",
+    "Delete a throttle policy (events naming it then go out unthrottled)",
+    response=PolicyView,
+)
 async def delete_policy(request: web.Request) -> web.Response:
     client, policy = await _policy(request)
     await request.app[keys.STORE].delete_policy(client.client_id, policy.name)
@@ -71,6 +94,11 @@ async def delete_policy(request: web.Request) -> web.Response:
     return json_response(policy_view(policy, None))
 
 
+@routes.post(
+    "/v1/events/{event_id}/release",
+    "The consumer is done with an event: free its throttle token (idempotent)",
+    response=ReleaseView,
+)
 async def release_event(request: web.Request) -> web.Response:
     """The consumer is done with an event: free its token. Releasing twice (or after the timeout) is 200
     with ``released: false``."""
@@ -79,11 +107,3 @@ async def release_event(request: web.Request) -> web.Response:
     released = await events.release_event(request.app[keys.STORE], client.client_id, event_id)
     log.info("throttle_event_released", client_id=client.client_id, event_id=event_id, released=released)
     return json_response(ReleaseView(event_id, released))
-
-
-def setup(app: web.Application) -> None:
-    app.router.add_get("/v1/throttle-policies", list_policies, allow_head=False)
-    app.router.add_put("/v1/throttle-policies/{name}", put_policy)
-    app.router.add_get("/v1/throttle-policies/{name}", get_policy, allow_head=False)
-    app.router.add_delete("/v1/throttle-policies/{name}", delete_policy)
-    app.router.add_post("/v1/events/{event_id}/release", release_event)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from tickd.service.declare import Routes
+
 # Path -> (file in service/ui, content type). One route per file: nothing else under /ui is served.
 ASSETS: dict[str, tuple[str, str]] = {
     "/ui": ("index.html", "text/html"),
@@ -49,7 +51,16 @@ async def asset(request: web.Request) -> web.Response:
     return web.Response(body=request.app[_BODIES][path], content_type=content_type, charset="utf-8", headers=HEADERS)
 
 
+def _declared() -> Routes:
+    """One GET per file, each served by ``asset``."""
+    declared = Routes("dashboard", auth=None)
+    for path, (name, media) in ASSETS.items():
+        declared.get(path, f"Dashboard: {name}", media=media)(asset)
+    return declared
+
+
+routes = _declared()
+
+
 def setup(app: web.Application) -> None:
     app[_BODIES] = _load()
-    for path in ASSETS:
-        app.router.add_get(path, asset, allow_head=False)

@@ -1,37 +1,61 @@
 from __future__ import annotations
 
-from aiohttp import web
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.integration.api_helpers import ADMIN, Api, Register, schedule_body
+from tests.integration.api_helpers import ADMIN, Api, Register, schedule_body, with_settings
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.store import Store
+from tickd.service import openapi, params
 from tickd.service.app import create_app
+from tickd.service.declare import Routes
+from tickd.service.routes import operations, ops
 from tickd.service.settings import ApiSettings
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 
-def served_routes(app: web.Application) -> set[tuple[str, str]]:
-    return {
-        (route.method.lower(), route.resource.canonical)
-        for route in app.router.routes()
-        if route.resource is not None and route.method != "HEAD"
-    }
+def test_every_route_comes_from_a_declaration(api_settings: ApiSettings, store: Store) -> None:
+    """The router holds exactly the declared operations: each route is one declaration's method, path
+    and handler, and nothing registers a route (a HEAD among them) on its own."""
+    app = create_app(api_settings, store)
+    declared = {(op.method.upper(), op.path): op.handler for op in operations()}
+    assert all(route.resource is not None for route in app.router.routes())
+    routes = [(route.method, route.resource.canonical, route.handler) for route in app.router.routes()]
+    assert len(routes) == len(declared) == len(operations())
+    assert [(method, path) for method, path, handler in routes if declared.get((method, path)) is not handler] == []
+    assert app[ops.OPERATIONS] == operations()
 
 
-async def test_openapi_lists_every_route_and_nothing_else(api: Api, api_settings: ApiSettings, store: Store) -> None:
+async def test_openapi_documents_every_declared_operation(api: Api) -> None:
     resp = await api.get("/openapi.json")
     spec = await resp.json()
     assert resp.status == 200 and spec["openapi"].startswith("3.1")
-    documented = {(method, path) for path, methods in spec["paths"].items() for method in methods}
-    assert documented == served_routes(create_app(api_settings, store))
+    documented = [(method, path) for path, methods in spec["paths"].items() for method in methods]
+    assert sorted(documented) == sorted((op.method, op.path) for op in operations())
     for methods in spec["paths"].values():
         for op in methods.values():
             for response in op["responses"].values():
                 ref = response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref")
                 if ref:
                     assert ref.rsplit("/", 1)[1] in spec["components"]["schemas"]
+
+
+def test_a_path_parameter_without_a_type_is_refused_at_declaration() -> None:
+    routes = Routes("test", path_params=(params.SchedulePath,))
+    with pytest.raises(TypeError, match="name"):
+        routes.get("/v1/things/{name}", "A thing")
+
+
+def test_other_successes_and_a_setting_that_lifts_auth_are_declared(api_settings: ApiSettings) -> None:
+    """What were special cases keyed on paths in service.openapi are fields of the declarations."""
+    by_key = {(op.method, op.path): op for op in operations()}
+    put_policy = openapi.statuses(by_key["put", "/v1/throttle-policies/{name}"], api_settings)
+    assert (put_policy[201], put_policy[200]) == ("OK", "Replaced")
+    assert openapi.statuses(by_key["post", "/v1/schedules"], api_settings)[200] == "Replayed (Idempotency-Key)"
+    metrics = by_key["get", "/metrics"]
+    assert 401 in openapi.statuses(metrics, api_settings)
+    assert set(openapi.statuses(metrics, with_settings(api_settings, metrics_auth="none"))) == {200}
 
 
 async def test_docs_page_is_self_contained(api: Api) -> None:

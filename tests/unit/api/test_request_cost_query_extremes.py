@@ -1,4 +1,4 @@
-"""Every query parameter of every operation (``service.openapi.OPERATIONS``), given the extremes of time
+"""Every query parameter of every operation (``service.routes.operations()``), given the extremes of time
 and number: years 0, 1, 9999 and 10000, huge and negative epochs, NaN and infinities, non-ASCII digits,
 offsets past +23:59. Each answer is a 2xx or a 4xx naming a field, never a 5xx."""
 
@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from tests.integration.api_helpers import ADMIN, Api, Register
-from tickd.service.openapi import OPERATIONS
+from tickd.service.routes import operations
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
@@ -54,7 +54,7 @@ EXTREMES = [
 def _query_params() -> list[tuple[str, str, str]]:
     """(method, path, parameter) for every query parameter the API publishes."""
     found = []
-    for op in OPERATIONS:
+    for op in operations():
         if op.query is None:
             continue
         for field in msgspec.structs.fields(op.query):
