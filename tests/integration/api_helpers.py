@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from cassandra.cluster import Session
 
+from tests.integration import api_statuses
 from tickd.schema.memory import MemoryStore
 from tickd.schema.memory import tables as memory_tables
 from tickd.schema.store import Store
@@ -29,7 +30,11 @@ Rows = Callable[[str], Awaitable[dict[str, int]]]
 
 
 async def serve(settings: ApiSettings, store: Store) -> AsyncIterator[Api]:
-    client: Api = TestClient(TestServer(create_app(settings, store)))
+    """The app over ``store``, served on a local port; every answer is held against the statuses its
+    operation declares (``api_statuses``)."""
+    app = create_app(settings, store)
+    api_statuses.watch(app)
+    client: Api = TestClient(TestServer(app))
     await client.start_server()
     try:
         yield client
