@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,39 @@ class Term:
         return value
 
 
+# A statement's terms by column, unpacked for the per-request loops below: (column, marker, literal,
+# convert, term). Binding is most of what a write costs; a method call per term was a third of it.
+Bindings = tuple[tuple[str, str | None, Any, Convert | None, Term], ...]
+
+
+def bindings(pairs: Iterable[tuple[str, Term]]) -> Bindings:
+    return tuple((column, t.marker, t.literal, t.convert, t) for column, t in pairs)
+
+
+def bind_cells(cells: Bindings, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns a write sets, by their stored values (None: a tombstone); UNSET ones left out."""
+    found = {}
+    for column, marker, literal, convert, _ in cells:
+        if marker is None:
+            found[column] = literal
+            continue
+        value = values[marker]
+        if value is not UNSET_VALUE:
+            found[column] = value if value is None or convert is None else convert(value)
+    return found
+
+
+def bind_key(key: Bindings, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Key columns by value; a null or UNSET one is the server's ``InvalidRequest``."""
+    found = {}
+    for column, marker, literal, convert, term in key:
+        value = literal if marker is None else values[marker]
+        if value is None or value is UNSET_VALUE:
+            term.required(values)
+        found[column] = value if marker is None or convert is None else convert(value)
+    return found
+
+
 def _term(cursor: Cursor, what: str, kind: CqlType) -> Term:
     token = cursor.next()
     if token.kind == "marker":
@@ -145,13 +178,19 @@ def _relation(cursor: Cursor, table: TableDef) -> Relation:
 class Where:
     """Restrictions by the primary key: the partition by ``=``, a clustering prefix by ``=``, slices after."""
 
+    table: TableDef
     partition: tuple[Term, ...]
     clustering: tuple[Term, ...]  # ``=`` on the first clustering columns, in order
     slices: tuple[Relation, ...] = ()  # on the next clustering column, or a tuple of the next ones
+    named: Bindings = field(init=False)
 
-    def key(self, table: TableDef, values: Mapping[str, Any]) -> dict[str, Any]:
-        names = table.key
-        return {names[i]: term.required(values) for i, term in enumerate((*self.partition, *self.clustering))}
+    def __post_init__(self) -> None:
+        terms = (*self.partition, *self.clustering)
+        object.__setattr__(self, "named", bindings(zip(self.table.key, terms, strict=False)))
+
+    def key(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The primary key columns restricted by ``=``, by value."""
+        return bind_key(self.named, values)
 
 
 def _where(cursor: Cursor, table: TableDef, relations: Sequence[Relation], *, full_key: bool) -> Where:
@@ -184,7 +223,7 @@ def _where(cursor: Cursor, table: TableDef, relations: Sequence[Relation], *, fu
     if full_key and (slices or prefix < len(t.clustering)):
         cursor.refuse("a write to a range of rows or a whole partition (name every primary key column by =)")
     partition = tuple(equal[c] for c in t.partition)
-    return Where(partition, tuple(equal[c] for c in t.clustering[:prefix]), tuple(slices))
+    return Where(table, partition, tuple(equal[c] for c in t.clustering[:prefix]), tuple(slices))
 
 
 def _check_slices(cursor: Cursor, rest: Sequence[str], slices: list[Relation]) -> None:
@@ -253,6 +292,22 @@ class Output:
     def rows(self, found: Sequence[Mapping[str, Any]]) -> list[Any]:
         return rows_of(list(self.columns), [self.row(v) for v in found])
 
+    def shared_rows(self, found: Sequence[Values]) -> list[Any]:
+        """``rows`` of the engine's kept partition reads, each answer made once per stored row and column
+        list: the engine hands out the same row objects until the partition is written (and never
+        changes them), the answers are immutable named tuples, and pollers re-read the same minutes."""
+        made = []
+        for values in found:
+            memo = values.__dict__.setdefault(_ANSWERS, {})
+            row = memo.get(self.columns)
+            if row is None:
+                row = memo[self.columns] = rows_of(list(self.columns), [self.row(values)])[0]
+            made.append(row)
+        return made
+
+
+_ANSWERS = "_cql_answers"  # where Output.shared_rows keeps a stored row's answers
+
 
 @dataclass(frozen=True, slots=True)
 class Select(Plan):
@@ -273,7 +328,8 @@ class Select(Plan):
         found, position = page(self._candidates(tables, values), after, size)
         taken += len(found)
         more = position is not None and (limit is None or taken < limit)
-        return Page(self.output.rows(found), (position, taken) if more else None)
+        rows = self.output.rows(found) if self.single else self.output.shared_rows(found)
+        return Page(rows, (position, taken) if more else None)
 
     def _limit(self, values: Mapping[str, Any]) -> int | None:
         if self.limit is None:
@@ -291,7 +347,7 @@ class Select(Plan):
         table = self.table.table
         if self.where is None:
             return tables.scan(table)
-        key = self.where.key(self.table, values)
+        key = self.where.key(values)
         if self.single:
             row = tables.row(table, key)
             return [((), row)] if row is not None else []
@@ -347,6 +403,10 @@ class Modify(Plan):
     insert: bool = False
     delete: bool = False
     condition: str | tuple[tuple[str, Term], ...] | None = None  # NOT_EXISTS, EXISTS, or columns = terms
+    bound_cells: Bindings = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bound_cells", bindings(self.cells))
 
     def batched(self, values: Mapping[str, Any]) -> Write:
         if self.condition is not None:
@@ -354,12 +414,8 @@ class Modify(Plan):
         return self.write(values)
 
     def write(self, values: Mapping[str, Any]) -> Write:
-        cells = {}
-        for column, term in self.cells:
-            value = term.get(values)
-            if value is not UNSET_VALUE:
-                cells[column] = value
-        key = self.where.key(self.table, values)
+        cells = bind_cells(self.bound_cells, values)
+        key = self.where.key(values)
         return Write(
             self.name,
             self.table.table,
@@ -550,7 +606,7 @@ def _insert(name: str, cursor: Cursor, schema: Schema) -> Plan:
     ttl, timestamp = _using(cursor) if cursor.accept("using") else (None, None)
     _no_timestamp_in_transaction(cursor, condition, timestamp)
     key_t = table.table
-    where = Where(tuple(given[c] for c in key_t.partition), tuple(given[c] for c in key_t.clustering))
+    where = Where(table, tuple(given[c] for c in key_t.partition), tuple(given[c] for c in key_t.clustering))
     cells = tuple((c, t) for c, t in given.items() if c not in table.key)
     return Modify(name, table, where, cells, ttl, timestamp, insert=True, condition=condition)
 

@@ -125,6 +125,8 @@ def _checked(python: type, name: str) -> Convert:
 
 
 def _bind_timestamp(value: Any) -> datetime:
+    if isinstance(value, datetime) and value.tzinfo is UTC and not value.microsecond % 1000:
+        return value  # already as stored: most values are (a row read back, a minute, a due time)
     if isinstance(value, datetime):
         moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
         return timing.truncate_ms(moment)

@@ -238,6 +238,8 @@ def micros(moment: datetime) -> int:
 def norm(value: Any) -> Any:
     """A value as Cassandra would return it: times in UTC at millisecond precision, empty sets null."""
     if isinstance(value, datetime):
+        if value.tzinfo is UTC and not value.microsecond % 1000:
+            return value  # already normal (the CQL connection binds values so): spare the copies
         return timing.truncate_ms(value.astimezone(UTC))
     if isinstance(value, set | frozenset):
         return frozenset(value) or None
