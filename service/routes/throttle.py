@@ -1,4 +1,5 @@
-"""Throttle policies (client endpoints) and the consumer's release of an event.
+"""Throttle policies (client endpoints) and the consumer's release of an event: each handler decodes the
+request, calls ``service.policies`` (where the rules are) and encodes the answer.
 
 A policy caps the events of a client's throttled schedules that are delivered and not yet released, across
 all poller nodes (see ``poller.throttle``). A schedule names one with ``"throttle": "<name>"``.
@@ -6,20 +7,16 @@ all poller nodes (see ``poller.throttle``). A schedule names one with ``"throttl
 
 from __future__ import annotations
 
-import structlog
 from aiohttp import web
 
-from tickd.schema import events
-from tickd.schema.errors import NotFound
-from tickd.schema.model import Client, ThrottlePolicy
-from tickd.service import keys, params
+from tickd.schema.model import Client
+from tickd.service import keys, params, policies
 from tickd.service.declare import Routes
 from tickd.service.errors import json_response
 from tickd.service.routes.common import now, read_json
 from tickd.service.validation import PolicyPut, decode
 from tickd.service.views import PolicyList, PolicyView, ReleaseView, policy_view
 
-log = structlog.get_logger("tickd.api")
 _MAX_BODY = 4096
 routes = Routes("throttle", path_params=(params.PolicyPath, params.EventPath))
 
@@ -36,8 +33,8 @@ async def _client(request: web.Request) -> Client:
 @routes.get("/v1/throttle-policies", "List the client's throttle policies", response=PolicyList)
 async def list_policies(request: web.Request) -> web.Response:
     client = await _client(request)
-    policies = await request.app[keys.STORE].list_policies(client.client_id)
-    return json_response(PolicyList([policy_view(p, None) for p in sorted(policies, key=lambda p: p.name)]))
+    found = await policies.listed(request.app[keys.STORE], client.client_id)
+    return json_response(PolicyList([policy_view(p, None) for p in found]))
 
 
 @routes.put(
@@ -54,21 +51,9 @@ async def put_policy(request: web.Request) -> web.Response:
     client, name = await _client(request), _name(request)
     body = decode(request.app[keys.TYPES].policy_put, await read_json(request, _MAX_BODY))
     store = request.app[keys.STORE]
-    existing = await store.get_policy(client.client_id, name)
-    at = now()
-    created_at = existing.created_at if existing is not None else at
-    policy = ThrottlePolicy(client.client_id, name, body.max_in_flight, body.release_timeout_s, created_at, at)
-    await store.put_policy(policy)
-    log.info("throttle_policy_saved", client_id=client.client_id, policy=name, max_in_flight=body.max_in_flight)
-    return json_response(policy_view(policy, 0 if existing is None else None), 200 if existing else 201)
-
-
-async def _policy(request: web.Request) -> tuple[Client, ThrottlePolicy]:
-    client, name = await _client(request), _name(request)
-    policy = await request.app[keys.STORE].get_policy(client.client_id, name)
-    if policy is None:
-        raise NotFound(f"no throttle policy named {name!r}", field="name")
-    return client, policy
+    saved = await policies.save(store, client.client_id, name, body.max_in_flight, body.release_timeout_s, at=now())
+    in_flight = 0 if saved.created else None  # a new policy holds nothing; a replaced one is not read again
+    return json_response(policy_view(saved.policy, in_flight), 201 if saved.created else 200)
 
 
 @routes.get(
@@ -77,9 +62,9 @@ async def _policy(request: web.Request) -> tuple[Client, ThrottlePolicy]:
     response=PolicyView,
 )
 async def get_policy(request: web.Request) -> web.Response:
-    client, policy = await _policy(request)
-    held = await request.app[keys.STORE].tokens(client.client_id, policy.name)
-    return json_response(policy_view(policy, len(held)))
+    client = await _client(request)
+    policy, in_flight = await policies.held(request.app[keys.STORE], client.client_id, _name(request))
+    return json_response(policy_view(policy, in_flight))
 
 
 @routes.delete(
@@ -88,10 +73,9 @@ async def get_policy(request: web.Request) -> web.Response:
     response=PolicyView,
 )
 async def delete_policy(request: web.Request) -> web.Response:
-    client, policy = await _policy(request)
-    await request.app[keys.STORE].delete_policy(client.client_id, policy.name)
-    log.info("throttle_policy_deleted", client_id=client.client_id, policy=policy.name)
-    return json_response(policy_view(policy, None))
+    client = await _client(request)
+    deleted = await policies.delete(request.app[keys.STORE], client.client_id, _name(request))
+    return json_response(policy_view(deleted, None))
 
 
 @routes.post(
@@ -100,10 +84,8 @@ async def delete_policy(request: web.Request) -> web.Response:
     response=ReleaseView,
 )
 async def release_event(request: web.Request) -> web.Response:
-    """The consumer is done with an event: free its token. Releasing twice (or after the timeout) is 200
-    with ``released: false``."""
+    """Releasing twice (or after the timeout) is 200 with ``released: false``."""
     client = await _client(request)
     event_id = params.path(params.EventPath, request).event_id
-    released = await events.release_event(request.app[keys.STORE], client.client_id, event_id)
-    log.info("throttle_event_released", client_id=client.client_id, event_id=event_id, released=released)
+    released = await policies.release(request.app[keys.STORE], client.client_id, event_id)
     return json_response(ReleaseView(event_id, released))
