@@ -57,7 +57,7 @@ async def scenario(request: pytest.FixtureRequest) -> AsyncIterator[Scenario]:
 @pytest.fixture
 async def api(scenario: Scenario) -> AsyncIterator[Api]:
     """The API in-process on the scenario's keyspace (admin token ``api_client.ADMIN_TOKEN``)."""
-    async for client in serve_api(scenario):
+    async for client in serve_api(scenario.store):
         yield client
 
 

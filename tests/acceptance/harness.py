@@ -19,13 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -33,9 +32,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from tickd.schema import timing
 from tickd.schema.cassandra import CassandraStore
-from tickd.schema.model import Callback, Client, Location, Schedule
+from tickd.schema.model import Schedule
 
 REPO = Path(__file__).resolve().parents[2]
 POLLER_BIN = Path(sys.executable).parent / "tickd-poller"
@@ -561,60 +559,15 @@ class KafkaCounter:
 
 @dataclass(frozen=True)
 class Made:
-    """A schedule the test created, and the fire id a subscriber must see for it."""
+    """A schedule the test created through the API: its row as read back from the store, and the fire id
+    a subscriber must see for it (``api_client.create_schedule`` / ``create_many``)."""
 
     schedule: Schedule
-
-    @property
-    def fire_id(self) -> str:
-        return timing.fire_id(self.schedule.schedule_id, self.schedule.fire_at)
+    fire_id: str
 
     @property
     def fire_ts(self) -> float:
         return self.schedule.fire_at.timestamp()
-
-
-async def create_client(
-    store: CassandraStore, client_id: str, poller_count: int, kafka_topics: Iterable[str] = ()
-) -> Client:
-    now = now_utc()
-    client = Client(client_id, poller_count, True, "x", now, now, kafka_topics=frozenset(kafka_topics))
-    assert await store.create_client(client), f"client {client_id} already exists"
-    return client
-
-
-async def create_schedule(store: CassandraStore, client: Client, fire_at: datetime, callback: Callback) -> Made:
-    """Exactly what the API does for a POST: random id, due time, poller by id, one atomic write."""
-    now = now_utc()
-    schedule = schedule_row(client, fire_at, callback, now)
-    await store.create_schedule(schedule, now)
-    return Made(schedule)
-
-
-def schedule_row(client: Client, fire_at: datetime, callback: Callback, now: datetime) -> Schedule:
-    """The row the API writes for a create at ``now``: a random id, the due time, the poller by id."""
-    schedule_id = uuid.uuid4()
-    fire_at = ms(fire_at)
-    due = timing.due_time(fire_at, now)
-    poller_id = timing.poller_id_for(schedule_id, client.poller_count)
-    payload = json.dumps({"n": schedule_id.hex[:8]}).encode()
-    return Schedule(client.client_id, schedule_id, Location(poller_id, due), fire_at, payload, callback, now)
-
-
-async def create_many(
-    store: CassandraStore,
-    client: Client,
-    fire_times: Sequence[datetime],
-    callback: Callback,
-    concurrency: int = 128,
-) -> list[Made]:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(fire_at: datetime) -> Made:
-        async with gate:
-            return await create_schedule(store, client, fire_at, callback)
-
-    return list(await asyncio.gather(*(one(t) for t in fire_times)))
 
 
 def spread(count: int, start: datetime, end: datetime, seed: int = 4) -> list[datetime]:
@@ -796,5 +749,15 @@ class Scenario:
         await self.store.close()
 
 
-def instances_of(client: Client, count: int | None = None) -> set[str]:
+class Placed(Protocol):
+    """A client as far as its instances go (a ``Client`` row, or an ``api_client.Tenant``)."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def poller_count(self) -> int: ...
+
+
+def instances_of(client: Placed, count: int | None = None) -> set[str]:
     return {f"{client.client_id}/{p}" for p in range(client.poller_count if count is None else count)}

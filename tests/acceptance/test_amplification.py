@@ -8,15 +8,13 @@ tenant's p99 lateness stays under a second."""
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import timedelta
 
 import pytest
 
+from tests.acceptance.api_client import SETTINGS, Api, create_client, create_many, create_schedule
 from tests.acceptance.harness import (
     Scenario,
-    create_client,
-    create_many,
     delivered_all,
     http_arrivals,
     instances_of,
@@ -28,8 +26,7 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
-from tickd.schema import timing
-from tickd.schema.model import HttpCallback, Location, Options, Schedule
+from tickd.schema.model import HttpCallback, Options
 from tickd.service import budgets
 from tickd.service.settings import ApiSettings
 
@@ -49,31 +46,25 @@ def _largest_allowed_fire(limits: ApiSettings) -> tuple[int, bytes]:
 
 
 @pytest.mark.timeout(300)
-async def test_s15_largest_batch_trigger_beside_another_tenant(scenario: Scenario) -> None:
+async def test_s15_largest_batch_trigger_beside_another_tenant(scenario: Scenario, api: Api) -> None:
     sc = scenario
     r = sc.receiver
-    events, payload = _largest_allowed_fire(ApiSettings())
-    big = await create_client(sc.store, "s15big", 2)
-    other = await create_client(sc.store, "s15other", 2)
+    events, payload = _largest_allowed_fire(SETTINGS)
+    big = await create_client(api, "s15big", 2)
+    other = await create_client(api, "s15other", 2)
     [node] = await sc.start_nodes(["n1"])
     await wait_placement([node], "s15", instances_of(big) | instances_of(other), timeout_s=45)
 
-    now = now_utc()
-    fire_at = ms(now + timedelta(seconds=15))
-    sid = uuid.uuid4()
-    trigger = Schedule(
-        big.client_id,
-        sid,
-        Location(timing.poller_id_for(sid, big.poller_count), timing.due_time(fire_at, now)),
-        fire_at,
-        payload,
-        HttpCallback(url=r.endpoint("big")),
-        now,
-        options=Options(events=events, window_ms=0),
+    fire_at = ms(now_utc() + timedelta(seconds=15))
+    # The trigger is a POST like any other: the API's own checks accept it (json.dumps, as aiohttp sends it,
+    # gives the payload's bytes back exactly, so the fire is exactly the largest allowed).
+    trigger = await create_schedule(
+        api, big, fire_at, HttpCallback(url=r.endpoint("big")), events=events, payload=json.loads(payload)
     )
-    await sc.store.create_schedule(trigger, now)
+    assert trigger.schedule.payload == payload and trigger.schedule.options is not None
+    assert (trigger.schedule.options.events, trigger.schedule.options.window_ms) == (events, 0)
     made = await create_many(
-        sc.store,
+        api,
         other,
         spread(300, fire_at - timedelta(seconds=5), fire_at + timedelta(seconds=25), seed=15),
         HttpCallback(url=r.endpoint("other")),

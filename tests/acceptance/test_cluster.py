@@ -9,12 +9,11 @@ from datetime import timedelta
 
 import pytest
 
+from tests.acceptance.api_client import Api, Tenant, create_client, create_many
 from tests.acceptance.harness import (
     Made,
     PollerProcess,
     Scenario,
-    create_client,
-    create_many,
     delivered_all,
     exclusivity_violations,
     gather_status,
@@ -29,7 +28,7 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
-from tickd.schema.model import Client, HttpCallback
+from tickd.schema.model import HttpCallback
 
 pytestmark = pytest.mark.acceptance
 
@@ -39,10 +38,10 @@ def seen_by(scenario: Scenario, endpoint: str) -> set[str]:
 
 
 async def cluster_with_load(
-    sc: Scenario, client: Client, node_ids: list[str], count: int, from_s: float, to_s: float, endpoint: str
+    sc: Scenario, api: Api, client: Tenant, node_ids: list[str], count: int, from_s: float, to_s: float, endpoint: str
 ) -> tuple[list[PollerProcess], dict[str, str], list[Made]]:
     """Start the nodes, wait until the client's instances are placed, then create ``count`` HTTP schedules
-    due between ``from_s`` and ``to_s`` seconds from now."""
+    due between ``from_s`` and ``to_s`` seconds from now, through ``POST /v1/schedules/batch``."""
     nodes = await sc.start_nodes(node_ids)
     placement = await wait_placement(
         nodes,
@@ -54,7 +53,7 @@ async def cluster_with_load(
     )
     start = now_utc()
     times = spread(count, start + timedelta(seconds=from_s), start + timedelta(seconds=to_s))
-    made = await create_many(sc.store, client, times, HttpCallback(url=sc.receiver.endpoint(endpoint)))
+    made = await create_many(api, client, times, HttpCallback(url=sc.receiver.endpoint(endpoint)))
     print(f"{sc.name}: created {count} schedules in {(now_utc() - start).total_seconds():.1f} s")
     return nodes, placement, made
 
@@ -93,11 +92,11 @@ def exclusivity(sc: Scenario) -> list[str]:
 
 
 @pytest.mark.timeout(300)
-async def test_s1_steady_load_three_nodes(scenario: Scenario) -> None:
+async def test_s1_steady_load_three_nodes(scenario: Scenario, api: Api) -> None:
     """3 nodes, 12 pollers, 3,000 HTTP schedules over ~70 s: all delivered once, p99 lateness < 1 s."""
     sc = scenario
-    client = await create_client(sc.store, "s1steady", 12)
-    nodes, placement, made = await cluster_with_load(sc, client, ["n1", "n2", "n3"], 3000, 15, 85, "s1")
+    client = await create_client(api, "s1steady", 12)
+    nodes, placement, made = await cluster_with_load(sc, api, client, ["n1", "n2", "n3"], 3000, 15, 85, "s1")
 
     await delivered_all(made, lambda: seen_by(sc, "s1"), timeout_s=85 + 30)
     await _settle()
@@ -116,12 +115,12 @@ async def test_s1_steady_load_three_nodes(scenario: Scenario) -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_s2_kill9_one_node(scenario: Scenario) -> None:
+async def test_s2_kill9_one_node(scenario: Scenario, api: Api) -> None:
     """kill -9 one node mid-minute: nothing lost, duplicates only of fires in flight (same fire id), and
     its instances run elsewhere within 15 s."""
     sc = scenario
-    client = await create_client(sc.store, "s2kill", 12)
-    nodes, _, made = await cluster_with_load(sc, client, ["n1", "n2", "n3"], 1200, 8, 65, "s2")
+    client = await create_client(api, "s2kill", 12)
+    nodes, _, made = await cluster_with_load(sc, api, client, ["n1", "n2", "n3"], 1200, 8, 65, "s2")
     await mid_minute_with_progress(sc, "s2", made, 0.15)
 
     owners = await gather_status(nodes, f"{client.client_id}/")
@@ -158,13 +157,13 @@ async def test_s2_kill9_one_node(scenario: Scenario) -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_s3_fourth_node_joins(scenario: Scenario) -> None:
+async def test_s3_fourth_node_joins(scenario: Scenario, api: Api) -> None:
     """A 4th node joins a 3-node cluster: 1/8..1/2 of 16 instances move, never two owners at once,
     epochs increase across owners, nothing lost."""
     sc = scenario
-    client = await create_client(sc.store, "s3join", 16)
+    client = await create_client(api, "s3join", 16)
     prefix, instances = f"{client.client_id}/", instances_of(client)
-    _, before, made = await cluster_with_load(sc, client, ["n1", "n2", "n3"], 800, 8, 50, "s3")
+    _, before, made = await cluster_with_load(sc, api, client, ["n1", "n2", "n3"], 800, 8, 50, "s3")
     await wait_until(lambda: len(seen_by(sc, "s3")) >= 100, 60, "the load did not start")
 
     joined_at = time.time()
@@ -197,12 +196,12 @@ async def test_s3_fourth_node_joins(scenario: Scenario) -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_s4_sigterm_one_node(scenario: Scenario) -> None:
+async def test_s4_sigterm_one_node(scenario: Scenario, api: Api) -> None:
     """SIGTERM one of 3 nodes mid-minute: exit code 0, claims released, instances taken over,
     zero duplicates, zero losses."""
     sc = scenario
-    client = await create_client(sc.store, "s4term", 12)
-    nodes, _, made = await cluster_with_load(sc, client, ["n1", "n2", "n3"], 900, 8, 55, "s4")
+    client = await create_client(api, "s4term", 12)
+    nodes, _, made = await cluster_with_load(sc, api, client, ["n1", "n2", "n3"], 900, 8, 55, "s4")
     await mid_minute_with_progress(sc, "s4", made, 0.2)
 
     owners = await gather_status(nodes, f"{client.client_id}/")

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.acceptance.api_client import Api, Tenant, create_client, create_many
 from tests.acceptance.harness import (
     REPO,
     Behaviour,
     Made,
     Scenario,
-    create_client,
-    create_many,
     delivered_all,
     header_problems,
     http_arrivals,
@@ -32,7 +31,7 @@ from tests.acceptance.harness import (
     wait_placement,
     wait_until,
 )
-from tickd.schema.model import Client, HttpCallback, KafkaCallback, Status
+from tickd.schema.model import HttpCallback, KafkaCallback, Status
 
 pytestmark = pytest.mark.acceptance
 
@@ -75,15 +74,15 @@ async def restart_kafka() -> tuple[float, float]:
 
 
 @pytest.mark.timeout(480)
-async def test_s5_kafka_10k_across_broker_restart(scenario: Scenario) -> None:
+async def test_s5_kafka_10k_across_broker_restart(scenario: Scenario, api: Api) -> None:
     """10,000 Kafka fires, counted by fire id, with the broker restarted mid-run: none lost."""
     sc = scenario
     topic = f"tickd-acc-s5-{uuid.uuid4().hex[:8]}"
-    client = await create_client(sc.store, "s5kafka", 8, kafka_topics=[topic])
+    client = await create_client(api, "s5kafka", 8, kafka_topics=[topic])
     counter = await sc.kafka_counter(topic)
     start = now_utc()
     times = spread(10_000, start + timedelta(seconds=35), start + timedelta(seconds=85))
-    made = await create_many(sc.store, client, times, KafkaCallback(topic=topic))
+    made = await create_many(api, client, times, KafkaCallback(topic=topic))
     created_s = (now_utc() - start).total_seconds()
     nodes = await sc.start_nodes(["n1", "n2"])
     await wait_placement(nodes, f"{client.client_id}/", instances_of(client), timeout_s=60, stable_s=4)
@@ -146,7 +145,7 @@ async def wait_statuses(sc: Scenario, made: list[Made], want: Status, timeout_s:
         await asyncio.sleep(1)
 
 
-async def dead_letter_ids(sc: Scenario, client: Client) -> dict[str, int]:
+async def dead_letter_ids(sc: Scenario, client: Tenant) -> dict[str, int]:
     today = datetime.now(UTC).date()
     letters = []
     for day in {today - timedelta(days=1), today}:
@@ -155,15 +154,15 @@ async def dead_letter_ids(sc: Scenario, client: Client) -> dict[str, int]:
 
 
 @pytest.mark.timeout(300)
-async def test_s6_retries_dead_letters_isolation(scenario: Scenario) -> None:
+async def test_s6_retries_dead_letters_isolation(scenario: Scenario, api: Api) -> None:
     """On one node: a 500-then-200 receiver is retried and succeeds; an always-500 receiver ends FAILED
     with a dead letter after 3 attempts; a hanging receiver does not push a healthy client's p99 over 1 s."""
     sc = scenario
     r = sc.receiver
-    flaky = await create_client(sc.store, "s6flaky", 2)
-    dead = await create_client(sc.store, "s6dead", 2)
-    hang = await create_client(sc.store, "s6hang", 2)
-    healthy = await create_client(sc.store, "s6healthy", 2)
+    flaky = await create_client(api, "s6flaky", 2)
+    dead = await create_client(api, "s6dead", 2)
+    hang = await create_client(api, "s6hang", 2)
+    healthy = await create_client(api, "s6healthy", 2)
     [node] = await sc.start_nodes(["n1"], **RETRY_KNOBS)
     all_instances = set().union(*(instances_of(c) for c in (flaky, dead, hang, healthy)))
     await wait_placement([node], "s6", all_instances, timeout_s=45)
@@ -174,12 +173,10 @@ async def test_s6_retries_dead_letters_isolation(scenario: Scenario) -> None:
         return spread(n, start + timedelta(seconds=10), start + timedelta(seconds=45), seed=seed)
 
     made_flaky, made_dead, _, made_ok = await asyncio.gather(
-        create_many(sc.store, flaky, window(40, 1), HttpCallback(url=r.endpoint("flaky", Behaviour(fail_first=1)))),
-        create_many(sc.store, dead, window(20, 2), HttpCallback(url=r.endpoint("dead", Behaviour(always_fail=True)))),
-        create_many(
-            sc.store, hang, window(400, 3), HttpCallback(url=r.endpoint("hang", Behaviour(hang=True)), timeout_s=5)
-        ),
-        create_many(sc.store, healthy, window(600, 4), HttpCallback(url=r.endpoint("ok"))),
+        create_many(api, flaky, window(40, 1), HttpCallback(url=r.endpoint("flaky", Behaviour(fail_first=1)))),
+        create_many(api, dead, window(20, 2), HttpCallback(url=r.endpoint("dead", Behaviour(always_fail=True)))),
+        create_many(api, hang, window(400, 3), HttpCallback(url=r.endpoint("hang", Behaviour(hang=True)), timeout_s=5)),
+        create_many(api, healthy, window(600, 4), HttpCallback(url=r.endpoint("ok"))),
     )
 
     await delivered_all(made_ok, lambda: {d.fire_id for d in r.of("ok")}, timeout_s=90)

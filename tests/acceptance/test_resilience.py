@@ -4,7 +4,6 @@ stopped with SIGSTOP past its TTL and then resumed."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import signal
 import subprocess
@@ -16,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.api_client import Api, register
+from tests.acceptance.api_client import Api, change_quota, create_client, create_many
 from tests.acceptance.harness import (
     REPO,
     Scenario,
-    create_client,
-    create_many,
     delivered_all,
     http_arrivals,
     instances_of,
@@ -43,17 +40,15 @@ def seen_by(sc: Scenario, endpoint: str) -> set[str]:
 
 
 @pytest.mark.timeout(300)
-async def test_s12_quota_down_and_up_again(scenario: Scenario) -> None:
+async def test_s12_quota_down_and_up_again(scenario: Scenario, api: Api) -> None:
     """4 -> 2 (pollers 2-3 drained and stopped) -> 4: every schedule created after the raise fires,
     including those placed on pollers 2-3, which the nodes must claim again."""
     sc = scenario
-    client = await create_client(sc.store, "s12quota", 4)
+    client = await create_client(api, "s12quota", 4)
     nodes = await sc.start_nodes(["n1", "n2"], TICKD_DRAIN_GRACE_S="3")
     await wait_placement(nodes, f"{client.client_id}/", instances_of(client), timeout_s=60, stable_s=2)
 
-    now = now_utc()
-    shrunk = dataclasses.replace(client, poller_count=2, poller_span=4, resized_at=now, updated_at=now)
-    await sc.store.update_client(shrunk)
+    shrunk = await change_quota(api, client, 2)
     drained = {f"{client.client_id}/2", f"{client.client_id}/3"}
 
     def stopped_drained() -> set[str]:
@@ -62,11 +57,10 @@ async def test_s12_quota_down_and_up_again(scenario: Scenario) -> None:
     await wait_until(lambda: drained <= stopped_drained(), 120, lambda: f"drained so far: {stopped_drained()}")
     drained_at = time.time()
 
-    now = now_utc()
-    grown = dataclasses.replace(shrunk, poller_count=4, updated_at=now)
-    await sc.store.update_client(grown)
+    grown = await change_quota(api, shrunk, 4)
     cb = HttpCallback(url=sc.receiver.endpoint("s12"))
-    after = await create_many(sc.store, grown, spread(40, now + timedelta(seconds=15), now + timedelta(seconds=45)), cb)
+    now = now_utc()
+    after = await create_many(api, grown, spread(40, now + timedelta(seconds=15), now + timedelta(seconds=45)), cb)
     placed = Counter(m.schedule.location.poller_id for m in after)
     assert placed[2] + placed[3] > 0, f"some schedules must land on pollers 2-3: {placed}"
 
@@ -100,15 +94,14 @@ async def test_s13_cassandra_kill9_while_schedules_are_due(scenario: Scenario, a
     """Cassandra gets kill -9 and stays down 15 s while 200 schedules are due: every one fires once it
     is back, a create during the outage answers 503 within the request timeout, no poller exits."""
     sc = scenario
-    key = await register(api, "s13down", 4)
+    client = await create_client(api, "s13down", 4)
+    key = client.key
     nodes = await sc.start_nodes(["n1", "n2"])
-    client = await sc.store.get_client("s13down")
-    assert client is not None
     await wait_placement(nodes, "s13down/", instances_of(client), timeout_s=60, stable_s=2)
     cb = HttpCallback(url=sc.receiver.endpoint("s13"))
     start = now_utc()
     due = spread(200, start + timedelta(seconds=8), start + timedelta(seconds=28))
-    made = await create_many(sc.store, client, due, cb)
+    made = await create_many(api, client, due, cb)
 
     await asyncio.sleep(5)
     pid = _cassandra_pid()
@@ -152,11 +145,11 @@ async def test_s13_cassandra_kill9_while_schedules_are_due(scenario: Scenario, a
 
 
 @pytest.mark.timeout(300)
-async def test_s14_sigstop_past_ttl_then_resume(scenario: Scenario) -> None:
+async def test_s14_sigstop_past_ttl_then_resume(scenario: Scenario, api: Api) -> None:
     """A node frozen (SIGSTOP) past its TTL loses its instances to the other node; resumed (SIGCONT), it
     fences itself and fires nothing the other node owns by then (claim epochs and both nodes' logs)."""
     sc = scenario
-    client = await create_client(sc.store, "s14stop", 8)
+    client = await create_client(api, "s14stop", 8)
     n1, n2 = await sc.start_nodes(["n1", "n2"])
     placement = await wait_placement([n1, n2], "s14stop/", instances_of(client), timeout_s=60, stable_s=2)
     frozen = {inst for inst, node in placement.items() if node == "n1"}
@@ -164,7 +157,7 @@ async def test_s14_sigstop_past_ttl_then_resume(scenario: Scenario) -> None:
     cb = HttpCallback(url=sc.receiver.endpoint("s14"))
     start = now_utc()
     due = spread(400, start + timedelta(seconds=5), start + timedelta(seconds=60))
-    made = await create_many(sc.store, client, due, cb)
+    made = await create_many(api, client, due, cb)
 
     # Freeze n1 while it is firing: once the first of the window's fires have arrived.
     await wait_until(lambda: len(sc.receiver.of("s14")) >= 5, 60, "the first fires of the window arriving")

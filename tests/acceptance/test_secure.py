@@ -26,14 +26,13 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from cassandra.cluster import Cluster
 
+from tests.acceptance.api_client import Api, create_client, create_schedule
 from tests.acceptance.harness import (
     FAST_KNOBS,
     POLLER_BIN,
     REPO,
     PollerProcess,
     Scenario,
-    create_client,
-    create_schedule,
     free_port,
     now_utc,
     report,
@@ -181,7 +180,7 @@ async def test_sec1_http_fire_with_api_and_poller_on_cassandra_tls(scenario: Sce
 
 
 @pytest.mark.timeout(150)
-async def test_sec2_kafka_fire_over_sasl_ssl(scenario: Scenario) -> None:
+async def test_sec2_kafka_fire_over_sasl_ssl(scenario: Scenario, api: Api) -> None:
     sc = scenario
     topic = f"secure-{uuid.uuid4().hex[:8]}"
     config = client_config(KafkaSecurity.from_env(KAFKA_SASL_SSL))
@@ -192,8 +191,8 @@ async def test_sec2_kafka_fire_over_sasl_ssl(scenario: Scenario) -> None:
         await admin.create_topics([NewTopic(topic, 1, 1), NewTopic(f"{topic}-acks", 1, 1)])
     finally:
         await admin.close()
-    client = await create_client(sc.store, "sasl", 1, kafka_topics=[topic])
-    made = await create_schedule(sc.store, client, now_utc() + timedelta(seconds=8), KafkaCallback(topic))
+    client = await create_client(api, "sasl", 1, kafka_topics=[topic])
+    made = await create_schedule(api, client, now_utc() + timedelta(seconds=8), KafkaCallback(topic))
     # The ack consumer joins its group over SASL_SSL too (the same settings as the producer).
     node = sc.node("sasl-node", **KAFKA_SASL_SSL, TICKD_KAFKA_ACK_TOPIC=f"{topic}-acks")
     checked = await node.wait_for("kafka_security_checked", timeout_s=60)

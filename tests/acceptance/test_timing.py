@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import time
 from collections import Counter
@@ -12,12 +11,18 @@ from datetime import timedelta
 
 import pytest
 
-from tests.acceptance.harness import (
-    Made,
-    Scenario,
+from tests.acceptance.api_client import (
+    Api,
+    Tenant,
+    cancel_schedule,
+    change_quota,
     create_client,
     create_many,
     create_schedule,
+)
+from tests.acceptance.harness import (
+    Made,
+    Scenario,
     delivered_all,
     http_arrivals,
     instances_of,
@@ -28,8 +33,7 @@ from tests.acceptance.harness import (
     tally,
     wait_placement,
 )
-from tickd.schema.errors import Conflict
-from tickd.schema.model import Client, HttpCallback, InstanceKey
+from tickd.schema.model import HttpCallback, InstanceKey
 
 pytestmark = pytest.mark.acceptance
 
@@ -39,90 +43,103 @@ MUTATION_GUARD_S = 2.0
 
 @dataclass
 class Cancelled:
+    """A cancel and how the API answered it: 200 cancelled, 409 refused (the schedule fires as it was), 503
+    not confirmed before the guard point (it may or may not apply, so the fire may or may not come)."""
+
     made: Made
-    acked_at: float
+    status: int
+    answered_at: float
 
     @property
     def margin_s(self) -> float:
-        return self.made.fire_ts - self.acked_at
+        return self.made.fire_ts - self.answered_at
 
 
 def seen_by(sc: Scenario, endpoint: str) -> set[str]:
     return {d.fire_id for d in sc.receiver.of(endpoint)}
 
 
-async def cancel(sc: Scenario, made: Made) -> Cancelled | None:
-    current = await sc.store.get_schedule(made.schedule.client_id, made.schedule.schedule_id)
-    assert current is not None
-    try:
-        await sc.store.cancel_schedule(current, now_utc())
-    except Conflict:
-        return None
-    return Cancelled(made, time.time())
+async def cancel(api: Api, client: Tenant, made: Made) -> Cancelled:
+    status = await cancel_schedule(api, client, made)
+    return Cancelled(made, status, time.time())
 
 
-async def create_then_cancel(sc: Scenario, client: Client, cb: HttpCallback, ahead_s: float, cancel_before_s: float):
+async def create_then_cancel(
+    api: Api, client: Tenant, cb: HttpCallback, ahead_s: float, cancel_before_s: float
+) -> Cancelled:
     """Create a schedule ``ahead_s`` from now, cancel it ``cancel_before_s`` before its fire time."""
-    made = await create_schedule(sc.store, client, now_utc() + timedelta(seconds=ahead_s), cb)
+    made = await create_schedule(api, client, now_utc() + timedelta(seconds=ahead_s), cb)
     await sleep_until(made.fire_ts - cancel_before_s)
-    return await cancel(sc, made)
+    return await cancel(api, client, made)
 
 
-async def continuous_load(sc: Scenario, client: Client, cb: HttpCallback, run_s: float, rate: float):
-    """Create ``rate`` schedules a second for ``run_s`` with fire_at = now + 0..3 s, and every second one
-    cancelled right away (fire in ~4 s) and one cancelled 2.3 s before its fire time."""
+async def continuous_load(
+    api: Api, client: Tenant, cb: HttpCallback, run_s: float, rate: float
+) -> tuple[list[Made], list[Cancelled]]:
+    """Create ``rate`` schedules a second for ``run_s`` with fire_at = now + 0..3 s, each a single
+    ``POST /v1/schedules`` (the create combiner, then the hot-write confirmation: every one is due within the
+    hot window), and every second one cancelled right away (fire in ~4 s) and one cancelled 2.3 s before
+    its fire time, by ``DELETE``."""
     rng = random.Random(7)
     fires: list[asyncio.Task[Made]] = []
-    cancels: list[asyncio.Task[Cancelled | None]] = []
+    cancels: list[asyncio.Task[Cancelled]] = []
     started = time.monotonic()
     tick = 0
     while time.monotonic() - started < run_s:
         fire_at = now_utc() + timedelta(seconds=rng.uniform(0, 3))
-        fires.append(asyncio.create_task(create_schedule(sc.store, client, fire_at, cb)))
+        fires.append(asyncio.create_task(create_schedule(api, client, fire_at, cb)))
         if tick % int(rate) == 0:
-            cancels.append(asyncio.create_task(create_then_cancel(sc, client, cb, 4.0, 3.9)))
-            cancels.append(asyncio.create_task(create_then_cancel(sc, client, cb, 5.0, 2.3)))
+            cancels.append(asyncio.create_task(create_then_cancel(api, client, cb, 4.0, 3.9)))
+            cancels.append(asyncio.create_task(create_then_cancel(api, client, cb, 5.0, 2.3)))
         tick += 1
         await asyncio.sleep(1 / rate)
     return list(await asyncio.gather(*fires)), list(await asyncio.gather(*cancels))
 
 
 @pytest.mark.timeout(300)
-async def test_s7_continuous_creates_and_cancels(scenario: Scenario) -> None:
+async def test_s7_continuous_creates_and_cancels(scenario: Scenario, api: Api) -> None:
     """Schedules created continuously for 60 s, each due 0-3 s later: all fire (lateness reported);
     cancels acknowledged >= 2 s before the fire time never fire."""
     sc = scenario
-    client = await create_client(sc.store, "s7live", 4)
+    client = await create_client(api, "s7live", 4)
     nodes = await sc.start_nodes(["n1", "n2"])
     await wait_placement(nodes, f"{client.client_id}/", instances_of(client), timeout_s=60, stable_s=4)
     cb = HttpCallback(url=sc.receiver.endpoint("s7"))
 
-    made, cancels = await continuous_load(sc, client, cb, run_s=60, rate=15)
-    await delivered_all(made, lambda: seen_by(sc, "s7"), timeout_s=30)
+    made, cancels = await continuous_load(api, client, cb, run_s=60, rate=15)
+    # A refused cancel (409) leaves the schedule to fire as it was: it must fire like the others.
+    must_fire = made + [c.made for c in cancels if c.status == 409]
+    await delivered_all(must_fire, lambda: seen_by(sc, "s7"), timeout_s=30)
     await asyncio.sleep(4)  # a wrongly fired cancel would show up by now
 
-    t = tally(made, http_arrivals(sc.receiver.of("s7")))
-    acked = [c for c in cancels if c is not None]
+    t = tally(must_fire, http_arrivals(sc.receiver.of("s7")))
+    acked = [c for c in cancels if c.status == 200]
     guaranteed = [c for c in acked if c.margin_s >= MUTATION_GUARD_S]
     fired_anyway = [c for c in guaranteed if c.made.fire_id in seen_by(sc, "s7")]
+    # Either outcome is right for these: a cancel answered 503 (may or may not have applied) or acked
+    # closer to the fire time than the guard.
+    undecided = {c.made.fire_id for c in cancels if c.status == 503 or (c in acked and c not in guaranteed)}
     report(
         "S7 continuous creates (fire in 0-3 s) + cancels, 2 nodes",
         **t.fields(),
         cancels_acked=len(acked),
+        cancels_refused=sum(c.status == 409 for c in cancels),
+        cancels_unconfirmed=sum(c.status == 503 for c in cancels),
         cancels_guaranteed=len(guaranteed),
         cancelled_but_fired=len(fired_anyway),
         cancel_margin_min_s=min((c.margin_s for c in guaranteed), default=float("nan")),
     )
 
     assert not t.missing, f"{len(t.missing)} late-created fires never fired, e.g. {t.missing[:5]}"
-    assert not t.unknown, f"deliveries nobody scheduled: {t.unknown[:5]}"
+    unknown = set(t.unknown) - undecided
+    assert not unknown, f"deliveries nobody scheduled: {sorted(unknown)[:5]}"
     assert len(guaranteed) >= len(cancels) // 2, f"too few cancels made it in time to test anything: {len(acked)}"
     assert not fired_anyway, "cancelled >= 2 s ahead yet fired: " + ", ".join(
         f"{c.made.fire_id} (margin {c.margin_s:.2f} s)" for c in fired_anyway[:5]
     )
 
 
-async def checkpoints_written(sc: Scenario, client: Client) -> bool:
+async def checkpoints_written(sc: Scenario, client: Tenant) -> bool:
     found = await asyncio.gather(
         *(sc.store.get_checkpoint(InstanceKey(client.client_id, p)) for p in range(client.poller_count))
     )
@@ -130,11 +147,11 @@ async def checkpoints_written(sc: Scenario, client: Client) -> bool:
 
 
 @pytest.mark.timeout(420)
-async def test_s8_catch_up_after_outage(scenario: Scenario) -> None:
+async def test_s8_catch_up_after_outage(scenario: Scenario, api: Api) -> None:
     """All pollers stopped for ~75 s (a minute boundary and more) while schedules fell due, then started:
     the missed minutes fire (catch-up), nothing lost."""
     sc = scenario
-    client = await create_client(sc.store, "s8outage", 4)
+    client = await create_client(api, "s8outage", 4)
     [node] = await sc.start_nodes(["n1"])
     await wait_placement([node], f"{client.client_id}/", instances_of(client), timeout_s=60, stable_s=4)
     deadline = time.monotonic() + 100
@@ -144,7 +161,7 @@ async def test_s8_catch_up_after_outage(scenario: Scenario) -> None:
 
     start = now_utc()
     times = spread(400, start + timedelta(seconds=8), start + timedelta(seconds=72))
-    made = await create_many(sc.store, client, times, HttpCallback(url=sc.receiver.endpoint("s8")))
+    made = await create_many(api, client, times, HttpCallback(url=sc.receiver.endpoint("s8")))
     code = await node.terminate(timeout_s=40)
     down_at = time.time()
     assert code == 0, f"exit code {code}:\n{node.tail()}"
@@ -175,27 +192,26 @@ async def test_s8_catch_up_after_outage(scenario: Scenario) -> None:
 
 
 @pytest.mark.timeout(360)
-async def test_s9_quota_decrease_drains(scenario: Scenario) -> None:
+async def test_s9_quota_decrease_drains(scenario: Scenario, api: Api) -> None:
     """poller_count lowered from 8 to 2 while pollers 2-7 hold schedules for the next ~80 s: all fire,
     and schedules created after the resize (on pollers 0-1) fire too."""
     sc = scenario
-    client = await create_client(sc.store, "s9shrink", 8)
+    client = await create_client(api, "s9shrink", 8)
     nodes = await sc.start_nodes(["n1", "n2"], TICKD_DRAIN_GRACE_S="10")
     await wait_placement(nodes, f"{client.client_id}/", instances_of(client), timeout_s=60, stable_s=4)
     cb = HttpCallback(url=sc.receiver.endpoint("s9"))
     start = now_utc()
     before = await create_many(
-        sc.store, client, spread(800, start + timedelta(seconds=10), start + timedelta(seconds=85)), cb
+        api, client, spread(800, start + timedelta(seconds=10), start + timedelta(seconds=85)), cb
     )
     held = Counter(m.schedule.location.poller_id for m in before)
     assert all(held[p] > 0 for p in range(2, 8)), f"pollers 2-7 must hold schedules: {held}"
 
-    now = now_utc()
-    shrunk = dataclasses.replace(client, poller_count=2, poller_span=8, resized_at=now, updated_at=now)
-    await sc.store.update_client(shrunk)
+    shrunk = await change_quota(api, client, 2)
     resized_at = time.time()
+    now = now_utc()
     after = await create_many(
-        sc.store, shrunk, spread(100, now + timedelta(seconds=5), now + timedelta(seconds=50), seed=9), cb
+        api, shrunk, spread(100, now + timedelta(seconds=5), now + timedelta(seconds=50), seed=9), cb
     )
     assert {m.schedule.location.poller_id for m in after} <= {0, 1}
 

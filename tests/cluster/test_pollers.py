@@ -30,13 +30,12 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
 from cassandra.cluster import Cluster as Driver
 from cassandra.policies import WhiteListRoundRobinPolicy
 
+from tests.acceptance.api_client import create_client, create_many, serve_api
 from tests.acceptance.harness import (
     Delivery,
     Interval,
     Made,
     PollerProcess,
-    create_client,
-    create_many,
     delivered_all,
     exclusivity_violations,
     gather_status,
@@ -147,8 +146,9 @@ def longest_gap(times: Sequence[float], start: float, end: float) -> float:
 
 @pytest.mark.timeout(900)
 async def test_p1_poller_host_partitioned_from_cassandra(stage: Stage) -> None:
-    async with world(stage) as here:
-        client = await create_client(here.store, "p1", POLLERS)
+    # Created through the API (in-process on the test host, over the cluster's store), as users create.
+    async with world(stage) as here, asynccontextmanager(serve_api)(here.store) as api:
+        client = await create_client(api, "p1", POLLERS)
         nodes = await start_pollers(here)
         prefix = f"{client.client_id}/"
         await wait_placement(
@@ -156,7 +156,7 @@ async def test_p1_poller_host_partitioned_from_cassandra(stage: Stage) -> None:
         )
         start = now_utc() + timedelta(seconds=25)
         times = spread(3000, start, start + timedelta(seconds=120))
-        made: list[Made] = await create_many(here.store, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
+        made: list[Made] = await create_many(api, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
         where = {m.fire_id: str(m.schedule.instance) for m in made}
         print(f"P1: created 3000 schedules, first due at {start.isoformat()}")
 
@@ -523,8 +523,8 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
     TICKD_CLUSTER_COST_WINDOW_S (60 s, so every minute's checkpoints are in it) once placement is stable:
     3 nodes idle, 3 nodes while 6,000 schedules fire, 6 nodes idle. Coordination must not grow with the
     schedules (invariant 5); it grows with the nodes (a heartbeat and a ring read each per node)."""
-    async with world(stage, sink_host=10) as here:
-        clients = [await create_client(here.store, f"p3c{i}", 16) for i in range(10)]
+    async with world(stage, sink_host=10) as here, asynccontextmanager(serve_api)(here.store) as api:
+        clients = [await create_client(api, f"p3c{i}", 16) for i in range(10)]
         every = set().union(*(instances_of(c) for c in clients))
         three = await start_pollers(here, (4, 5, 6))
         await wait_placement(three, "p3c", every, timeout_s=120, stable_s=5)
@@ -534,7 +534,7 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
         made: list[Made] = []
         for client in clients:
             times = spread(600, start, start + timedelta(seconds=WINDOW_S + 10), seed=len(made))
-            made += await create_many(here.store, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
+            made += await create_many(api, client, times, HttpCallback(url=here.sink.url, timeout_s=5))
         await asyncio.sleep(max(0.0, start.timestamp() - time.time()))
         busy3 = await measure(three)
         assert await delivered_all(made, lambda: {d.fire_id for d in here.sink.deliveries}, timeout_s=60)
