@@ -20,9 +20,6 @@ def api_settings() -> ApiSettings:
     return ApiSettings(
         admin_token=ADMIN_TOKEN,
         callback_allow_private=True,
-        create_rate_per_s=100_000,
-        create_burst=100_000,
-        client_cache_s=0.0,
     )
 
 

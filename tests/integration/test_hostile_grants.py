@@ -62,7 +62,7 @@ class _NoHttp:
 
 @pytest.fixture
 async def api(store: CassandraStore) -> AsyncIterator[Api]:
-    settings = ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, client_cache_s=0.0)
+    settings = ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True)
     async for client in serve(settings, store):
         yield client
 

@@ -20,7 +20,7 @@ from tickd.service.settings import ApiSettings
 
 
 def settings(**changes: Any) -> ApiSettings:
-    return ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, client_cache_s=0.0, **changes)
+    return ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, **changes)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ async def subscriber() -> AsyncIterator[tuple[str, Got]]:
 
 
 def _settings() -> ApiSettings:
-    return ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, client_cache_s=0.0)
+    return ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True)
 
 
 async def _create_and_fire(store: Store, url: str, headers: dict[str, str]) -> uuid.UUID:
