@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import structlog
+
 from tickd.schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
 from tickd.schema.model import Client
 
@@ -28,7 +30,8 @@ class ClientRows:
         return _client(rows[0]) if rows else None
 
     async def list_clients(self) -> list[Client]:
-        return [_client(row) async for page in self._db.pages("list_clients", {}) for row in page]
+        found = [_client(row) async for page in self._db.pages("list_clients", {}) for row in page]
+        return [client for client in found if client is not None]
 
     async def update_client(self, client: Client) -> None:
         await self._db.write("update_client", _fields(client))
@@ -68,7 +71,14 @@ def _fields(client: Client) -> Values:
     }
 
 
-def _client(row: Row) -> Client:
+def _client(row: Row) -> Client | None:
+    """The client a row holds; None for a row no ``insert_client`` wrote. Cassandra applies an ``UPDATE ...
+    IF col = null`` (``set_ack_secret``) and a plain UPDATE (``update_client``) where no row is, leaving
+    one without ``created_at``: read as a client it failed every ``list_clients``, and with it every
+    poller's client refresh and the admin's list, for all tenants."""
+    if row.created_at is None or row.poller_count is None:
+        structlog.get_logger("tickd.store").warning("client_row_partial", client_id=row.client_id)
+        return None
     return Client(
         client_id=row.client_id,
         poller_count=row.poller_count,
