@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 include Makefile.infra
 
-.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire bench-pipeline bench-isolation clean simulate test-cluster chromium wrk
+.PHONY: install lock lint test test-unit run dev migrate bench-api bench-fire bench-pipeline bench-isolation bench-ring clean simulate test-cluster chromium wrk
 
 install: $(STAMP)
 
@@ -109,3 +109,7 @@ bench-fire: install infra-up
 # nothing (bounded: one API process on its own keyspace, < 5 min; ARGS=--help).
 bench-isolation: install infra-up
 	$(BIN)/python -m bench.isolation $(ARGS)
+
+# Placement on the ring, plain and with bounded loads, over many random memberships (no servers; ~20 s).
+bench-ring: install
+	$(BIN)/python -m bench.ring $(ARGS)

@@ -1,4 +1,5 @@
 import itertools
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -67,6 +68,29 @@ def test_assignment_is_total_deterministic_and_moves_about_one_nth() -> None:
     assert all(four[k] == "n4" for k in moved)  # only moves onto the new node
     assert 0.15 < len(moved) / len(keys) < 0.35
     assert ring.assign(keys, []) == {}
+
+
+@pytest.mark.parametrize(("nodes", "pollers"), [(3, 4), (6, 8), (10, 16), (7, 23)])
+def test_bounded_placement_caps_every_node_and_is_the_same_everywhere(nodes: int, pollers: int) -> None:
+    keys = ring.instances_of([client(f"c{i}", pollers) for i in range(nodes)])
+    members = [f"node-{i}" for i in range(nodes)]
+    placed = ring.assign_bounded(keys, members)
+    assert set(placed) == set(keys) and set(placed.values()) <= set(members)
+    cap = ring.capacity(len(keys), nodes)
+    assert max(Counter(placed.values()).values()) <= cap <= len(keys) / nodes * ring.LOAD_FACTOR + 1
+    assert ring.assign_bounded(list(reversed(keys)), [*reversed(members), members[0]]) == placed  # any order
+    plain = ring.assign(keys, members)
+    # Each instance is on its plain owner, or on a node further clockwise only because that one was full.
+    moved = [k for k in keys if placed[k] != plain[k]]
+    assert all(Counter(placed.values())[plain[k]] == cap for k in moved)
+
+
+def test_capacity_never_leaves_an_instance_without_room() -> None:
+    assert ring.capacity(12, 3) == 5 and ring.capacity(10, 3) == 5 and ring.capacity(3, 4) == 1
+    assert ring.capacity(0, 3) == 0 and ring.capacity(5, 0) == 0
+    assert all(ring.capacity(n, m) * m >= n for n in range(0, 200) for m in range(1, 40))
+    with pytest.raises(ValueError, match="load_factor"):
+        ring.assign_bounded([InstanceKey("a", 0)], ["n1"], load_factor=0.9)
 
 
 def test_owned_by_partitions_the_instances() -> None:
