@@ -30,7 +30,7 @@ from tickd.schema.settings import StoreSettings
 
 class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``; on any
-    other ``Submit`` connection (``schema.memory.cql_store``), construct it with the connection's statements."""
+    other ``Submit`` connection (``schema.memory.store``), construct it with the connection's statements."""
 
     def __init__(
         self, settings: StoreSettings, connection: Submit, statements: Statements, cluster: Cluster | None = None
@@ -63,7 +63,7 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         """Requests sent so far by (statement, kind): ``Bridge.request_counts``. Cheap enough per scrape;
-        not part of the store port (the in-memory twin, ``MemoryStore``, has no requests to count)."""
+        not part of the store port."""
         return self._db.request_counts()
 
     async def close(self) -> None:

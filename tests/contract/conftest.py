@@ -1,9 +1,8 @@
-"""The store contract: every test here runs against every adapter of the port, so their semantics cannot
-drift. ``env`` is parametrized: ``memory`` (the twin, a ``MemoryStore`` on a hand-moved clock; no
-network), ``cql`` (the Cassandra adapter's own modules on a ``MemoryConnection``, which executes
-``queries.cql`` in memory, on the same kind of clock) and ``cassandra`` (the real server, marked
-``integration``; it fails loudly, never skips, when Cassandra does not answer). Time moves through
-``env``: the memory clocks jump, Cassandra really waits."""
+"""The store contract: every test here runs against every adapter of the port, so their semantics cannot drift.
+``env`` is parametrized: ``memory`` (``MemoryStore``: the Cassandra adapter's own modules on a
+``MemoryConnection``, which executes ``queries.cql`` in memory, on a hand-moved clock; no network) and
+``cassandra`` (the real server, marked ``integration``; it fails loudly, never skips, when Cassandra does not
+answer). Time moves through ``env``: the memory clocks jump, Cassandra really waits."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ import pytest
 
 from tickd.schema.errors import BatchNotLogged, StoreUnavailable
 from tickd.schema.memory import MemoryStore
-from tickd.schema.memory.cql_store import MemoryCassandraStore
 from tickd.schema.model import Client, HttpCallback, Location, Schedule
 from tickd.schema.settings import StoreSettings
 from tickd.schema.store import Store
@@ -83,7 +81,7 @@ class Env:
 
     @property
     def memory(self) -> bool:
-        """In memory (the twin or the Cassandra adapter on a memory connection): faults can be injected."""
+        """In memory (the Cassandra adapter on a memory connection): faults can be injected."""
         return self.kind in ("memory", "cql")
 
     def later(self, seconds: float) -> datetime:
@@ -134,22 +132,10 @@ async def _cassandra(settings: StoreSettings) -> Any:
     return _CASSANDRA[settings]
 
 
-@pytest.fixture(params=["memory", "cql", pytest.param("cassandra", marks=pytest.mark.integration)])
+@pytest.fixture(params=["memory", pytest.param("cassandra", marks=pytest.mark.integration)])
 async def env(request: pytest.FixtureRequest) -> Env:
-    if request.param == "cql":
-        return _cql_env()
     if request.param == "memory":
-        clock = ManualClock()
-        store = MemoryStore(clock)
-
-        async def advance(seconds: float) -> None:
-            clock.advance(seconds)
-
-        async def memory_variant(**changes: Any) -> MemoryStore:
-            settings = dataclasses.replace(store.settings, **changes)
-            return MemoryStore.from_settings(settings, clock, tables=store.tables)
-
-        return Env("memory", store, clock, advance, memory_variant)
+        return _memory_env()
     settings: StoreSettings = request.getfixturevalue("cassandra_settings")
 
     async def cassandra_variant(**changes: Any) -> Any:
@@ -159,17 +145,17 @@ async def env(request: pytest.FixtureRequest) -> Env:
     return Env("cassandra", await _cassandra(settings), now, asyncio.sleep, cassandra_variant)
 
 
-def _cql_env() -> Env:
+def _memory_env() -> Env:
     clock = ManualClock()
-    cql_store = MemoryCassandraStore(StoreSettings(), clock)
+    store = MemoryStore(clock)
 
     async def advance(seconds: float) -> None:
         clock.advance(seconds)
 
-    async def cql_variant(**changes: Any) -> MemoryCassandraStore:
-        return cql_store.with_settings(**changes)
+    async def memory_variant(**changes: Any) -> MemoryStore:
+        return store.with_settings(**changes)
 
-    return Env("cql", cql_store, clock, advance, cql_variant)
+    return Env("memory", store, clock, advance, memory_variant)
 
 
 @pytest.fixture

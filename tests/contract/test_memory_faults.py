@@ -1,7 +1,6 @@
-"""The in-memory adapters' fault points (what the simulation injects through): which requests a method
-sends, and what each kind of failure leaves behind, on the twin (``memory``) and on the Cassandra
-adapter over a memory connection (``cql``), which must agree. Memory only: Cassandra cannot be stopped
-mid-call on demand, which is why the simulation runs in memory."""
+"""The in-memory store's fault points (what the simulation injects through): which requests a method of
+the Cassandra adapter sends, and what each kind of failure leaves behind. Memory only: Cassandra cannot
+be stopped mid-call on demand, which is why the simulation runs in memory."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from tickd.schema.memory import MemoryStore, StoreFaults
 from tickd.schema.memory.faults import NoFaults
 from tickd.schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
 
-pytestmark = pytest.mark.parametrize("env", ["memory", "cql"], indirect=True)
+pytestmark = pytest.mark.parametrize("env", ["memory"], indirect=True)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from cassandra.cluster import Session
 
 from tests.integration import api_statuses
 from tickd.schema.memory import MemoryStore
-from tickd.schema.memory import tables as memory_tables
+from tickd.schema.memory.store import table
 from tickd.schema.store import Store
 from tickd.service.app import create_app
 from tickd.service.settings import ApiSettings
@@ -72,16 +72,12 @@ async def stored_rows(cql: Session, client_id: str) -> dict[str, int]:
     return await asyncio.to_thread(count)
 
 
-_MEMORY_TABLES = {
-    "schedules": memory_tables.SCHEDULES,
-    "refs": memory_tables.REFS,
-    "idempotency": memory_tables.IDEMPOTENCY_KEYS,
-}
+_MEMORY_TABLES = {"schedules": "schedules", "refs": "schedule_refs", "idempotency": "idempotency_keys"}
 
 
 def memory_rows(store: MemoryStore, client_id: str) -> dict[str, int]:
     """The same counts as ``stored_rows``, read from the in-memory store's tables."""
     return {
-        name: sum(1 for _, row in store.tables.scan(table) if row["client_id"] == client_id)
-        for name, table in _MEMORY_TABLES.items()
+        key: sum(1 for _, row in store.tables.scan(table(name)) if row["client_id"] == client_id)
+        for key, name in _MEMORY_TABLES.items()
     }

@@ -1,12 +1,11 @@
 """A whole tickd cluster in one process on virtual time: poller nodes, the API's schedule operations,
 subscribers, and the faults between them, all driven by one seed.
 
-Each node runs the real ``poller.node.Node`` over one shared in-memory store. What differs from
-production is only what sits at the edges: storage is ``schema.memory.MemoryStore`` (the adapter that
-passes the Cassandra contract suite) behind a fault plan, callbacks go to simulated subscribers, and
-time is the virtual loop's. Processes are "actors" of that loop, so a node can be paused (SIGSTOP),
-killed (kill -9) or stopped cleanly (SIGTERM) at any virtual moment.
-"""
+Each node runs the real ``poller.node.Node`` over one shared in-memory store. What differs from production is
+only what sits at the edges: storage is ``schema.memory.MemoryStore`` (the production Cassandra adapter,
+``schema/cassandra/*``, executing ``queries.cql`` in memory) behind a fault plan, callbacks go to simulated
+subscribers, and time is the virtual loop's. Processes are "actors" of that loop, so a node can be paused
+(SIGSTOP), killed (kill -9) or stopped cleanly (SIGTERM) at any virtual moment."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema import timing
 from tickd.schema.errors import BatchNotLogged, StoreUnavailable
-from tickd.schema.memory import MemoryStore, tables
+from tickd.schema.memory import MemoryStore
 from tickd.schema.memory.engine import micros
-from tickd.schema.memory.store import _row_key
 from tickd.schema.model import Checkpoint, Claim, HttpCallback, InstanceKey, Schedule, Status
 from tickd.schema.settings import StoreSettings
 
@@ -368,12 +366,8 @@ class World:
         completed = self.oracle.completed_us.get(key)
         if completed is None:
             return True
-        partition, clustering = tables.SCHEDULES.split(_row_key(row.client_id, row.schedule_id, row.location))
-        stored = self.memory.tables._data.get("schedules", {}).get(partition, {}).get(clustering)
-        if stored is None:
-            return True
-        cells = [*stored.cells.values(), *([stored.marker] if stored.marker is not None else [])]
-        if max(cell.ts for cell in cells) >= completed:
+        written_us = self.memory.peek_written_us("schedules", _row_key(row))
+        if written_us is None or written_us >= completed:
             return True
         self.oracle.stale_rows.add(str(row.schedule_id))
         return False
@@ -424,6 +418,12 @@ class CheckedStore:
             world = self._world
             current = await world.oracle_call(lambda: self._inner.get_checkpoint(claim.instance))
             await world.check_checkpoint(current, claim.instance)
+
+
+def _row_key(row: Schedule) -> dict[str, Any]:
+    loc = row.location
+    key = {"client_id": row.client_id, "poller_id": loc.poller_id, "minute": loc.minute, "due_at": loc.due_at}
+    return key | {"schedule_id": row.schedule_id}
 
 
 async def _rows(store: MemoryStore, instance: InstanceKey, minute: datetime) -> list[Schedule]:

@@ -1,5 +1,5 @@
 """A dead-letter page's reads are bounded by its limit, not by what is stored: counted in rows the store
-read (the memory store's session, the Cassandra adapter's twin), never in time."""
+read (the Cassandra adapter's bridge, in memory), never in time."""
 
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ BIG = b'"' + b"x" * 60_000 + b'"'
 
 
 class Counted:
-    """Rows and reads of the store's session, by statement name (dead letters' only: ``letter_rows``)."""
+    """Rows and reads of the store's bridge, by statement name (dead letters' only: ``letter_rows``)."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.rows: Counter[str] = Counter()
         self.reads: Counter[str] = Counter()
         pages = store._db.pages
 
-        async def counted(op: str, select: Any, limit: int | None = None) -> AsyncIterator[list[Any]]:
-            async for page in pages(op, select, limit):
+        async def counted(op: str, values: Any) -> AsyncIterator[list[Any]]:
+            async for page in pages(op, values):
                 self.reads[op] += 1
                 self.rows[op] += len(page)
                 yield page
