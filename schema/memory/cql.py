@@ -27,6 +27,7 @@ driver's ``InvalidRequest``, so the bridge maps them as it maps the server's.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -317,9 +318,17 @@ class Select(Plan):
     limit: Term | None
     single: bool = field(init=False)
 
+    # Slices on ascending clustering columns right after the partition key: the partition's rows are in
+    # that order, so a slice is a range found by bisection instead of a test of every row.
+    sorted_slices: bool = field(init=False)
+
     def __post_init__(self) -> None:
         w, t = self.where, self.table.table
         object.__setattr__(self, "single", w is not None and len(w.clustering) == len(t.clustering))
+        sorted_slices = w is not None and not w.clustering and bool(w.slices)
+        if w is not None:
+            sorted_slices = sorted_slices and not any(c in t.descending for s in w.slices for c in s.columns)
+        object.__setattr__(self, "sorted_slices", sorted_slices)
 
     def execute(self, tables: Tables, values: Mapping[str, Any], ts: int, state: Any, page_size: int) -> Page:
         limit = self._limit(values)
@@ -352,8 +361,18 @@ class Select(Plan):
             row = tables.row(table, key)
             return [((), row)] if row is not None else []
         rows = tables.partition(table, key)
+        if self.sorted_slices:
+            return _sliced(rows, self._bounds(values))
         tests = self._tests(values, key)
         return [item for item in rows if all(test(item[1]) for test in tests)] if tests else rows
+
+    def _bounds(self, values: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
+        assert self.where is not None
+        found = []
+        for s in self.where.slices:
+            bound = tuple(sort_key(term.required(values)) for term in s.terms)
+            found.append((s.op, len(bound), bound[0] if len(bound) == 1 else bound))
+        return found
 
     def _tests(self, values: Mapping[str, Any], key: Mapping[str, Any]) -> list[Callable[[Values], bool]]:
         assert self.where is not None
@@ -363,6 +382,27 @@ class Select(Plan):
             bound = tuple(sort_key(term.required(values)) for term in s.terms)
             tests.append(_slice(s.columns, _COMPARE[s.op], bound))
         return tests
+
+
+def _sliced(rows: Sequence[tuple[Any, Values]], bounds: list[tuple[str, int, Any]]) -> Sequence[tuple[Any, Values]]:
+    """The rows (in clustering order) within every bound: (op, how many leading clustering columns, value
+    as those columns' sort key: one value, or a tuple of several)."""
+    lo, hi = 0, len(rows)
+    for op, width, bound in bounds:
+        key = _first if width == 1 else functools.partial(_leading, width)
+        if op in (">", ">=", "="):
+            lo = max(lo, (bisect.bisect_right if op == ">" else bisect.bisect_left)(rows, bound, lo, hi, key=key))
+        if op in ("<", "<=", "="):
+            hi = min(hi, (bisect.bisect_left if op == "<" else bisect.bisect_right)(rows, bound, lo, hi, key=key))
+    return rows[lo:hi] if lo < hi else []
+
+
+def _first(item: tuple[Any, Values]) -> Any:
+    return item[0][0]
+
+
+def _leading(width: int, item: tuple[Any, Values]) -> Any:
+    return item[0][:width]
 
 
 def _equal_to(column: str, value: Any) -> Callable[[Values], bool]:

@@ -18,6 +18,7 @@ earlier in the same millisecond has a higher timestamp, and wins over the transa
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -105,6 +106,10 @@ class Row:
     marker: Cell | None = None
     cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
     deleted_ts: int | None = None
+    # The row as last read, (from second, until second, (order, values) or None): kept until a write
+    # lands on it or its first cell expires, so a partition read after a write to one row of it reuses
+    # the others (and the answers made of them, ``cql.Output.shared_rows``).
+    read: tuple[int, float, tuple[tuple[Any, ...], Values] | None] | None = None
 
     def put(self, column: str, cell: Cell) -> None:
         if self.deleted_ts is not None and cell.ts <= self.deleted_ts:
@@ -112,12 +117,14 @@ class Row:
         old = self.marker if column == _MARKER else self.cells.get(column)
         if old is not None and old.rank() > cell.rank():
             return
+        self.read = None
         if column == _MARKER:
             self.marker = cell
         else:
             self.cells[column] = cell
 
     def delete(self, ts: int) -> None:
+        self.read = None
         self.deleted_ts = ts if self.deleted_ts is None else max(ts, self.deleted_ts)
         self.cells = {c: cell for c, cell in self.cells.items() if cell.ts > self.deleted_ts}
         if self.marker is not None and self.marker.ts <= self.deleted_ts:
@@ -222,11 +229,13 @@ class Tables:
         found = []
         expires = math.inf
         for clustering, row in rows.items():
-            values = row.values(now_s)
-            if values is not None:
-                found.append((table.order(clustering), _with_key(table, partition, clustering, values)))
-            expires = min(expires, row.expires(now_s))
-        found.sort(key=lambda item: item[0])
+            read = row.read
+            if read is None or not read[0] <= now_s < read[1]:
+                read = row.read = (now_s, row.expires(now_s), _item(table, partition, clustering, row, now_s))
+            if read[2] is not None:
+                found.append(read[2])
+            expires = min(expires, read[1])
+        found.sort(key=_order)
         self._reads[(table.name, partition)] = (now_s, expires, found)
         return found
 
@@ -234,9 +243,13 @@ class Tables:
 def page(rows: Sequence[tuple[Any, Values]], after: Any | None, size: int) -> tuple[list[Values], Any | None]:
     """The page of ``size`` rows following position ``after``, and where the next page starts (None:
     no more pages). A full page always has a next one, as Cassandra's paging does."""
-    rest = [(order, v) for order, v in rows if after is None or order > after]
-    chunk = rest[:size]
+    start = 0 if after is None else bisect.bisect_right(rows, after, key=_order)  # rows are in order
+    chunk = rows[start : start + size]
     return [v for _, v in chunk], chunk[-1][0] if len(chunk) == size and chunk else None
+
+
+def _order(item: tuple[Any, Values]) -> Any:
+    return item[0]
 
 
 def micros(moment: datetime) -> int:
@@ -282,6 +295,12 @@ class _Desc:
 
     def __hash__(self) -> int:
         return hash(self.key)
+
+
+def _item(table: Table, partition: Key, clustering: Key, row: Row, now_s: int) -> tuple[Any, Values] | None:
+    """A live row as a read lists it: (its order in the partition, its values with the key columns)."""
+    values = row.values(now_s)
+    return None if values is None else (table.order(clustering), _with_key(table, partition, clustering, values))
 
 
 def _with_key(table: Table, partition: Key, clustering: Key, values: Values) -> Values:
