@@ -42,6 +42,9 @@ class FairSlots:
         # Clients with fires waiting, in turn order (a dict keeps insertion order): served from the front,
         # a served client goes to the back.
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        # Per client, the times it had to wait while under its own cap: every slot was held by others.
+        # A tenant crowded out by another shows here; one waiting at its own cap does not.
+        self._crowded_out: dict[str, int] = {}
 
     @property
     def free(self) -> int:
@@ -56,7 +59,17 @@ class FairSlots:
     def describe(self) -> dict[str, object]:
         """For the node's /status: what is free, and per client what it holds and how many wait."""
         waiting = {client: len(queue) for client, queue in self._waiting.items()}
-        return {"total": self.total, "free": self._free, "held": dict(self._held), "waiting": waiting}
+        return {
+            "total": self.total,
+            "free": self._free,
+            "held": dict(self._held),
+            "waiting": waiting,
+            "crowded_out": dict(self._crowded_out),
+        }
+
+    def crowded_out(self, client_id: str) -> int:
+        """How often ``client_id`` waited while under its own cap, since the node started."""
+        return self._crowded_out.get(client_id, 0)
 
     def try_acquire(self, client_id: str) -> bool:
         """Take a slot for ``client_id`` if one is free to it now, without waiting."""
@@ -70,6 +83,8 @@ class FairSlots:
         cancelled waiter is given back."""
         if self.try_acquire(client_id):
             return
+        if self.held(client_id) < self.per_client:
+            self._crowded_out[client_id] = self._crowded_out.get(client_id, 0) + 1
         granted = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(client_id, deque()).append(granted)
         try:

@@ -43,6 +43,12 @@ pytestmark = pytest.mark.acceptance
 QUIET_FIRES, QUIET_WINDOW_S = 200, 20
 NOISY_POLLERS, EVENTS_PER_TRIGGER, SLOW_EVENTS = 10, 500, 1000
 POLICY_TOKENS, RELEASE_TIMEOUT_S = 4, 3600  # the consumer never releases: tokens held for the whole test
+SMALL_POOLS = {
+    "TICKD_NODE_MAX_INFLIGHT": "32",  # a client's share: a quarter, 8
+    "TICKD_CALLBACK_CONNECTION_LIMIT": "32",
+    "TICKD_CALLBACK_PER_HOST_LIMIT": "32",  # both tenants' endpoints are on one receiver
+    "TICKD_CALLBACK_PER_CLIENT_LIMIT": "8",
+}
 
 
 def events(
@@ -114,7 +120,10 @@ async def test_s25_noisy_neighbour_costs_the_quiet_tenant_nothing(scenario: Scen
     sc = scenario
     quiet = await create_client(api, "s25quiet", 2)
     noisy = await create_client(api, "s25noisy", NOISY_POLLERS)
-    [node] = await sc.start_nodes(["n1"])
+    # Pools small enough that the noisy tenant's slow events (1,000 of 2 s each) fill them whole without
+    # the per-client caps: with each client's share raised to the whole pool, the quiet tenant waited for
+    # HTTP slots the noisy one held 164 times and its p99 lateness went from 0.07 s to 1.5 s.
+    [node] = await sc.start_nodes(["n1"], **SMALL_POOLS)
     await wait_placement([node], "s25", instances_of(quiet) | instances_of(noisy), timeout_s=60)
 
     began = time.monotonic()
@@ -123,7 +132,11 @@ async def test_s25_noisy_neighbour_costs_the_quiet_tenant_nothing(scenario: Scen
     noisy_at = ms(now_utc() + timedelta(seconds=12))  # its rows are written before the node reads them
     await noisy_load(sc, api, noisy, noisy_at)
     beside, beside_late = await quiet_run(sc, api, quiet, noisy_at + timedelta(seconds=5), "quiet-beside")
-    bound_s = max(1.0, 2 * alone_late.p99)
+    slots = (await node.status())["send_slots"]
+    # Work done, not time: how often each tenant waited for a slot while under its own share (the node's
+    # or the HTTP pool's all held by others). Lateness is reported, not asserted (it depends on the machine).
+    crowded = {kind: slots[kind]["crowded_out"].get(quiet.client_id, 0) for kind in ("node", "http")}
+    noisy_waits = {kind: slots[kind]["crowded_out"].get(noisy.client_id, 0) for kind in ("node", "http")}
     report(
         "S25 noisy neighbour: quiet tenant's lateness alone vs beside 6,000 noisy events (1 node)",
         quiet_alone_p99_s=alone_late.p99,
@@ -131,7 +144,10 @@ async def test_s25_noisy_neighbour_costs_the_quiet_tenant_nothing(scenario: Scen
         quiet_alone_max_s=alone_late.max,
         quiet_beside_max_s=beside_late.max,
         quiet_beside_missing=len(beside.missing),
-        bound_s=bound_s,
+        quiet_crowded_out=crowded,
+        noisy_crowded_out=noisy_waits,
+        pools={kind: slots[kind]["total"] for kind in ("node", "http")},
+        noisy_held_at_end={kind: slots[kind]["held"].get(noisy.client_id, 0) for kind in ("node", "http")},
         noisy_sent=noisy_sent(sc),
         duration_s=round(time.monotonic() - began, 1),
     )
@@ -139,10 +155,7 @@ async def test_s25_noisy_neighbour_costs_the_quiet_tenant_nothing(scenario: Scen
     assert node.alive, node.tail()
     assert not alone.missing and not alone.duplicated, alone.fields()
     assert not beside.missing and not beside.duplicated, beside.fields()
-    assert beside_late.p99 <= bound_s, (
-        f"the quiet tenant's p99 lateness beside the noisy one ({beside_late.p99:.3f} s) is over "
-        f"max(1 s, 2 x its p99 alone {alone_late.p99:.3f} s)"
-    )
+    assert crowded == {"node": 0, "http": 0}, f"the quiet tenant waited for slots the noisy one held: {crowded}"
     # The noisy load was real: the policy let its 4 tokens out and held the rest back; the slow endpoint worked.
     sent = noisy_sent(sc)
     assert sent["noisy-throttled"] <= POLICY_TOKENS and sent["noisy-slow"] > 0, sent

@@ -241,6 +241,23 @@ async def test_a_client_holds_at_most_its_share_and_the_rest_stay_free_for_other
     assert slots.free == 0 and not slots.try_acquire("c")
 
 
+async def test_a_wait_at_its_own_cap_is_not_counted_as_crowded_out_one_behind_others_is() -> None:
+    slots = FairSlots(total=2, per_client=1)
+    assert slots.try_acquire("a")
+    own_cap = asyncio.create_task(slots.acquire("a"))  # a waits behind its own share: its doing
+    await asyncio.sleep(0)
+    assert slots.try_acquire("b")
+    crowded = asyncio.create_task(slots.acquire("c"))  # c holds nothing and finds no slot: crowded out
+    await asyncio.sleep(0)
+    assert (slots.crowded_out("a"), slots.crowded_out("b"), slots.crowded_out("c")) == (0, 0, 1)
+    assert slots.describe()["crowded_out"] == {"c": 1}
+    slots.release("b")
+    await crowded
+    for task in (own_cap,):
+        task.cancel()
+    await asyncio.gather(own_cap, return_exceptions=True)
+
+
 async def test_freed_slots_go_to_waiting_clients_in_turn() -> None:
     slots = FairSlots(total=2, per_client=2)
     for _ in range(2):
