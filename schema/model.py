@@ -422,6 +422,16 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedMinute:
+    """A minute of an instance a poller closed without firing its rows: why, and how many rows it held."""
+
+    instance: InstanceKey
+    minute: datetime
+    reason: str
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     node_id: str
     address: str

@@ -29,6 +29,7 @@ from tickd.schema.model import (
     Run,
     Schedule,
     ScheduleRef,
+    SkippedMinute,
     Status,
     ThrottlePolicy,
     Token,
@@ -247,6 +248,10 @@ class CoordinationStore(Protocol):
     async def get_horizon(self, instance: InstanceKey) -> datetime | None: ...
 
     async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None: ...
+
+    async def skipped_minutes(self, instance: InstanceKey, limit: int) -> list[SkippedMinute]:
+        """The instance's skipped minutes, newest first, at most ``limit`` (kept for the retention TTL)."""
+        ...
 
 
 class Store(ClientStore, ScheduleStore, CoordinationStore, Protocol):

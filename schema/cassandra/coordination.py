@@ -10,7 +10,7 @@ from datetime import datetime
 
 from tickd.schema import timing
 from tickd.schema.cassandra.bridge import Bridge, Write, utc
-from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo
+from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo, SkippedMinute
 from tickd.schema.settings import StoreSettings
 
 
@@ -122,6 +122,10 @@ class Coordination:
     async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None:
         values = {**_key(instance), "minute": minute, "reason": reason, "rows": rows, "ttl": self.settings.retention_s}
         await self._db.write("record_skipped", values)
+
+    async def skipped_minutes(self, instance: InstanceKey, limit: int) -> list[SkippedMinute]:
+        found = await self._db.rows("skipped_minutes", {**_key(instance), "max_rows": limit})
+        return [SkippedMinute(instance, utc(r.minute), r.reason or "", r.rows or 0) for r in found]
 
 
 def _key(instance: InstanceKey) -> dict[str, object]:

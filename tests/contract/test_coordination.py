@@ -118,8 +118,18 @@ async def test_live_nodes_in_node_id_order(env: Env, store: Store, client_id: st
         await store.leave(node.node_id)
 
 
-async def test_record_skipped_is_accepted(env: Env, store: Store, client_id: str) -> None:
-    await store.record_skipped(InstanceKey(client_id, 0), MINUTE, "older than catch-up window", 12)
+async def test_skipped_minutes_are_kept_newest_first_per_instance(env: Env, store: Store, client_id: str) -> None:
+    instance = InstanceKey(client_id, 0)
+    await store.record_skipped(instance, MINUTE, "older than catch-up window", 12)
+    await store.record_skipped(instance, MINUTE + timedelta(minutes=1), "older than catch-up window", 3)
+    await store.record_skipped(InstanceKey(client_id, 1), MINUTE, "another instance's", 1)
+    found = await store.skipped_minutes(instance, 10)
+    assert [(s.minute, s.reason, s.rows) for s in found] == [
+        (MINUTE + timedelta(minutes=1), "older than catch-up window", 3),
+        (MINUTE, "older than catch-up window", 12),
+    ]
+    assert [s.minute for s in await store.skipped_minutes(instance, 1)] == [MINUTE + timedelta(minutes=1)]
+    assert await store.skipped_minutes(InstanceKey(client_id, 2), 10) == []
 
 
 async def test_ping(store: Store) -> None:

@@ -94,4 +94,5 @@ async def test_an_event_of_no_throttled_schedule_of_the_client_is_not_found(stor
 def test_the_rules_load_without_aiohttp() -> None:
     """The service layer stays below HTTP: importing it imports no aiohttp (a fresh interpreter)."""
     check = "import sys, tickd.service.policies; assert 'aiohttp' not in sys.modules, 'aiohttp imported'"
-    subprocess.run([sys.executable, "-c", check], check=True)
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
