@@ -77,4 +77,5 @@ async def test_add_runs(env: Env, store: Store, new_schedule: Factory, client_id
     assert [(r.nominal_at, r.status, r.seq) for r in listed] == [
         (x.nominal_at, x.status, x.seq) for x in reversed(runs)
     ]
-    await store.add_runs(client_id, s.schedule_id, [])
+    await store.add_runs(client_id, s.schedule_id, [])  # nothing to add: accepted, and nothing changes
+    assert await store.list_runs(client_id, s.schedule_id, None, 10) == listed
