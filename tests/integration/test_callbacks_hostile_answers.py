@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -29,9 +30,9 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema import timing
+from tickd.schema.cassandra.bridge import Page
 from tickd.schema.memory import MemoryStore
-from tickd.schema.memory.engine import Write
-from tickd.schema.model import Client, HttpCallback, InstanceKey, Location, Schedule, Status
+from tickd.schema.model import Client, HttpCallback, Location, Schedule, Status
 from tickd.schema.settings import StoreSettings
 
 pytestmark = pytest.mark.integration
@@ -265,12 +266,26 @@ def node_settings(policy: RetryPolicy = POLICY, read_slice_s: float = 2.0) -> Po
 class LateMarks(MemoryStore):
     """A memory store whose writes leave no hot mark once ``late`` is set: as if each change landed after
     the instance's last re-read of its marks before the fire went out (a cancel accepted within the
-    mutation guard), so only the pipeline's own read before a retry can see it."""
+    mutation guard), so only the pipeline's own read before a retry can see it. The adapter puts a mark in
+    the batch of the write it signals (``mark_hot``); the connection drops it from there."""
 
     late = False
 
-    def _hot_mark(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
-        return [] if self.late else super()._hot_mark(instance, loc, now)
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        super().__init__(clock)
+        connection = self._connection
+        send, send_batch = connection.send, connection.send_batch
+
+        async def one(statement: Any, values: Any, *rest: Any) -> Page:
+            if self.late and statement.name == "mark_hot":
+                return Page([], None)
+            return await send(statement, values, *rest)
+
+        async def batch(writes: Any, *rest: Any) -> Page:
+            kept = [w for w in writes if not (self.late and w[0].name == "mark_hot")]
+            return await send_batch(kept, *rest) if kept else Page([], None)
+
+        connection.send, connection.send_batch = one, batch  # type: ignore[method-assign]
 
 
 @dataclass
@@ -453,6 +468,7 @@ async def test_a_fire_in_retry_is_stopped_even_when_its_mark_comes_late(receiver
         stopped = await (running.store.cancel_schedule if change == "cancel" else running.store.pause_schedule)(
             current, now
         )
+        assert await running.store.hot_marks(row.location.minute) == []  # no mark ever told of the change
         assert await until(lambda: receiver.attempts("/after") == [1], 4 * policy.cap_s + 10)
         assert receiver.attempts(f"/{change}") == [1]  # the retry, due before the one delivered, never went
         assert (await running.current(row)).status is stopped.status
