@@ -72,11 +72,15 @@ def change_base(
     write_ts = max(clock_ts, (ref.write_ts or 0) + 1)
     if ref.version == current.version:
         # A client move cut short between its new row and retiring the old (written without a batchlog,
-        # schema.batchlog) left the old row live beside the new: this change fences it too.
+        # schema.batchlog) left the old row live beside the new: this change fences it too. So does it
+        # the targets the pointer still lists as stale: the change that listed them may itself not have
+        # landed (seed 93769: two changes lost in a row, the first one's row left live, forgotten by the
+        # third change, which fenced only the second's target; it fired after the third was answered).
         moved_from = ref.previous if ref.changed_version == ref.version else None
+        stale = tuple(ref.stale)
         if moved_from is not None and moved_from != current.location:
-            return Base(current.version, write_ts, (moved_from,))
-        return Base(current.version, write_ts)
+            stale = (*stale, moved_from)
+        return Base(current.version, write_ts, stale)
     if not abandoned(current, ref, live, target):
         raise Conflict("the schedule was changed concurrently; read it again and retry")
     stale = ref.stale if ref.location == current.location else (*ref.stale, ref.location)

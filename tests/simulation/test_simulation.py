@@ -70,6 +70,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (76093, True, "the oracle: a stale retry row behind a checkpoint while its fire was still being retried"),
     (1109, True, "a paused node's durable retry, settled in an unguarded task, landed after the next owner delivered"),
     (76091, True, "a poller's retry move written without its batchlog, cut short: the next owner sent an event twice"),
+    (93769, True, "two client changes lost in a row: the third forgot the stale row the second listed; it fired"),
 ]
 
 
