@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.unit.throttled import hold_a_token
 from tickd.poller import delivery
 from tickd.poller.acks import Ack, AckConsumer, AckSecrets, AckSigner, Rejected, parse_ack
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
@@ -17,7 +18,7 @@ from tickd.poller.metrics import Metrics
 from tickd.schema import events
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import MemoryStore
-from tickd.schema.model import Client, EventOf, KafkaCallback, Location, Options, Schedule, ThrottlePolicy, Token
+from tickd.schema.model import Client, EventOf, KafkaCallback, Location, Options, Schedule, ThrottlePolicy
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 EVENT_ID = f"{uuid.uuid4()}:1700000000000:3"
@@ -88,20 +89,7 @@ async def _throttled(store: MemoryStore, client_id: str) -> tuple[Schedule, str]
     """A client whose throttled schedule has one event holding a token; (the schedule, the event id)."""
     assert await store.create_client(Client(client_id, 1, True, "h", NOW, NOW))
     await store.put_policy(ThrottlePolicy(client_id, "p", 5, 600, NOW, NOW))
-    schedule = Schedule(
-        client_id,
-        uuid.uuid4(),
-        Location(0, NOW + timedelta(hours=1)),
-        NOW + timedelta(hours=1),
-        b"{}",
-        KafkaCallback(topic="orders.fired"),
-        NOW,
-        options=Options(throttle="p"),
-    )
-    await store.create_schedule(schedule, NOW)
-    event_id = f"{schedule.fire_id}:0"
-    assert await store.take_token(Token(client_id, "p", 1, event_id, "node", NOW), 600)
-    return schedule, event_id
+    return await hold_a_token(store, client_id, NOW)
 
 
 async def test_a_throttled_events_delivery_carries_its_token_and_others_none() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.unit.throttled import hold_a_token
 from tickd.schema.errors import NotFound
 from tickd.schema.memory import MemoryStore
-from tickd.schema.model import KafkaCallback, Location, Options, Schedule, ThrottlePolicy, Token
+from tickd.schema.model import ThrottlePolicy
 from tickd.service import policies
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -58,19 +58,7 @@ async def test_deleting_answers_the_policy_as_it_was_and_removes_it(store: Memor
 
 async def _throttled_event(store: MemoryStore, client_id: str) -> str:
     """A throttled schedule of ``client_id`` under policy "p" whose first event holds a token; its event id."""
-    schedule = Schedule(
-        client_id,
-        uuid.uuid4(),
-        Location(0, NOW + timedelta(hours=1)),
-        NOW + timedelta(hours=1),
-        b"{}",
-        KafkaCallback(topic="orders.fired"),
-        NOW,
-        options=Options(throttle="p"),
-    )
-    await store.create_schedule(schedule, NOW)
-    event_id = f"{schedule.fire_id}:0"
-    assert await store.take_token(Token(client_id, "p", 1, event_id, "node", NOW), 600)
+    _, event_id = await hold_a_token(store, client_id, NOW)
     return event_id
 
 
