@@ -94,8 +94,9 @@ def _names_a_duration(node: ast.AST) -> bool:
         name = inner.id if isinstance(inner, ast.Name) else inner.attr if isinstance(inner, ast.Attribute) else ""
         if name and _DURATION_NAME.search(name):
             return True
-        if isinstance(inner, ast.Constant) and isinstance(inner.value, str) and inner.value.endswith("_seconds"):
-            return True  # a metric in seconds read by name
+        text = inner.value if isinstance(inner, ast.Constant) and isinstance(inner.value, str) else ""
+        if text.endswith("_seconds") or (text and _DURATION_NAME.search(text)):
+            return True  # a metric in seconds, or a field of a report, read by name: window["lateness_p99_s"]
     return False
 
 

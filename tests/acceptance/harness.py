@@ -590,6 +590,7 @@ class Tally:
     duplicated: dict[str, int]
     unknown: list[str]
     lateness: Lateness
+    early: list[str]  # fire ids that arrived before their fire time (one host, one clock: a defect, never load)
 
     @property
     def duplicates(self) -> int:
@@ -622,6 +623,7 @@ def tally(made: Sequence[Made], arrivals: Iterable[tuple[str, float]]) -> Tally:
         duplicated={f: n for f, n in counts.items() if n > 1},
         unknown=sorted(set(counts) - set(want)),
         lateness=Lateness.of(first[f] - want[f] for f in want if f in first),
+        early=sorted(f for f in want if f in first and first[f] < want[f]),
     )
 
 

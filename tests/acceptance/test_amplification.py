@@ -3,7 +3,8 @@
 The biggest fire the API's amplification limits accept (``TICKD_MAX_EVENTS_PER_MINUTE`` events whose
 payloads together fill ``TICKD_MAX_FIRE_BYTES``, all due at once) fires on a real poller node while a
 second tenant's schedules come due around it: the node stays alive, every event arrives, and the other
-tenant's p99 lateness stays under a second."""
+tenant's fires due while the big fire's events are being sent arrive among them, not queued behind them.
+Lateness is reported, not asserted (``make bench-isolation`` and ``make bench-fire`` measure it)."""
 
 from __future__ import annotations
 
@@ -91,4 +92,13 @@ async def test_s15_largest_batch_trigger_beside_another_tenant(scenario: Scenari
     assert node.alive, node.tail()
     assert not t.missing and not t.duplicated, t.fields()
     assert len(big_events()) == events
-    assert t.lateness.p99 < 1.0, f"the other tenant's p99 lateness {t.lateness.p99:.3f} s >= 1 s"
+    assert not t.early, t.early[:5]
+    # Order, not speed: the other tenant's fires due in the first half of the big fire's sending (half of
+    # ~48 s here, so ~150 of its 300) each arrive before the big fire's last event. A node whose slots the
+    # big fire held would send them only after its 10,000 events, i.e. after that last event.
+    first_big, last_big = big_arrivals[0], big_arrivals[-1]
+    arrived = dict(http_arrivals(r.of("other")))
+    during = [m for m in made if first_big <= m.fire_ts <= (first_big + last_big) / 2]
+    assert during, f"no fire of the other tenant was due while the big fire was sent ({first_big}..{last_big})"
+    queued = [m.fire_id for m in during if arrived[m.fire_id] > last_big]
+    assert not queued, f"{len(queued)} of {len(during)} fires due during the big fire arrived after its last event"

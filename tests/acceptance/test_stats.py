@@ -79,7 +79,7 @@ async def test_st_each_tenant_reads_its_own_counts(scenario: Scenario, api: Api)
     assert seen["busy"]["client_id"] == "st-busy" and seen["quiet"]["client_id"] == "st-quiet"
     for window in busy_windows:  # every window holds the same minute or two
         assert _counts(window) == (35, 30, 5, 5)
-        assert 0 <= window["lateness_p50_s"] <= window["lateness_p99_s"] <= window["lateness_max_s"] < 10
+        assert 0 <= window["lateness_p50_s"] <= window["lateness_p99_s"] <= window["lateness_max_s"]
     for window in quiet_windows:
         assert _counts(window) == (10, 10, 0, 0)
     # An admin sees every client's attempts together (the node writes those rows too), or one client's.
