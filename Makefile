@@ -38,6 +38,8 @@ lock:
 lint: install
 	$(BIN)/ruff check schema service poller tests bench sdk
 	$(BIN)/ruff format --check schema service poller tests bench sdk
+	@# Tests that cannot fail or bet on the machine's speed: no assertion, a sleep then an assert, a duration bound.
+	$(BIN)/python -m tests.checks
 	@# mypy finds modules by folder, and tickd.* is mapped onto the top folders (package-dir): give it a tree of links.
 	mkdir -p .cache/typecheck/tickd && for p in schema service poller; do ln -sfn ../../../$$p .cache/typecheck/tickd/$$p; done
 	MYPYPATH=.cache/typecheck $(BIN)/mypy
