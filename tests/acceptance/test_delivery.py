@@ -74,6 +74,7 @@ async def restart_kafka() -> tuple[float, float]:
 
 
 @pytest.mark.timeout(480)
+@pytest.mark.exclusive
 async def test_s5_kafka_10k_across_broker_restart(scenario: Scenario, api: Api) -> None:
     """10,000 Kafka fires, counted by fire id, with the broker restarted mid-run: none lost."""
     sc = scenario
