@@ -71,6 +71,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (1109, True, "a paused node's durable retry, settled in an unguarded task, landed after the next owner delivered"),
     (76091, True, "a poller's retry move written without its batchlog, cut short: the next owner sent an event twice"),
     (93769, True, "two client changes lost in a row: the third forgot the stale row the second listed; it fired"),
+    (95018, True, "the workload: an acknowledged reschedule adopted the version in doubt; its fire id is required"),
 ]
 
 

@@ -313,6 +313,11 @@ class Workload:
         elif moved.fire_at != promise.fire_at:
             promise.old_fire_ids[promise.fire_id] = asyncio.get_running_loop().time()
         promise.fire_at = moved.fire_at
+        # The acknowledged version must fire, whatever came before: a change can land on the time of a
+        # version in doubt or superseded earlier (it adopts a change whose pointer moved), and then shares
+        # its fire id (seed 95018).
+        promise.maybe.pop(promise.fire_id, None)
+        promise.old_fire_ids.pop(promise.fire_id, None)
 
     async def _resize(self, client_id: str) -> None:
         pollers = self.rng.choice([1, 2, 3, 4, 6])
