@@ -107,6 +107,18 @@ class Oracle:
                 out[d.schedule_id][d.event_id or d.fire_id].append(d)
         return out
 
+    def pending(self) -> int:
+        """Keys of acknowledged one-time fires (not cancelled, not in doubt) neither delivered nor given up
+        on yet: what ``_check_promise`` would call never delivered if the run ended now."""
+        ok = self._ok_deliveries()
+        return sum(
+            1
+            for p in self.promises.values()
+            if p.repeat is None and p.cancelled_at is None and not p.uncertain
+            for key in _keys(p.fire_id, p.events)
+            if not self._done(key, ok.get(p.schedule_id, {}))
+        )
+
     def _done(self, key: str, seen: dict[str, list[Delivery]]) -> bool:
         return key in seen or key in self.dead_letters
 

@@ -67,7 +67,7 @@ def run_seed(seed: int, **overrides: Any) -> Outcome:
 async def _simulate(config: SimConfig) -> tuple[list[str], World]:
     world = World(config)
     # The workload takes run_s + settle_s and its heal; a run far past that is stuck, not slow.
-    limit_s = 2 * (config.run_s + config.settle_s) + 300
+    limit_s = 2 * (config.run_s + config.settle_s + config.settle_extra_s) + 300
     try:
         async with asyncio.timeout(limit_s):
             await Workload(world).run()

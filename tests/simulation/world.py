@@ -47,6 +47,7 @@ class SimConfig:
     clients: int = 2
     run_s: float = 180.0  # the workload and its faults
     settle_s: float = 240.0  # then no faults: everything due must be delivered by the end
+    settle_extra_s: float = 600.0  # at most this much longer while a throttled backlog still shrinks
     faults: bool = True
     max_skew_s: float = 0.5  # clocks of nodes and the API differ by at most this much from true time
     store_fail_p: float = 0.02  # per store request, while faults are on
