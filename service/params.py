@@ -18,15 +18,18 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from tickd.schema.errors import InvalidInput
 from tickd.schema.model import ListCursor
 from tickd.service.errors import Invalid, Malformed
-from tickd.service.validation import NAME_PATTERN, Moment, convert
+from tickd.service.validation import NAME_PATTERN, Moment, convert, worded
 
 T = TypeVar("T")
 
-CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,128}(?!\n)$"
+CURSOR_PATTERN = worded(r"^[A-Za-z0-9_-]{1,128}(?!\n)$", "the next_cursor of a previous page, as it was given")
 _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # What ``schema.events.event_schedule_id`` reads: a schedule id, the fire's epoch ms, the event's index.
-EVENT_ID_PATTERN = rf"^{_UUID}:[0-9]{{1,15}}:[0-9]{{1,7}}(?!\n)$"
-IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{1,255}(?!\n)$"
+EVENT_ID_PATTERN = worded(
+    rf"^{_UUID}:[0-9]{{1,15}}:[0-9]{{1,7}}(?!\n)$",
+    "an event id as delivered: <schedule_id (lowercase UUID)>:<epoch ms>:<index>",
+)
+IDEMPOTENCY_KEY_PATTERN = worded(r"^[\x20-\x7e]{1,255}(?!\n)$", "1-255 printable ASCII characters")
 
 Cursor = Annotated[str, Meta(pattern=CURSOR_PATTERN, description="next_cursor of the previous page")]
 Limit = Annotated[int, Meta(ge=1, le=1000, description="1-1000, default 100")]
@@ -65,7 +68,9 @@ class EventPath(Struct, forbid_unknown_fields=True):
     event_id: Annotated[str, Meta(pattern=EVENT_ID_PATTERN, description="<schedule_id>:<epoch ms>:<index>")]
 
 
-DEAD_LETTER_ID_PATTERN = rf"^[0-9]{{1,15}}-{_UUID}(?!\n)$"
+DEAD_LETTER_ID_PATTERN = worded(
+    rf"^[0-9]{{1,15}}-{_UUID}(?!\n)$", "a dead letter id as listed: <failed_at epoch ms>-<schedule_id (lowercase UUID)>"
+)
 RedriveLimit = Annotated[int, Meta(ge=1, le=100, description="1-100, default 100")]
 
 
@@ -101,7 +106,7 @@ class RedriveQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", 
     cursor: Cursor | UnsetType = UNSET
 
 
-BUSINESS_KEY_PATTERN = r"^[A-Za-z0-9._~:@-]{1,128}(?!\n)$"
+BUSINESS_KEY_PATTERN = worded(r"^[A-Za-z0-9._~:@-]{1,128}(?!\n)$", "1-128 characters of A-Z, a-z, 0-9 and . _ ~ : @ -")
 
 
 class BusinessKeyPath(Struct, forbid_unknown_fields=True):

@@ -27,20 +27,51 @@ from tickd.service.settings import ApiSettings
 
 T = TypeVar("T")
 
+# What each pattern asks for, in words: msgspec's error quotes the regular expression itself, which tells a
+# person little ("Expected `str` matching regex '^[Hh][Tt]...'"). ``invalid_from`` says the words instead,
+# and tests/unit/api/test_api_messages.py checks that every pattern the API's spec publishes has them.
+PATTERN_WORDS: dict[str, str] = {}
+
+
+def worded(pattern: str, words: str) -> str:
+    """``pattern``, registered with what it asks for in words (shown when a value does not match)."""
+    PATTERN_WORDS[pattern] = words
+    return pattern
+
+
 # Every pattern ends in ``(?!\n)$``: in Python (and msgspec) ``$`` also matches before a final newline,
 # so ``^[a-z]+$`` would let "name\n" through; the look-ahead works the same in JSON Schema's ECMA regex.
-NAME_PATTERN = r"^[a-z0-9_-]{1,64}(?!\n)$"
+NAME_PATTERN = worded(r"^[a-z0-9_-]{1,64}(?!\n)$", "1-64 characters of a-z, 0-9, _ and -")
 CLIENT_ID_PATTERN = NAME_PATTERN
 _TOPIC_CHARS = r"[A-Za-z0-9._-]"
-TOPIC_PATTERN = rf"^(?!\.\.?(?!\n)$){_TOPIC_CHARS}{{1,249}}(?!\n)$"
+TOPIC_PATTERN = worded(
+    rf"^(?!\.\.?(?!\n)$){_TOPIC_CHARS}{{1,249}}(?!\n)$",
+    "a Kafka topic name: 1-249 characters of A-Z, a-z, 0-9, '.', '_' and '-', not '.' or '..'",
+)
 # A grant: a topic name, or a prefix of at least one character, then ".", "-" or "_", then "*" ("orders.*").
-TOPIC_GRANT_PATTERN = rf"^(?:(?!\.\.?(?!\n)$){_TOPIC_CHARS}{{1,249}}|{_TOPIC_CHARS}{{1,247}}[._-]\*)(?!\n)$"
-DURATION_PATTERN = r"^[1-9][0-9]{0,8}[smhd](?!\n)$"
-ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}(?!\n)$"
-URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@\\]+(?:[/?#][^\x00-\x20\x7f]*)?(?!\n)$"
-METHOD_PATTERN = r"^(?:[Gg][Ee][Tt]|[Pp][Oo][Ss][Tt]|[Pp][Uu][Tt]|[Pp][Aa][Tt][Cc][Hh]|[Dd][Ee][Ll][Ee][Tt][Ee])(?!\n)$"
-HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}(?!\n)$"
-HEADER_VALUE_PATTERN = r"^[\t\x20-\x7e]{0,8192}(?!\n)$"
+TOPIC_GRANT_PATTERN = worded(
+    rf"^(?:(?!\.\.?(?!\n)$){_TOPIC_CHARS}{{1,249}}|{_TOPIC_CHARS}{{1,247}}[._-]\*)(?!\n)$",
+    "a Kafka topic name, or a prefix ending in '.*', '_*' or '-*' (such as 'orders.*')",
+)
+DURATION_PATTERN = worded(
+    r"^[1-9][0-9]{0,8}[smhd](?!\n)$", "a duration such as 30s, 5m, 2h or 1d (a whole number from 1)"
+)
+ZONE_PATTERN = worded(r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}(?!\n)$", "an IANA time zone name such as Europe/Berlin or UTC")
+URL_PATTERN = worded(
+    r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@\\]+(?:[/?#][^\x00-\x20\x7f]*)?(?!\n)$",
+    "an http:// or https:// URL with a host, no user info ('@') and no spaces or control characters",
+)
+METHOD_PATTERN = worded(
+    r"^(?:[Gg][Ee][Tt]|[Pp][Oo][Ss][Tt]|[Pp][Uu][Tt]|[Pp][Aa][Tt][Cc][Hh]|[Dd][Ee][Ll][Ee][Tt][Ee])(?!\n)$",
+    "one of GET, POST, PUT, PATCH and DELETE",
+)
+HEADER_NAME_PATTERN = worded(
+    r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}(?!\n)$", "an HTTP header name: 1-256 letters, digits and !#$%&'*+.^_`|~-"
+)
+HEADER_VALUE_PATTERN = worded(
+    r"^[\t\x20-\x7e]{0,8192}(?!\n)$", "an HTTP header value: up to 8192 printable ASCII characters or tabs"
+)
+CRON_PATTERN = worded(r"^[^\x00-\x1f\x7f]+(?!\n)$", "a cron expression (no control characters)")
 MAX_TOPIC_GRANTS = 100
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 MAX_HEADERS = 32
@@ -90,7 +121,7 @@ Url = Annotated[str, Meta(min_length=1, max_length=MAX_URL_LENGTH, pattern=URL_P
 HeaderName = Annotated[str, Meta(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, Meta(pattern=HEADER_VALUE_PATTERN)]
 Headers = Annotated[dict[HeaderName, HeaderValue], Meta(max_length=MAX_HEADERS)]
-Cron = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+(?!\n)$")]
+Cron = Annotated[str, Meta(min_length=1, max_length=256, pattern=CRON_PATTERN)]
 Zone = Annotated[str, Meta(pattern=ZONE_PATTERN)]
 Timeout = Annotated[float, Meta(ge=MIN_TIMEOUT_S, le=MAX_TIMEOUT_S)]
 Count = Annotated[int, Meta(ge=1)]
@@ -300,7 +331,30 @@ def invalid_from(message: str, prefix: str = "") -> Malformed:
         path = f"{path}.{named.group(1)}" if path else named.group(1)
     path = re.sub(r"\[(\d+)\]", r".\1", path.replace("[...]", ""))  # list index -> .i; dict key unknown
     field = ".".join(p for p in (prefix, path) if p) or None
-    return Malformed(text, field=field, code=code)
+    return Malformed(_in_words(text), field=field, code=code)
+
+
+def _in_words(text: str) -> str:
+    """msgspec's "Expected `str` matching regex '<pattern>'" as what the pattern asks for, in words."""
+    if not text.startswith(_MATCHING):
+        return text
+    for pattern, words in PATTERN_WORDS.items():
+        if text == _matching_message(pattern):
+            return f"Expected {words}"
+    return "Expected a string of the form the API's documentation (/docs) gives for this field"
+
+
+_MATCHING = "Expected `str` matching regex "
+
+
+@functools.cache
+def _matching_message(pattern: str) -> str:
+    """The message msgspec gives for a string ``pattern`` refuses (its own quoting of the pattern)."""
+    try:
+        msgspec.convert("\x00", Annotated[str, Meta(pattern=pattern)])
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return ""
 
 
 # -- time -------------------------------------------------------------------------------------------
