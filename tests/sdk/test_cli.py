@@ -3,7 +3,9 @@ completion script, and ``tickd dev``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 from tickd_client import Redrive, RedriveError, Tickd, cli
+from tickd_client.models import Schedule
 
 from tests.sdk.conftest import Dev, wait_for_dead_letters
 
@@ -124,7 +127,7 @@ def test_bash_completion_offers_commands_and_options(tickd: Run, tmp_path: Path)
     assert "--schedule" in complete("tickd", "dead-letters", "redrive", "--")
     assert complete("tickd", "admin", "") >= {"nodes"}
     assert "--cron" in complete("tickd", "--url", "http://x", "schedules", "create", "--")
-    assert complete("tickd", "clients", "list", "--output", "") == {"table", "json"}
+    assert complete("tickd", "clients", "list", "--output", "") == {"table", "wide", "json"}
 
 
 def test_dev_execs_tickd_dev(tmp_path: Path) -> None:
@@ -287,3 +290,30 @@ def test_admin_stats_command(tickd: Run, dev: Dev) -> None:
     assert row[0] == "5m" and int(row[1]) >= 1 and all(cell.endswith("s") for cell in row[5:])
     assert tickd("--admin-token", dev.api_key, "admin", "stats")[0] == cli.AUTH
     assert tickd("admin", "stats", "--client", "Not A Name")[0] == cli.INVALID
+
+
+def test_wide_output_prints_every_column(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    assert tickd("schedules", "create", "--delay-s", "3600", *hook, "-q")[0] == 0
+    narrow = tickd("schedules", "list", "--page-size", "1")[1].splitlines()[0].split()
+    wide = tickd("schedules", "list", "--page-size", "1", "-o", "wide")[1].splitlines()[0].split()
+    assert "callback" not in narrow
+    assert wide == [f.name for f in dataclasses.fields(Schedule)]
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`tickd ... | head`: the reader is gone before the command writes. Exit 141 and no word on stderr
+    (it was "tickd: unexpected error: BrokenPipeError")."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-c", "from tickd_client.cli import main; main()", "completion", "bash"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (ran.returncode, ran.stderr) == (cli.BROKEN_PIPE, "")

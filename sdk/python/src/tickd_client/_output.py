@@ -1,4 +1,5 @@
-"""How the CLI prints answers: ``json`` (the answer as JSON, for scripts) or ``table`` (for people)."""
+"""How the CLI prints answers: ``json`` (the answer as JSON, for scripts), ``table`` (for people: a list
+shows the columns most wanted) or ``wide`` (a list shows every field as a column)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def render(value: Any, output: str) -> str:
     if output == "json":
         return json.dumps(plain(value), indent=2, ensure_ascii=False)
     if isinstance(value, list):
-        return _table(value)
+        return _table(value, wide=output == "wide")
     return _fields(plain(value))
 
 
@@ -59,12 +60,15 @@ def _fields(data: Mapping[str, Any]) -> str:
     return "\n".join(f"{name.ljust(width)}  {_cell(value)}" for name, value in shown.items())
 
 
-def _table(rows: Sequence[Any]) -> str:
+def _table(rows: Sequence[Any], wide: bool = False) -> str:
     if not rows:
         return "(none)"
     first = rows[0]
-    columns = tuple(first) if isinstance(first, Mapping) else COLUMNS.get(type(first), ())
     data = [plain(row) for row in rows]
+    if isinstance(first, Mapping) or wide:
+        columns = tuple(dict.fromkeys(name for row in data for name in row))  # every field, in first-seen order
+    else:
+        columns = COLUMNS.get(type(first), ())
     cells = [list(columns)] + [[_cell(row.get(c)) for c in columns] for row in data]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells)

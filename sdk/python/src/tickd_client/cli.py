@@ -5,7 +5,11 @@ dead letters, policies, events, stats); --admin-token or TICKD_ADMIN_TOKEN (clie
 
 Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict (also: a
 `dead-letters redrive` of many that could not redrive some); 5 invalid input (the API's 400/413/415/422,
-naming the field); 6 unauthorized or forbidden; 7 unavailable or rate limited.
+naming the field); 6 unauthorized or forbidden; 7 unavailable or rate limited; 141 the output's reader
+went away (`tickd schedules list ... | head`), said nowhere, as other command-line tools do.
+
+Output: -o table (default: a list shows the columns most wanted), -o wide (a list shows every field as a
+column) or -o json (the answer as JSON).
 
 Completion: eval "$(tickd completion bash)".
 """
@@ -43,6 +47,7 @@ from tickd_client.models import Cluster, HttpCallback, Instance, KafkaCallback, 
 from tickd_client.retry import NO_RETRY, RetryPolicy
 
 OK, UNEXPECTED, USAGE, NOT_FOUND, CONFLICT, INVALID, AUTH, UNAVAILABLE = range(8)
+BROKEN_PIPE = 128 + 13  # as a shell reports a process ended by SIGPIPE
 _EXIT_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
     (NotFound, NOT_FOUND),
     (Conflict, CONFLICT),
@@ -312,7 +317,13 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument("--url", default=s, help="the API (TICKD_URL; default http://127.0.0.1:8080)")
     common.add_argument("--api-key", default=s, help="a client's API key (TICKD_API_KEY)")
     common.add_argument("--admin-token", default=s, help="the admin token, for clients (TICKD_ADMIN_TOKEN)")
-    common.add_argument("--output", "-o", choices=("table", "json"), default=s, help="table (default) or json")
+    common.add_argument(
+        "--output",
+        "-o",
+        choices=("table", "wide", "json"),
+        default=s,
+        help="table (default), wide (every column) or json",
+    )
     common.add_argument("--timeout-s", type=float, default=s, help="per request (default 10)")
     common.add_argument("--no-retry", action="store_true", default=s, help="send each request once")
     return common
@@ -549,6 +560,11 @@ def main() -> None:
         code = run()
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): stop without a word. Point stdout at /dev/null
+        # so the interpreter's last flush does not fail again on the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = BROKEN_PIPE
     except Exception as exc:  # the documented exit code 1, with a one-line reason rather than a traceback
         print(f"tickd: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = UNEXPECTED
