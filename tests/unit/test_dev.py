@@ -86,7 +86,7 @@ async def _banner(proc: asyncio.subprocess.Process) -> tuple[str, str, str]:
     return url, key, secret
 
 
-async def test_first_callback_within_five_seconds_of_start_without_java(
+async def test_a_first_callback_arrives_with_no_java_on_the_machine(
     dev: tuple[asyncio.subprocess.Process, float],
 ) -> None:
     proc, started = dev
@@ -210,3 +210,63 @@ async def test_each_failed_event_of_a_batch_fire_leaves_its_own_dead_letter(
     assert sorted(letter["fire_id"] for letter in letters) == [f"{fire_id}:{i}" for i in range(4)]
     assert len({letter["dead_letter_id"] for letter in letters}) == 4
     assert refused["error"]["code"] == "not_redrivable"
+
+
+async def test_the_servers_settings_apply_and_the_node_serves_what_it_advertises() -> None:
+    """tickd-dev reads the servers' TICKD_* variables (it ignored every one), names those it cannot use,
+    and serves the poller node's /metrics and /status on the port /v1/admin/nodes gives for it (it said
+    :9108 while nothing listened there)."""
+    env = {
+        **os.environ,
+        "TICKD_MAX_BATCH": "2",
+        "TICKD_ADMIN_TOKEN": "dev-admin-token-from-env",
+        "TICKD_CASSANDRA_HOSTS": "10.9.9.9",
+    }
+    env.pop("TICKD_METRICS_PORT", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tickd.service.dev",
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,  # the log, where the warning is
+        env=env,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(15):
+            while not any("signing key" in line for line in lines):
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"tickd-dev exited: {lines}"
+                lines.append(line)
+        text = "".join(lines)
+        url = _URL.search(text)
+        key = _KEY.search(text)
+        poller = re.search(r"Poller node: (http://\S+)/metrics", text)
+        assert url and key and poller, text
+        assert "dev_settings_not_applied" in text and "TICKD_CASSANDRA_HOSTS" in text, text
+        assert "dev-admin-token-from-env" in text  # the admin token it was given, not a random one
+        body = {"delay_s": 60, "callback": {"type": "http", "url": "http://127.0.0.1:9/hook"}}
+        async with aiohttp.ClientSession() as http:
+            tenant = {"Authorization": f"Bearer {key.group(1)}"}
+            async with http.post(
+                f"{url.group(1)}/v1/schedules/batch", json={"schedules": [body] * 3}, headers=tenant
+            ) as r:
+                refused = await r.json()
+                assert r.status in (400, 413, 422) and "2" in refused["error"]["message"], refused
+            admin = {"Authorization": "Bearer dev-admin-token-from-env"}
+            async with http.get(f"{url.group(1)}/v1/admin/nodes", headers=admin) as r:
+                nodes = await r.json()
+                assert r.status == 200, nodes
+            async with http.get(f"{poller.group(1)}/status") as r:
+                status = await r.json()
+                assert r.status == 200 and status["node_id"] == "dev", status
+            async with http.get(f"{poller.group(1)}/metrics") as r:
+                assert r.status == 200 and "tickd_" in await r.text()
+        port = int(poller.group(1).rsplit(":", 1)[1])
+        assert port != 9108 and str(port) in json.dumps(nodes), (port, nodes)
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 10)
