@@ -145,7 +145,7 @@ class Settings:
             infra_dir=_env_path("TICKD_INFRA_DIR", REPO / ".cache" / "infra"),
             cassandra_port=_env_int("TICKD_CASSANDRA_PORT", 9042),
             cassandra_storage_port=_env_int("TICKD_CASSANDRA_STORAGE_PORT", 7000),
-            cassandra_heap=os.environ.get("TICKD_CASSANDRA_HEAP", "").strip() or "768M",
+            cassandra_heap=os.environ.get("TICKD_CASSANDRA_HEAP", "").strip() or "1G",
             cassandra_timeout_s=_env_timeout(180.0),
             kafka_port=_env_int("TICKD_KAFKA_PORT", 9092),
             kafka_controller_port=_env_int("TICKD_KAFKA_CONTROLLER_PORT", 9093),
