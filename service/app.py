@@ -104,6 +104,7 @@ def create_app(
         app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
     declared = operations()
     declare.mount(app, declared)
+    app.middlewares.append(declare.no_query_guard(declared))  # inside error_middleware: its 400 is answered as any
     app[ops.OPERATIONS] = declared
     ui.setup(app)
     ops.setup(app)

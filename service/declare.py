@@ -24,6 +24,7 @@ from typing import Any, Literal, TypedDict, TypeVar, Unpack
 import msgspec
 from aiohttp import web
 
+from tickd.service.errors import Malformed
 from tickd.service.settings import ApiSettings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -147,3 +148,23 @@ def mount(app: web.Application, operations: Iterable[Operation]) -> None:
     """Add each operation's handler to the router: the only place routes are added (GET answers no HEAD)."""
     for op in operations:
         app.router.add_route(op.method.upper(), op.route, op.handler)
+
+
+def no_query_guard(operations: Iterable[Operation]) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """A middleware refusing any query parameter sent to an operation that declares none (400, naming it):
+    ``GET /v1/stats?client_id=other`` answered the caller's own statistics as if asked for them. Operations
+    with a query parse it into a Struct that refuses unknown names the same way (``params.query``). The
+    public operations (health, readiness, the document, metrics) are left alone: probes and scrapers add
+    query strings of their own, and nothing there is the caller's to choose."""
+    without = frozenset(op.handler for op in operations if op.query is None and op.auth is not None)
+
+    @web.middleware
+    async def refuse_unknown_query(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.query and request.match_info.handler in without:
+            name = next(iter(request.query))
+            raise Malformed(
+                f"unknown query parameter {name!r}: this operation takes none", code="unknown_field", field=name
+            )
+        return await handler(request)
+
+    return refuse_unknown_query

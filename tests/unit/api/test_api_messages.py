@@ -102,3 +102,21 @@ def test_a_pattern_without_words_still_names_no_regex() -> None:
     error = invalid_from(str(refused.value))
     assert "regex" in str(refused.value)
     assert "regex" not in error.message and "/docs" in error.message, error.message
+
+
+async def test_an_unknown_query_parameter_is_refused_naming_it(api: Api, register: Register) -> None:
+    """``GET /v1/stats?client_id=other`` answered the caller's own statistics, as if it had asked for them."""
+    _, key = await register()
+    for url, headers in (
+        ("/v1/stats?client_id=other", key),
+        ("/v1/throttle-policies?limit=5", key),
+        ("/v1/schedules/runs?x=1", key),
+        ("/v1/clients?client_id=a", ADMIN),
+        ("/v1/schedules?from=2030-01-01T00:00:00Z&to=2030-01-01T01:00:00Z&client_id=other", key),
+    ):
+        resp = await api.get(url, headers=headers)
+        error = (await resp.json())["error"]
+        assert (resp.status, error["code"]) == (400, "unknown_field"), (url, error)
+        assert error["field"] in ("client_id", "limit", "x"), (url, error)
+    assert (await api.get("/v1/stats", headers=key)).status == 200
+    assert (await api.get("/healthz?probe=lb")).status == 200  # probes add their own
