@@ -5,8 +5,11 @@ on the API port it answers the admin token only (``TICKD_METRICS_AUTH=admin``; `
 scraper that should not hold the admin token reads it from a listener of its own
 (``TICKD_API_METRICS_PORT``), bound where the load balancer does not reach, serving ``/metrics`` only.
 
-``/docs`` is one self-contained page (inline CSS, no script, nothing from another origin); its Content
-Security Policy allows exactly that stylesheet, by its hash, and nothing else.
+``/docs`` is Swagger UI over ``/openapi.json``: the release files the ``swagger-ui-py`` package ships,
+served from this process (nothing from another origin, the online validator off), under a Content Security
+Policy that allows this origin's scripts and styles only. ``/docs/plain`` is the same document as one
+self-contained page for a reader without JavaScript (inline CSS, no script); its policy allows exactly
+that stylesheet, by its hash, and nothing else.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import hashlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
+import swagger_ui
 from aiohttp import web
 
 from tickd.service import keys, openapi
@@ -31,6 +36,33 @@ OPERATIONS = web.AppKey("operations", tuple[Operation, ...])
 SPEC = web.AppKey("openapi_spec", bytes)
 DOCS = web.AppKey("openapi_docs", str)
 DOCS_HEADERS = web.AppKey("openapi_docs_headers", dict[str, str])
+_UI_FILES = web.AppKey("docs_ui_files", dict[str, bytes])
+
+# /docs and its files: path -> (where, file, content type).
+_SWAGGER = Path(swagger_ui.__file__).parent / "static"
+_OURS = Path(__file__).resolve().parent.parent / "ui"
+DOCS_FILES: dict[str, tuple[Path, str, str]] = {
+    "/docs/swagger-ui.css": (_SWAGGER, "swagger-ui.css", "text/css"),
+    "/docs/swagger-ui-bundle.js": (_SWAGGER, "swagger-ui-bundle.js", "text/javascript"),
+    "/docs/init.js": (_OURS, "docs.js", "text/javascript"),
+}
+DOCS_PAGE = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>tickd API</title>'
+    '<link rel="stylesheet" href="/docs/swagger-ui.css"></head><body>'
+    '<noscript><p>This page needs JavaScript: <a href="/docs/plain">/docs/plain</a> is the same document without '
+    'it, and <a href="/openapi.json">/openapi.json</a> the machine-readable one.</p></noscript>'
+    '<div id="swagger-ui"></div><script src="/docs/swagger-ui-bundle.js"></script>'
+    '<script src="/docs/init.js"></script></body></html>'
+)
+# Swagger UI runs on this origin's script and stylesheet alone: no inline script or style, nothing else.
+UI_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 log = structlog.get_logger("tickd.api")
 _STYLE = re.compile(r"<style>(.*?)</style>", re.S)
@@ -92,9 +124,24 @@ async def openapi_json(request: web.Request) -> web.Response:
     return web.Response(body=request.app[SPEC], content_type="application/json")
 
 
-@routes.get("/docs", "This document as HTML", media="text/html")
+@routes.get("/docs", "This document, browsable (Swagger UI)", media="text/html")
 async def docs(request: web.Request) -> web.Response:
+    return web.Response(text=DOCS_PAGE, content_type="text/html", headers=UI_HEADERS)
+
+
+@routes.get("/docs/plain", "This document as one HTML page without script", media="text/html")
+async def docs_plain(request: web.Request) -> web.Response:
     return web.Response(text=request.app[DOCS], content_type="text/html", headers=request.app[DOCS_HEADERS])
+
+
+async def docs_file(request: web.Request) -> web.Response:
+    path = request.match_info.route.resource.canonical if request.match_info.route.resource else ""
+    media = DOCS_FILES[path][2]
+    return web.Response(body=request.app[_UI_FILES][path], content_type=media, charset="utf-8", headers=UI_HEADERS)
+
+
+for _path, (_, _name, _media) in DOCS_FILES.items():
+    routes.get(_path, f"/docs: {_name}", media=_media)(docs_file)
 
 
 def docs_headers(page: str) -> dict[str, str]:
@@ -142,6 +189,7 @@ def setup(app: web.Application) -> None:
     app[SPEC] = openapi.encode(spec)
     app[DOCS] = openapi.render_html(spec)
     app[DOCS_HEADERS] = docs_headers(app[DOCS])
+    app[_UI_FILES] = {path: (folder / name).read_bytes() for path, (folder, name, _) in DOCS_FILES.items()}
     app[METRICS_LISTENER] = MetricsListener()
     if app[keys.SETTINGS].metrics_port is not None:
         app.cleanup_ctx.append(_metrics_listener)

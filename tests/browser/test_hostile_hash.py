@@ -1,7 +1,8 @@
 """The dashboard against hostile addresses: an id taken from the URL hash goes into a request path only
 if it matches its grammar, and encoded; anything else is refused in the page, before any request, so
 ``#/schedules/..%2F..%2Fadmin`` or ``#/schedules/x?y#z`` can neither reach another endpoint nor add a
-query. And /docs renders under its Content Security Policy with nothing refused."""
+query. And /docs (Swagger UI) and /docs/plain render under their Content Security Policies with nothing
+refused."""
 
 from __future__ import annotations
 
@@ -140,10 +141,28 @@ async def test_a_hostile_business_key_in_the_search_is_never_put_in_a_path(open_
     assert "/v1/schedules/by-key/cart-4711" in requests.take()
 
 
-async def test_the_docs_page_renders_under_its_csp(open_page: OpenPage, dev: Dev) -> None:
+async def test_swagger_ui_renders_every_operation_and_body_under_its_csp(open_page: OpenPage, dev: Dev) -> None:
+    """/docs: Swagger UI from this origin draws every operation of /openapi.json, and a request body as a
+    model (fields, types, patterns' descriptions), with no CSP violation and no request leaving the origin."""
+    page = await open_page(LAPTOP)
+    elsewhere: list[str] = []
+    page.on("request", lambda r: elsewhere.append(r.url) if not r.url.startswith(dev.url) else None)
+    response = await page.goto(f"{dev.url}/docs")
+    assert response is not None and "script-src 'self'" in response.headers["content-security-policy"]
+    spec = await (await page.request.get(f"{dev.url}/openapi.json")).json()
+    operations = sum(len(methods) for methods in spec["paths"].values())
+    await expect(page.locator(".opblock")).to_have_count(operations)
+    create = page.locator(".opblock-post", has_text="/v1/schedules").first
+    await create.locator(".opblock-summary").click()
+    await create.get_by_text("Schema", exact=True).first.click()
+    await expect(create.locator(".model-box").first).to_contain_text("callback")
+    assert elsewhere == [], elsewhere
+
+
+async def test_the_plain_docs_page_renders_under_its_csp(open_page: OpenPage, dev: Dev) -> None:
     """open_page fails the test on any CSP violation the page reports; the inline stylesheet applies."""
     page = await open_page(LAPTOP)
-    response = await page.goto(f"{dev.url}/docs")
+    response = await page.goto(f"{dev.url}/docs/plain")
     assert response is not None and "default-src 'none'" in response.headers["content-security-policy"]
     await expect(page.locator("h1")).to_contain_text("tickd API")
     assert await page.evaluate("getComputedStyle(document.body).maxWidth") == "960px"

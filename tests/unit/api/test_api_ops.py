@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -59,7 +61,7 @@ def test_other_successes_and_a_setting_that_lifts_auth_are_declared(api_settings
 
 
 async def test_docs_page_is_self_contained(api: Api) -> None:
-    resp = await api.get("/docs")
+    resp = await api.get("/docs/plain")
     text = await resp.text()
     assert resp.status == 200 and resp.content_type == "text/html"
     assert "/v1/schedules/batch" in text and "<script" not in text and "http://" not in text.replace("http://x", "")
@@ -97,3 +99,25 @@ async def test_unknown_routes_and_methods_get_json_4xx(api: Api) -> None:
     assert wrong.status == 405 and (await wrong.json())["error"]["code"] == "method_not_allowed"
     assert "POST" in wrong.headers["Allow"]
     assert (await api.get("/healthz")).headers["X-Request-Id"]
+
+
+async def test_docs_is_swagger_ui_served_from_this_origin(api: Api) -> None:
+    """/docs: Swagger UI's files from the installed package, our initializer, nothing from elsewhere."""
+    resp = await api.get("/docs")
+    page = await resp.text()
+    assert resp.status == 200 and resp.content_type == "text/html"
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert sources and all(s.startswith("/") and not s.startswith("//") for s in sources), sources
+    policy = resp.headers["Content-Security-Policy"]
+    assert "script-src 'self';" in policy and "'unsafe-eval'" not in policy and "connect-src 'self'" in policy
+    for path, media in (
+        ("/docs/swagger-ui.css", "text/css"),
+        ("/docs/swagger-ui-bundle.js", "text/javascript"),
+        ("/docs/init.js", "text/javascript"),
+    ):
+        assert path in sources
+        got = await api.get(path)
+        assert (got.status, got.content_type) == (200, media), path
+        assert got.headers["Content-Security-Policy"] == policy
+    init = await (await api.get("/docs/init.js")).text()
+    assert 'url: "/openapi.json"' in init and "validatorUrl: null" in init

@@ -95,7 +95,7 @@ def test_metrics_settings_default_to_the_admin_token_and_no_listener() -> None:
 
 
 async def test_docs_have_a_csp_allowing_their_own_stylesheet_only(api: Api) -> None:
-    resp = await api.get("/docs")
+    resp = await api.get("/docs/plain")
     page = await resp.text()
     policy = resp.headers["Content-Security-Policy"]
     directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
