@@ -23,6 +23,7 @@ from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from tickd.service.errors import Malformed
 from tickd.service.settings import ApiSettings
@@ -150,7 +151,7 @@ def mount(app: web.Application, operations: Iterable[Operation]) -> None:
         app.router.add_route(op.method.upper(), op.route, op.handler)
 
 
-def no_query_guard(operations: Iterable[Operation]) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def no_query_guard(operations: Iterable[Operation]) -> Middleware:
     """A middleware refusing any query parameter sent to an operation that declares none (400, naming it):
     ``GET /v1/stats?client_id=other`` answered the caller's own statistics as if asked for them. Operations
     with a query parse it into a Struct that refuses unknown names the same way (``params.query``). The

@@ -19,10 +19,10 @@ import hashlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import structlog
-import swagger_ui
 from aiohttp import web
 
 from tickd.service import keys, openapi
@@ -39,7 +39,7 @@ DOCS_HEADERS = web.AppKey("openapi_docs_headers", dict[str, str])
 _UI_FILES = web.AppKey("docs_ui_files", dict[str, bytes])
 
 # /docs and its files: path -> (where, file, content type).
-_SWAGGER = Path(swagger_ui.__file__).parent / "static"
+_SWAGGER = Path(str(files("swagger_ui") / "static"))  # the swagger-ui-py package's copy of Swagger UI
 _OURS = Path(__file__).resolve().parent.parent / "ui"
 DOCS_FILES: dict[str, tuple[Path, str, str]] = {
     "/docs/swagger-ui.css": (_SWAGGER, "swagger-ui.css", "text/css"),
