@@ -48,20 +48,18 @@ def _path_without_java() -> str:
     return os.pathsep.join(keep)
 
 
+async def _start_dev(env: dict[str, str], stderr: int) -> asyncio.subprocess.Process:
+    """``tickd-dev --port 0`` with ``env``, its banner (and log, if ``stderr`` is STDOUT) on a pipe."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tickd.service.dev", "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
+    )
+
+
 @pytest.fixture
 async def dev() -> AsyncIterator[tuple[asyncio.subprocess.Process, float]]:
     env = {**os.environ, "PATH": _path_without_java(), "JAVA_HOME": "/nonexistent"}
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tickd.service.dev",
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
+    proc = await _start_dev(env, asyncio.subprocess.DEVNULL)
     try:
         yield proc, started
     finally:
@@ -223,16 +221,7 @@ async def test_the_servers_settings_apply_and_the_node_serves_what_it_advertises
         "TICKD_CASSANDRA_HOSTS": "10.9.9.9",
     }
     env.pop("TICKD_METRICS_PORT", None)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tickd.service.dev",
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,  # the log, where the warning is
-        env=env,
-    )
+    proc = await _start_dev(env, asyncio.subprocess.STDOUT)  # with the log, where the warning is
     assert proc.stdout is not None
     lines: list[str] = []
     try:
