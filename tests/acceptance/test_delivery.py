@@ -54,7 +54,9 @@ async def infra_up() -> float:
     proc = await asyncio.create_subprocess_exec(
         *INFRA, "up", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=180)
+    # infra.py bounds each wait itself (TICKD_INFRA_TIMEOUT_S: the broker's start, then its TLS listener);
+    # this only catches a command that hangs past both.
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=420)
     assert proc.returncode == 0, f"infra.py up failed:\n{out.decode(errors='replace')}"
     return time.monotonic() - started
 
