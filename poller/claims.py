@@ -17,19 +17,14 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from structlog.typing import FilteringBoundLogger
-
 from tickd.poller import ring
+from tickd.poller.context import NodeContext
 from tickd.poller.instance import InstanceDrained, PollerInstance
 from tickd.poller.lease import NodeLease
-from tickd.poller.metrics import Metrics
-from tickd.poller.settings import PollerSettings
 from tickd.schema import aio
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import Claim, Client, InstanceKey
-from tickd.schema.store import Store
 
-Clock = Callable[[], datetime]
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 
 
@@ -44,26 +39,14 @@ class Running:
 
 
 class Placement:
-    def __init__(
-        self,
-        settings: PollerSettings,
-        store: Store,
-        metrics: Metrics,
-        clock: Clock,
-        log: FilteringBoundLogger,
-        lease: NodeLease,
-        start: Callable[[Claim, Client], PollerInstance],
-    ) -> None:
+    def __init__(self, node: NodeContext, lease: NodeLease, start: Callable[[Claim, Client], PollerInstance]) -> None:
         """``start`` makes the instance a claim gives this node (the node's shared parts wired in)."""
-        self._s = settings
-        self._store = store
-        self._metrics = metrics
-        self._now = clock
-        self._log = log
+        self._s = node.settings
+        self._node = node
         self._lease = lease
         self._start_instance = start
         self._spawn: Spawn | None = None  # the node's task group, once it runs
-        self.node_id = settings.node_id
+        self.node_id = node.settings.node_id
         self.running: dict[InstanceKey, Running] = {}
         self._clients: dict[str, Client] = {}
         self._clients_read_at = 0.0
@@ -89,7 +72,7 @@ class Placement:
         if self._lease.fenced:
             return
         await self._refresh_clients()
-        self.live = {n.node_id for n in await self._store.live_nodes()} | {self.node_id}
+        self.live = {n.node_id for n in await self._node.store.live_nodes()} | {self.node_id}
         self._forget_undrained()
         candidates = [i for i in ring.instances_of(self._clients.values()) if i not in self._drained]
         mine = ring.owned_by(self.node_id, candidates, self.live)
@@ -114,7 +97,7 @@ class Placement:
         now = asyncio.get_running_loop().time()
         if now - self._clients_read_at < self._s.clients_refresh_s and self._clients:
             return
-        self._clients = {c.client_id: c for c in await self._store.list_clients()}
+        self._clients = {c.client_id: c for c in await self._node.store.list_clients()}
         self._clients_read_at = now
         if self._maybe_held is None:  # at start, any instance may still be claimed under our node id
             self._maybe_held = set(ring.instances_of(self._clients.values()))
@@ -129,9 +112,9 @@ class Placement:
         really dead, while one missing from an older read may just be new (two owners at once)."""
         if not keys:
             return
-        claims = await aio.gather(*(self._store.get_claim(k) for k in keys))
+        claims = await aio.gather(*(self._node.store.get_claim(k) for k in keys))
         if any(c is not None and c.owner not in (None, self.node_id) for c in claims):
-            self.live = {n.node_id for n in await self._store.live_nodes()} | {self.node_id}
+            self.live = {n.node_id for n in await self._node.store.live_nodes()} | {self.node_id}
         await aio.gather(*(self._try_claim(k, seen) for k, seen in zip(keys, claims, strict=True)))
 
     async def _try_claim(self, key: InstanceKey, seen: Claim | None) -> None:
@@ -141,7 +124,7 @@ class Placement:
         if await self._is_drained(key, client):
             return
         try:
-            claim = await self._store.claim(key, self.node_id, seen, self._now())
+            claim = await self._node.store.claim(key, self.node_id, seen, self._node.clock())
         except StoreUnavailable:
             self._may_hold(key)  # the claim may have applied with its answer lost
             raise
@@ -150,8 +133,8 @@ class Placement:
         if self._lease.fenced:  # the fence came while the claim was in flight: run nothing, give it back later
             self._may_hold(key)
             return
-        self._metrics.claims.labels("acquired").inc()
-        self._log.info(
+        self._node.metrics.claims.labels("acquired").inc()
+        self._node.log.info(
             "instance_claimed", instance=str(key), epoch=claim.epoch, previous_owner=seen.owner if seen else None
         )
         self._start(claim, client)
@@ -160,10 +143,10 @@ class Placement:
         """Above a lowered quota, an instance with nothing left after its checkpoint is not run again."""
         if key.poller_id < client.poller_count or client.resized_at is None:
             return False
-        if (self._now() - client.resized_at).total_seconds() < self._s.drain_grace_s:
+        if (self._node.clock() - client.resized_at).total_seconds() < self._s.drain_grace_s:
             return False
-        horizon = await self._store.get_horizon(key)
-        checkpoint = await self._store.get_checkpoint(key)
+        horizon = await self._node.store.get_horizon(key)
+        checkpoint = await self._node.store.get_checkpoint(key)
         drained = horizon is None or (checkpoint is not None and checkpoint.minute >= horizon)
         if drained:
             self._drained[key] = client.resized_at
@@ -173,23 +156,23 @@ class Placement:
         instance = self._start_instance(claim, client)
         task = self._task(self._run_instance(instance))
         self.running[claim.instance] = Running(instance, task)
-        self._metrics.instances.set(len(self.running))
+        self._node.metrics.instances.set(len(self.running))
 
     async def _run_instance(self, instance: PollerInstance) -> None:
         key = instance.instance
-        self._log.info("instance_started", instance=str(key), epoch=instance.claim.epoch)
+        self._node.log.info("instance_started", instance=str(key), epoch=instance.claim.epoch)
         try:
             await instance.run()
         except* InstanceDrained:
             self._drained[key] = instance.client.resized_at
             self._task(self.stop(key, "drained", drain_s=self._s.shutdown_deadline_s, release=True))
         except* StoreUnavailable as group:
-            self._metrics.store_error("instance")
-            self._log.warning("instance_failed", instance=str(key), error=str(group.exceptions[0]))
+            self._node.metrics.store_error("instance")
+            self._node.log.warning("instance_failed", instance=str(key), error=str(group.exceptions[0]))
             self._task(self.stop(key, "store_unavailable", drain_s=self._s.shutdown_deadline_s, release=True))
         except* Exception:
             # Pollers never die of one bad instance: log it, hand it back; the ring gives it out again.
-            self._log.exception("instance_crashed", instance=str(key))
+            self._node.log.exception("instance_crashed", instance=str(key))
             self._task(self.stop(key, "crashed", drain_s=self._s.shutdown_deadline_s, release=True))
 
     # -- hand-overs -----------------------------------------------------------------------------------
@@ -209,9 +192,9 @@ class Placement:
             await self._hand_over(running, reason, drain_s=drain_s, release=release)
         finally:
             del self.running[key]
-            self._metrics.instances.set(len(self.running))
+            self._node.metrics.instances.set(len(self.running))
             with contextlib.suppress(KeyError):  # its lag is the next owner's to report
-                self._metrics.checkpoint_lag.remove(str(key))
+                self._node.metrics.checkpoint_lag.remove(str(key))
             running.stopped.set()
 
     async def _hand_over(self, running: Running, reason: str, *, drain_s: float, release: bool) -> None:
@@ -221,9 +204,11 @@ class Placement:
         try:
             await instance.drain(drain_s)
         except StoreUnavailable as exc:
-            self._metrics.store_error("drain")
-            self._log.warning("drain_incomplete", instance=str(instance.instance), error=str(exc))
-        self._log.info("instance_stopped", instance=str(instance.instance), epoch=instance.claim.epoch, reason=reason)
+            self._node.metrics.store_error("drain")
+            self._node.log.warning("drain_incomplete", instance=str(instance.instance), error=str(exc))
+        self._node.log.info(
+            "instance_stopped", instance=str(instance.instance), epoch=instance.claim.epoch, reason=reason
+        )
         if release:
             await self._release(instance.claim)
         else:
@@ -237,15 +222,15 @@ class Placement:
         """Give the claim up (if still held at its epoch); False if storage did not answer (then the
         claim is remembered and released later)."""
         try:
-            released = await self._store.release(claim)
+            released = await self._node.store.release(claim)
         except StoreUnavailable as exc:
-            self._metrics.store_error("release")
-            self._log.warning("release_failed", instance=str(claim.instance), error=str(exc))
+            self._node.metrics.store_error("release")
+            self._node.log.warning("release_failed", instance=str(claim.instance), error=str(exc))
             self._may_hold(claim.instance)
             return False
         if released:
-            self._metrics.claims.labels("released").inc()
-            self._log.info("instance_released", instance=str(claim.instance), epoch=claim.epoch)
+            self._node.metrics.claims.labels("released").inc()
+            self._node.log.info("instance_released", instance=str(claim.instance), epoch=claim.epoch)
         return True
 
     # -- verification ---------------------------------------------------------------------------------
@@ -253,10 +238,10 @@ class Placement:
     async def verify(self) -> None:
         await self._release_stray_claims()
         for key, running in list(self.running.items()):
-            current = await self._store.get_claim(key)
+            current = await self._node.store.get_claim(key)
             mine = running.instance.claim
             if current is None or (current.owner, current.epoch) != (mine.owner, mine.epoch):
-                self._log.error(
+                self._node.log.error(
                     "claim_lost", instance=str(key), epoch=mine.epoch, now_owner=current.owner if current else None
                 )
                 await self.stop(key, "claim_lost", drain_s=0, release=False)
@@ -270,9 +255,9 @@ class Placement:
             if key in self.running:
                 self._maybe_held.discard(key)
                 continue
-            claim = await self._store.get_claim(key)
+            claim = await self._node.store.get_claim(key)
             if claim is not None and claim.owner == self.node_id and key not in self.running:
-                self._log.info("stray_claim_released", instance=str(key), epoch=claim.epoch)
+                self._node.log.info("stray_claim_released", instance=str(key), epoch=claim.epoch)
                 if not await self._release(claim):
                     continue  # storage failed: next tick
             self._maybe_held.discard(key)

@@ -11,41 +11,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 
-from structlog.typing import FilteringBoundLogger
-
-from tickd.poller.metrics import Metrics
-from tickd.poller.settings import PollerSettings
+from tickd.poller.context import NodeContext
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import NodeInfo
-from tickd.schema.store import Store
-
-Clock = Callable[[], datetime]
 
 
 class NodeLease:
-    def __init__(
-        self,
-        settings: PollerSettings,
-        store: Store,
-        metrics: Metrics,
-        clock: Clock,
-        log: FilteringBoundLogger,
-        fence: Callable[[], Awaitable[None]],
-        idle: Callable[[], bool],
-    ) -> None:
+    def __init__(self, node: NodeContext, fence: Callable[[], Awaitable[None]], idle: Callable[[], bool]) -> None:
         """``fence`` stops every instance (without releasing them) once the lease has lapsed; ``idle``:
         whether no instance runs here (a fenced node is unfenced only once every instance of before is
         stopped)."""
-        self._s = settings
-        self._store = store
-        self._metrics = metrics
-        self._now = clock
-        self._log = log
+        self._s = node.settings
+        self._node = node
         self._fence = fence
         self._idle = idle
-        self._started_at = clock()
+        self._started_at = node.clock()
         self.fenced = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._heartbeat_ok = 0.0  # loop time the last answered heartbeat was sent
@@ -80,14 +61,14 @@ class NodeLease:
                 await self.heartbeat()
                 return
             except (StoreUnavailable, TimeoutError) as exc:
-                self._metrics.store_error("heartbeat")
-                self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__, wait_s=delay)
+                self._node.metrics.store_error("heartbeat")
+                self._node.log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__, wait_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
     async def heartbeat(self) -> None:
         """Renew the lease (a fenced node with no instance left may fire again)."""
-        now = self._now()
+        now = self._node.clock()
         info = NodeInfo(self._s.node_id, self._s.metrics_host, self._s.metrics_port, self._started_at, now)
         # A busy node's write may be slow to come back; give it half the time left before fencing.
         budget_s = max(self._s.heartbeat_interval_s * 2, (self._s.node_ttl_s - self._s.fence_margin_s) / 2)
@@ -95,13 +76,13 @@ class NodeLease:
         # see this node gone before the lease ends, however late the answer comes back.
         sent = asyncio.get_running_loop().time()
         async with asyncio.timeout(budget_s):
-            await self._store.heartbeat(info, self._s.node_ttl_s)
+            await self._node.store.heartbeat(info, self._s.node_ttl_s)
         if sent - self._heartbeat_ok > self._s.node_ttl_s - self._s.fence_margin_s:
             self._lease_since = sent  # the lease had run out before this renewal: a new one begins
         self._heartbeat_ok = max(self._heartbeat_ok, sent)
         if self.fenced and self._idle():  # unfenced only once every instance of before is stopped
             self.fenced = False
-            self._log.warning("node_unfenced")
+            self._node.log.warning("node_unfenced")
 
     async def tick(self) -> None:
         """One turn of the heartbeat loop."""
@@ -111,8 +92,8 @@ class NodeLease:
         try:
             await self.heartbeat()
         except (StoreUnavailable, TimeoutError) as exc:
-            self._metrics.store_error("heartbeat")
-            self._log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
+            self._node.metrics.store_error("heartbeat")
+            self._node.log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
         await self._fence_if_lapsed()
 
     async def _fence_if_lapsed(self) -> None:
@@ -122,5 +103,5 @@ class NodeLease:
             return
         self.fenced = True
         silent_s = asyncio.get_running_loop().time() - self._heartbeat_ok
-        self._log.error("node_fenced", silent_s=round(silent_s, 2))
+        self._node.log.error("node_fenced", silent_s=round(silent_s, 2))
         await self._fence()

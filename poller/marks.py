@@ -9,27 +9,21 @@ next one covers it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from tickd.poller.claims import Running
-from tickd.poller.settings import PollerSettings
+from tickd.poller.context import NodeContext
 from tickd.schema import aio
 from tickd.schema.model import InstanceKey
-from tickd.schema.store import Store
 from tickd.schema.timing import minute_bucket
-
-Clock = Callable[[], datetime]
 
 
 class MarkPoll:
-    def __init__(
-        self, settings: PollerSettings, store: Store, clock: Clock, running: dict[InstanceKey, Running]
-    ) -> None:
+    def __init__(self, node: NodeContext, running: dict[InstanceKey, Running]) -> None:
         """``running``: the node's instances by key (read at each poll)."""
-        self._s = settings
-        self._store = store
-        self._now = clock
+        self._s = node.settings
+        self._store = node.store
+        self._now = node.clock
         self._running = running
         self._polled_at: datetime | None = None  # when the last poll of hot marks began that succeeded
 

@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from tickd.poller.claims import Placement
+from tickd.poller.context import NodeContext
 from tickd.poller.delivery import CallbackRouter
 from tickd.poller.grants import TopicGuard
 from tickd.poller.instance import PollerInstance
@@ -74,10 +75,11 @@ class Node:
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
         self._log = log.bind(node_id=self.node_id)
         self.stats = TenantStats(store, self.node_id, clock, self._log)
-        self._lease = NodeLease(settings, store, metrics, clock, self._log, self._fence, lambda: not self._running)
-        self._placement = Placement(settings, store, metrics, clock, self._log, self._lease, self._new_instance)
+        node = NodeContext(settings, store, metrics, clock, self._log)
+        self._lease = NodeLease(node, self._fence, lambda: not self._running)
+        self._placement = Placement(node, self._lease, self._new_instance)
         self._running = self._placement.running
-        self._marks = MarkPoll(settings, store, clock, self._running)
+        self._marks = MarkPoll(node, self._running)
         if isinstance(router, CallbackRouter):  # test doubles deliver without one
             router.use_guard(TopicGuard(self._placement.client, _reserved(settings), metrics))
         metrics.watch_node(
