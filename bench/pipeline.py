@@ -101,8 +101,15 @@ class _CountedReads(MemoryStore):
             self.counter.rows_read += len(page)
             yield page
 
-    def read_minute(self, instance: InstanceKey, minute: datetime, *, from_due: datetime | None = None) -> Any:
-        return self._count(super().read_minute(instance, minute, from_due=from_due))
+    def read_minute(
+        self,
+        instance: InstanceKey,
+        minute: datetime,
+        *,
+        from_due: datetime | None = None,
+        until_due: datetime | None = None,
+    ) -> Any:
+        return self._count(super().read_minute(instance, minute, from_due=from_due, until_due=until_due))
 
 
 _CODECS = {"lz4": DefaultRecordBatch.CODEC_LZ4, "gzip": DefaultRecordBatch.CODEC_GZIP}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from structlog.typing import FilteringBoundLogger
 
@@ -15,18 +16,19 @@ from tickd.schema.errors import StoreUnavailable
 
 # Ceiling of the wait between attempts to write a fire's outcome while Cassandra does not answer.
 _MAX_STORE_RETRY_S = 5.0
+T = TypeVar("T")
 
 
 async def durably(
-    log: FilteringBoundLogger, what: str, write: Callable[[], Awaitable[None]], metrics: Metrics | None = None
-) -> None:
-    """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s. Each
-    failed try counts in ``metrics`` (if given) as a store error of operation ``what``."""
+    log: FilteringBoundLogger, what: str, call: Callable[[], Awaitable[T]], metrics: Metrics | None = None
+) -> T:
+    """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s, and
+    return what its successful try returned. Each failed try counts in ``metrics`` (if given) as a
+    store error of operation ``what``."""
     delay = 0.1
     while True:
         try:
-            await write()
-            return
+            return await call()
         except StoreUnavailable as exc:
             if metrics is not None:
                 metrics.store_error(what)

@@ -1,5 +1,5 @@
 """The ways a poller instance stops: each is raised inside the instance's task group and handled by the
-node (``Node._run_instance``), which hands the instance over so the ring gives it out again."""
+node (``claims.Placement._run_instance``), which hands the instance over so the ring gives it out again."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 - ``plan.FiringPlan``: the rows of the open minutes by due time, what is in flight, when a row may fire;
 - ``loader.MinuteLoader``: reads each minute ``preload_s`` before it, re-reads hot minutes;
-- ``pipeline.DeliveryPipeline``: fires each due row (chain, expand, throttle, deliver, settle);
+- ``pipeline.FirePipeline``: moves each due row, as a ``fire.Fire``, through its steps (chain, expand,
+  throttle, send, settle), with ``send.Sender`` and ``settle.Settler``;
 - ``outcomes.OutcomeWriter``: writes outcomes in per-partition batches, each fire waiting on its own;
 - ``checkpoint.Checkpointer``: resumes from the checkpoint, closes minutes, advances it (fenced by the
   claim's epoch).
@@ -26,12 +27,15 @@ import structlog
 from tickd.poller.checkpoint import Checkpointer
 from tickd.poller.delivery import CallbackRouter
 from tickd.poller.errors import InstanceCrashed, InstanceDrained, Lease, LeaseLost
+from tickd.poller.fire import FireContext
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
 from tickd.poller.outcomes import OutcomeWriter
-from tickd.poller.pipeline import DeliveryPipeline
+from tickd.poller.pipeline import FirePipeline
 from tickd.poller.plan import FiringPlan, OpenMinute
+from tickd.poller.send import Sender
 from tickd.poller.settings import PollerSettings
+from tickd.poller.settle import Settler
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
@@ -75,22 +79,15 @@ class PollerInstance:
         )
         self._outcomes = OutcomeWriter(store, settings.outcome_flush_s, self._log)
         self._loader = MinuteLoader(claim.instance, store, self._plan, settings, clock, self._log, metrics)
-        self._pipeline = DeliveryPipeline(
-            self._current_client,
-            store,
-            router,
+        ctx = FireContext(
+            self._current_client, settings, metrics, clock, lease, self._log, rng or random.Random(), stats
+        )
+        self._pipeline = FirePipeline(
+            ctx,
             self._plan,
-            self._loader,
-            self._outcomes,
-            settings=settings,
-            metrics=metrics,
-            clock=clock,
-            slots=slots,
-            gate=gate,
-            rng=rng or random.Random(),
-            lease=lease,
-            log=self._log,
-            stats=stats,
+            slots,
+            Sender(ctx, router, slots, gate),
+            Settler(ctx, store, self._plan, self._outcomes, self._loader),
         )
         self._checkpoints = Checkpointer(
             claim, self._current_client, store, self._plan, settings, metrics, clock, self._log, self._loader.sweep

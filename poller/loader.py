@@ -96,18 +96,17 @@ class MinuteLoader:
         if state is None:
             return 0
         state.reads += 1
-        count = 0
 
-        async def read() -> None:
-            nonlocal count
+        async def read() -> int:
             count = 0
             pages = self._store.read_minute(self._instance, minute, from_due=from_due, until_due=until_due)
             async for page in pages:
                 for row in page:
                     self._plan.consider(row)
                 count += len(page)
+            return count
 
-        await durably(self._log, "read_minute", read, self._metrics)
+        count = await durably(self._log, "read_minute", read, self._metrics)
         state.reads -= 1
         return count
 
@@ -123,21 +122,19 @@ class MinuteLoader:
         if until is not None and from_due is not None and from_due >= until:
             return
         state.reads += 1
-        first_changed: list[datetime] = []
 
-        async def scan() -> None:
-            first_changed.clear()
+        async def first_changed() -> datetime | None:
             stamps = self._store.read_minute_stamps(self._instance, minute, from_due=from_due, until_due=until)
             async with contextlib.aclosing(stamps):
                 async for page in stamps:
                     changed = next((s.due_at for s in page if self._plan.changed(minute, s)), None)
                     if changed is not None:
-                        first_changed.append(changed)
-                        return
+                        return changed
+            return None
 
-        await durably(self._log, "read_minute_stamps", scan, self._metrics)
-        if first_changed:
-            await self.read(minute, first_changed[0], until)
+        changed = await durably(self._log, "read_minute_stamps", first_changed, self._metrics)
+        if changed is not None:
+            await self.read(minute, changed, until)
         state.reads -= 1
 
     async def sweep(self, minute: datetime) -> bool:

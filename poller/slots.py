@@ -12,18 +12,25 @@ node slot taken first let one tenant's waiting fires hold every slot while anoth
 
 When a slot frees, it goes to the next client in turn that has a fire waiting and is under its cap: a
 client with a thousand fires waiting gets a slot in its turn, like a client with one.
+
+Within one instance, ``FireLanes`` bounds its fires in flight (``instance_max_inflight``) and runs them:
+each in a task of its own, or through the instance's HTTP workers (as many as a client may have requests
+out per node, so a slow endpoint holds back only this client's HTTP fires).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from tickd.poller.settings import PollerSettings
 from tickd.schema.model import HttpCallback, Schedule
+
+T = TypeVar("T")
 
 
 class FairSlots:
@@ -191,3 +198,104 @@ class SendSlots:
     def give_back(self, row: Schedule) -> None:
         self.node.release(row.client_id)
         self.channel(row).release(row.client_id)
+
+
+class FireLanes(Generic[T]):
+    """An instance's fires in flight: at most ``limit`` at once, each run in a task of its own (``spawn``)
+    or queued for a worker (``queue``), which runs queued fires one after another. A fire that raises
+    (in its task or in a worker) is handed to ``crashed``; a worker goes on with the next."""
+
+    def __init__(
+        self,
+        limit: int,
+        workers: int,
+        run: Callable[[T], Coroutine[Any, Any, None]],
+        crashed: Callable[[BaseException], None],
+    ) -> None:
+        self._limit = limit
+        self._worker_limit = workers
+        self._run = run
+        self._crashed = crashed
+        self._inflight = 0
+        self._room = asyncio.Event()  # set when a fire ends
+        self._idle = asyncio.Event()  # set when no fire is in flight
+        self._tasks: set[asyncio.Task[None]] = set()  # fires (or groups) with a task of their own
+        self._queue: asyncio.Queue[T] = asyncio.Queue()
+        self._workers: set[asyncio.Task[None]] = set()
+        self._waiting_workers = 0  # workers waiting for a fire
+
+    @property
+    def count(self) -> int:
+        """Fires taken and not ended yet (delivering, or waiting for their outcome write)."""
+        return self._inflight
+
+    async def room(self) -> int:
+        """Wait until fewer than ``limit`` fires are in flight; how many more may start."""
+        while self._inflight >= self._limit:
+            await self._room.wait()
+            self._room.clear()
+        return self._limit - self._inflight
+
+    def taken(self) -> None:
+        """One more fire is in flight (until ``release``)."""
+        self._inflight += 1
+
+    def release(self, count: int) -> None:
+        """``count`` fires ended."""
+        self._inflight -= count
+        self._room.set()
+        if self._inflight == 0:
+            self._idle.set()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def queue(self, item: T) -> None:
+        """Run ``item`` on a worker, starting one if every worker is busy and there is room for another."""
+        self._queue.put_nowait(item)
+        if self._queue.qsize() > self._waiting_workers and len(self._workers) < self._worker_limit:
+            worker = asyncio.create_task(self._work())
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until the fires in flight have ended, or ``timeout_s`` passes."""
+        if self._inflight == 0:
+            return
+        self._idle.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            pass
+
+    def abandon(self) -> list[T]:
+        """Cancel the fires still running, and drop (and release) those queued for a worker: returned."""
+        for task in [*self._tasks, *self._workers]:
+            task.cancel()
+        dropped: list[T] = []
+        while not self._queue.empty():
+            dropped.append(self._queue.get_nowait())
+            self.release(1)
+        return dropped
+
+    async def _work(self) -> None:
+        """One worker: runs queued fires one after another until cancelled (``abandon``)."""
+        while True:
+            self._waiting_workers += 1
+            try:
+                item = await self._queue.get()
+            finally:
+                self._waiting_workers -= 1
+            try:
+                await self._run(item)
+            except Exception as exc:
+                self._crashed(exc)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A task that raised is handed to ``crashed``; a cancelled one (a drain deadline) is not."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._crashed(exc)

@@ -443,7 +443,7 @@ async def test_a_fire_in_retry_is_stopped_even_when_its_mark_comes_late(receiver
     """A cancel or pause of a schedule whose fire is in retry is honoured even when the instance never
     sees a hot mark of it (``LateMarks``) and its retry row is already planned: the retry is never sent
     and the row keeps the client's mark. Before the retry's attempt the pipeline reads the schedule again
-    (``DeliveryPipeline._still_wanted``); the instance's own re-reads of its open minute may drop the row
+    (``Settler.still_wanted``); the instance's own re-reads of its open minute may drop the row
     first (they did on 6bb5212 too, where this test passes: what failed there was the API's 409)."""
     policy = dataclasses.replace(POLICY, cap_s=3.0)  # the retry comes 3 s after the first attempt
     if datetime.now(UTC).second >= 50:  # the fire and its retry in one minute, read whole when it opens

@@ -134,7 +134,7 @@ async def revoke(api: Api, node: Node, client_id: str) -> datetime:
     resp = await api.patch(f"/v1/clients/{client_id}", json={"kafka_topics": []}, headers=ADMIN)
     assert resp.status == 200, await resp.text()
     async with asyncio.timeout(10):
-        while (client := node._clients.get(client_id)) is None or client.kafka_topics:
+        while (client := node._placement.client(client_id)) is None or client.kafka_topics:
             await asyncio.sleep(0.05)
     return datetime.now(UTC)
 

@@ -39,7 +39,7 @@ from tickd.service.confirm import confirmed
 T = TypeVar("T")
 _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
 # Half the schedules call back over Kafka (by their id, so no random draw changes): a node fires those of
-# a pass as one group (``DeliveryPipeline._deliver_group``), the others each on its own.
+# a pass as one group (``FirePipeline._deliver_group``), the others each on its own.
 _KAFKA = KafkaCallback(topic="sim-callbacks")
 _GUARD_S = 2.0
 

@@ -191,8 +191,8 @@ def test_the_node_wires_its_client_cache_and_the_ack_topic_into_the_router() -> 
     node = Node(settings, MemoryStore(lambda: NOW), router, Metrics())
     guard = router._guard
     assert isinstance(guard, TopicGuard)
-    node._clients = {"acme": client({"*"})}
+    node._placement._clients = {"acme": client({"*"})}
     assert guard.refusal(fire("orders.x")) is None
     assert guard.refusal(fire("tickd-acks")) is not None  # the ack topic, from settings.ack_topic
-    node._clients = {"acme": client(set())}  # the next read of the clients
+    node._placement._clients = {"acme": client(set())}  # the next read of the clients
     assert guard.refusal(fire("orders.x")) == "kafka topic 'orders.x' is no longer granted to this client"

@@ -20,8 +20,8 @@ async def renewed(node_ttl_s: int, fence_margin_s: float, silent_s: float) -> tu
     settings = PollerSettings(node_id="n1", node_ttl_s=node_ttl_s, fence_margin_s=fence_margin_s)
     node = Node(settings, MemoryStore(lambda: datetime.now(UTC)), NoDelivery(), Metrics())  # type: ignore[arg-type]
     now = asyncio.get_running_loop().time()
-    node._heartbeat_ok, node._lease_since = now - silent_s, now - silent_s - 1.0
-    await node._heartbeat()
+    node._lease._heartbeat_ok, node._lease._lease_since = now - silent_s, now - silent_s - 1.0
+    await node._lease.heartbeat()
     return node, now
 
 

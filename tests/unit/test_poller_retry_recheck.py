@@ -1,11 +1,12 @@
 """Before a durable retry of a one-time schedule is sent, the pipeline reads the schedule again
-(``DeliveryPipeline._still_wanted``, issue 25): a cancel, pause or change accepted while the fire was in
+(``Settler.still_wanted``, issue 25): a cancel, pause or change accepted while the fire was in
 retry drops it, whatever the instance's re-reads of its minutes have seen. The rule, over the memory
-store, on a pipeline holding only what that read uses."""
+store, on a settler holding only what that read uses."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -13,8 +14,11 @@ import pytest
 import structlog
 
 from tickd.poller.delivery import DeliveryResult
+from tickd.poller.fire import Fire, FireContext
 from tickd.poller.metrics import Metrics
-from tickd.poller.pipeline import DeliveryPipeline
+from tickd.poller.plan import OpenMinute
+from tickd.poller.settings import PollerSettings
+from tickd.poller.settle import Settler
 from tickd.schema import timing
 from tickd.schema.memory import MemoryStore
 from tickd.schema.model import HttpCallback, Location, Options, Repeat, Schedule, Status
@@ -28,12 +32,27 @@ class Outcomes:
         self.recorded.append((row.schedule_id, status, result.error))
 
 
-def pipeline(store: MemoryStore, outcomes: Outcomes) -> DeliveryPipeline:
-    """A pipeline with only the parts ``_still_wanted`` uses (the store, its outcomes, a clock, logs)."""
-    p = object.__new__(DeliveryPipeline)
-    p._store, p._outcomes, p._metrics = store, outcomes, Metrics()  # type: ignore[assignment]
-    p._log, p._now = structlog.get_logger(), lambda: datetime.now(UTC)
-    return p
+class Wanted:
+    """``still_wanted`` of a settler with only the parts it uses (the store, its outcomes, a clock, logs)."""
+
+    def __init__(self, store: MemoryStore, outcomes: Outcomes) -> None:
+        ctx = FireContext(
+            client=lambda: None,  # type: ignore[arg-type,return-value]
+            settings=PollerSettings(node_id="n0", metrics_port=0),
+            metrics=Metrics(),
+            clock=lambda: datetime.now(UTC),
+            lease=lambda since=None: True,
+            log=structlog.get_logger(),
+            rng=random.Random(0),
+        )
+        self._settler = Settler(ctx, store, None, outcomes, None)  # type: ignore[arg-type]
+
+    async def still_wanted(self, row: Schedule) -> bool:
+        return await self._settler.still_wanted(Fire(row, OpenMinute(row.location.minute)))
+
+
+def settler(store: MemoryStore, outcomes: Outcomes) -> Wanted:
+    return Wanted(store, outcomes)
 
 
 async def in_retry(store: MemoryStore, options: Options | None = None) -> Schedule:
@@ -54,7 +73,7 @@ def store() -> MemoryStore:
 
 async def test_an_unchanged_retry_goes_out(store: MemoryStore) -> None:
     outcomes = Outcomes()
-    assert await pipeline(store, outcomes)._still_wanted(await in_retry(store))
+    assert await settler(store, outcomes).still_wanted(await in_retry(store))
     assert outcomes.recorded == []
 
 
@@ -65,7 +84,7 @@ async def test_a_cancelled_or_paused_retry_is_dropped_keeping_the_clients_mark(
     retry, outcomes = await in_retry(store), Outcomes()
     write = store.cancel_schedule if change == "cancel" else store.pause_schedule
     await write(retry, datetime.now(UTC))
-    assert not await pipeline(store, outcomes)._still_wanted(retry)
+    assert not await settler(store, outcomes).still_wanted(retry)
     assert outcomes.recorded == []  # the row keeps CANCELLED / PAUSED, not MOVED over it
     stored = await store.get_schedule("c1", retry.schedule_id)
     assert stored is not None and stored.status is status
@@ -75,7 +94,7 @@ async def test_a_retry_of_a_rescheduled_schedule_is_dropped_as_moved(store: Memo
     retry, outcomes = await in_retry(store), Outcomes()
     later = Location(retry.location.poller_id, retry.location.due_at + timedelta(minutes=5))
     await store.replace_schedule(retry, dataclasses.replace(retry, location=later, attempts=0), datetime.now(UTC))
-    assert not await pipeline(store, outcomes)._still_wanted(retry)
+    assert not await settler(store, outcomes).still_wanted(retry)
     assert outcomes.recorded == [(retry.schedule_id, Status.MOVED, "superseded: the schedule was changed")]
 
 
@@ -88,7 +107,7 @@ async def test_first_attempts_and_recurring_rows_are_not_read_again(store: Memor
         async def get_schedule(self, client_id: str, schedule_id: uuid.UUID) -> Schedule | None:
             raise AssertionError("read")
 
-    p = pipeline(NoReads(lambda: datetime.now(UTC)), Outcomes())
-    assert await p._still_wanted(dataclasses.replace(retry, attempts=0))
+    p = settler(NoReads(lambda: datetime.now(UTC)), Outcomes())
+    assert await p.still_wanted(dataclasses.replace(retry, attempts=0))
     recurring = Options(repeat=Repeat(every_s=60))
-    assert await p._still_wanted(dataclasses.replace(retry, options=recurring))
+    assert await p.still_wanted(dataclasses.replace(retry, options=recurring))
