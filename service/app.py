@@ -24,6 +24,7 @@ from tickd.service.creates import CreateCombiner
 from tickd.service.errors import Handler, error_middleware
 from tickd.service.metrics import ApiMetrics
 from tickd.service.routes import operations, ops, ui
+from tickd.service.serial import KeyedLocks
 from tickd.service.settings import ApiSettings
 from tickd.service.targets import TargetGuard
 from tickd.service.validation import request_types
@@ -98,6 +99,7 @@ def create_app(
     app[keys.TARGETS] = TargetGuard.from_settings(settings)
     app.on_cleanup.append(_close_targets)
     app[keys.ADMIN_LOCKS] = defaultdict(asyncio.Lock)
+    app[keys.KEY_LOCKS] = KeyedLocks()
     if store is not None:
         _use_store(app, store)
     else:

@@ -12,6 +12,7 @@ from tickd.service.auth import Authenticator
 from tickd.service.creates import CreateCombiner
 from tickd.service.limits import RateLimiter
 from tickd.service.metrics import ApiMetrics
+from tickd.service.serial import KeyedLocks
 from tickd.service.settings import ApiSettings
 from tickd.service.targets import TargetGuard
 from tickd.service.validation import RequestTypes
@@ -27,3 +28,6 @@ METRICS = web.AppKey("metrics", ApiMetrics)
 TYPES = web.AppKey("types", RequestTypes)
 # Admin changes to one client are serialised per replica: update_client overwrites the whole row.
 ADMIN_LOCKS = web.AppKey("admin_locks", defaultdict[str, asyncio.Lock])
+# PUTs by business key are serialised per (client, key) on a replica: racing PUTs queue instead of
+# colliding in the store's compare-and-set (where, under load, they could outlast the hot-write deadline).
+KEY_LOCKS = web.AppKey("key_locks", KeyedLocks)

@@ -6,7 +6,9 @@ new one with a compare-and-set), and otherwise replaces that schedule's time, pa
 through ``replace_schedule``, a client change like a PATCH (its compare-and-set of the version, the
 mutation guard: 409 ``fire_imminent`` within ``TICKD_MUTATION_GUARD_S`` of the current due time). PUTs
 racing on one key are retried a few times on a fresh read; so the last PUT answered 2xx is the live
-version, and a PUT that lost every try answers 409 ``conflict`` having changed nothing.
+version, and a PUT that lost every try answers 409 ``conflict`` having changed nothing. On one replica
+PUTs of one key queue (``keys.KEY_LOCKS``), so they race only with PUTs sent to other replicas; each
+PUT's write deadline starts when its turn comes.
 
 A key whose schedule is still being created by another PUT is waited for (up to
 ``TICKD_IDEMPOTENCY_WAIT_S``; then 409 ``key_in_progress``); one whose schedule never landed (the
@@ -106,6 +108,11 @@ async def put_by_key(request: web.Request) -> web.Response:
     raw = await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
     body = decode(request.app[keys.TYPES].schedule_create, raw)
     request.app[keys.LIMITER].take(client.client_id)
+    async with request.app[keys.KEY_LOCKS].hold((client.client_id, key)):
+        return await _upsert(request, client, key, body)
+
+
+async def _upsert(request: web.Request, client: Client, key: str, body: ScheduleCreate) -> web.Response:
     for _ in range(_RETRIES):
         held, current = await _holder(request, client, key)
         try:
