@@ -74,11 +74,19 @@ class NodeLease:
         budget_s = max(self._s.heartbeat_interval_s * 2, (self._s.node_ttl_s - self._s.fence_margin_s) / 2)
         # The lease counts from when the write was *sent*: its TTL started no earlier, so others cannot
         # see this node gone before the lease ends, however late the answer comes back.
-        sent = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
         async with asyncio.timeout(budget_s):
             await self._node.store.heartbeat(info, self._s.node_ttl_s)
-        if sent - self._heartbeat_ok > self._s.node_ttl_s - self._s.fence_margin_s:
-            self._lease_since = sent  # the lease had run out before this renewal: a new one begins
+        # Answered after the lease ran out (sent in time, answered late): until the write landed, others may
+        # have seen this node's row expire and taken its instances. That is a lapse like any other: the
+        # instances of before stop (the fence) and a new lease begins at the answer, so no fire begun
+        # under the old one writes under the new one (simulation seed 103286: a renewal answered 3.3 s late
+        # covered the gap, and the node went on firing an instance another node had claimed).
+        if not self._idle():
+            await self._fence_if_lapsed()
+        if loop.time() - self._heartbeat_ok > self._s.node_ttl_s - self._s.fence_margin_s:
+            self._lease_since = loop.time()  # the lease had run out before this renewal: a new one begins
         self._heartbeat_ok = max(self._heartbeat_ok, sent)
         if self.fenced and self._idle():  # unfenced only once every instance of before is stopped
             self.fenced = False

@@ -73,6 +73,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (93769, True, "two client changes lost in a row: the third forgot the stale row the second listed; it fired"),
     (95018, True, "the workload: an acknowledged reschedule adopted the version in doubt; its fire id is required"),
     (95603, True, "the run: a throttled backlog (a hostile event behind a limit of one) outlasted settle_s"),
+    (103286, True, "a renewal answered after the lease ran out carried it on: a claimed instance fired"),
 ]
 
 
