@@ -237,5 +237,6 @@ def one_time_runs(schedule: Schedule) -> list[Run]:
     if schedule.status in (Status.SUCCEEDED, Status.FAILED) or (
         schedule.status is Status.SCHEDULED and schedule.attempts > 0
     ):
-        return [Run(schedule.fire_at, schedule.status, schedule.attempts, schedule.fired_at, schedule.last_error)]
+        s = schedule
+        return [Run(s.fire_at, s.status, s.attempts, s.fired_at, s.last_error, tries=s.tries)]
     return []

@@ -515,6 +515,7 @@ def _updated(
         seq=seq,
         attempts=0,
         last_error=None,
+        tries=(),
         **changes,
     )
 
