@@ -683,6 +683,38 @@ async def test_runs_newest_first_and_paged(api: Api, register: Register, store: 
     assert (live["status"], live["occurrence"], live["fire_at"]) == ("scheduled", 4, "2030-01-01T03:00:00Z")
 
 
+async def test_get_shows_the_last_error_of_a_recurring_schedule_whose_runs_fail(
+    api: Api, register: Register, store: Store
+) -> None:
+    """Issue 28: its row is the next occurrence, never tried; GET said last_error null while runs failed."""
+    client_id, key = await register()
+    first_at = at("2030-01-01T00:00:00Z")
+    created = await create(api, key, recurring_body(cron=None, every="1h", start_at=rfc3339(first_at)))
+    sid = created["schedule_id"]
+    first = await stored(store, client_id, sid)
+    second = await advance(store, first, first_at + timedelta(hours=1))
+    failed = FireOutcome(
+        client_id, first.schedule_id, first.location, Status.FAILED, 5, first_at, "HTTP 500", nominal_at=first_at
+    )
+    await store.record_outcomes([failed])
+    shown = await get(api, key, sid)
+    assert (shown["occurrence"], shown["last_error"]) == (2, "HTTP 500")
+    third = await advance(store, second, first_at + timedelta(hours=2))
+    delivered = FireOutcome(
+        client_id, second.schedule_id, second.location, Status.SUCCEEDED, 1, second.fire_at, nominal_at=second.fire_at
+    )
+    await store.record_outcomes([delivered])
+    assert (await get(api, key, sid))["last_error"] == "HTTP 500"  # the last error, still
+    # The third occurrence failed once and waits for its retry (a row of its own, run_of the schedule).
+    retry_at = Location(third.location.poller_id, third.fire_at + timedelta(minutes=1))
+    retrying = FireOutcome(
+        client_id, uuid.uuid4(), retry_at, Status.SCHEDULED, 1, third.fire_at, "timeout after 5s",
+        nominal_at=third.fire_at, run_of=third.schedule_id,
+    )  # fmt: skip
+    await store.record_outcomes([retrying])
+    assert (await get(api, key, sid))["last_error"] == "timeout after 5s"  # the newest run's
+
+
 async def test_runs_of_another_clients_schedule(api: Api, register: Register) -> None:
     _, key_a = await register()
     _, key_b = await register()
