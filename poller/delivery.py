@@ -165,6 +165,9 @@ class DeliveryResult:
     retry_after_s: float | None = None
     status_code: int | None = None
     maybe_received: bool = False
+    # Each attempt this call made, in order: (attempt, seconds after the call's first attempt, its error;
+    # None: delivered). Empty from a dispatcher that does not say: one attempt, at the call's start.
+    sent: tuple[tuple[int, float, str | None], ...] = ()
 
     @classmethod
     def delivered(cls, attempts: int, status_code: int | None = None) -> DeliveryResult:

@@ -49,10 +49,11 @@ class Fire:
         return self.row.event_id or self.row.fire_id
 
     def went_out(self, fired_at: datetime) -> None:
-        """It is sent now: its lateness counts only for a first attempt (a retry is late on purpose)."""
+        """It is sent now. A first attempt's lateness is sent minus due: the row's due time, after jitter,
+        window spread or redrive, not the nominal time (statistics count first attempts only)."""
         self.fired_at = fired_at
         if self.row.attempts == 0:
-            self.lateness_s = max(0.0, (fired_at - self.row.fire_at).total_seconds())
+            self.lateness_s = max(0.0, (fired_at - self.row.location.due_at).total_seconds())
 
     @property
     def delivery(self) -> DeliveryResult:

@@ -33,7 +33,7 @@ class Metrics:
         PlatformCollector(registry=self.registry)  # python_info
         self.lateness = Histogram(
             "tickd_fire_lateness_seconds",
-            "fired_at - fire_at of first attempts, by client",
+            "Sent minus due (the due time after jitter, window spread or redrive) of first attempts, by client",
             ["client_id"],
             buckets=LATENESS_BUCKETS_S,
             registry=self.registry,

@@ -10,15 +10,36 @@ outcome writes will go: callers only see ``record``, ``flush`` and ``run``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from structlog.typing import FilteringBoundLogger
 
 from tickd.poller.delivery import DeliveryResult
+from tickd.schema import timing
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.model import FireOutcome, Schedule, Status
+from tickd.schema.model import FireOutcome, Schedule, Status, Try, add_tries
 from tickd.schema.store import Store
+
+
+def tries_of(row: Schedule, result: DeliveryResult, sent_at: datetime) -> tuple[Try, ...]:
+    """The attempts one delivery call made of ``row``'s fire, the first sent at ``sent_at``: the first due
+    at the row's due time, an in-memory retry due when it went out (its backoff ended then); the last
+    ended as the call did, the others were retried. None if the call made no attempt (not sent)."""
+    notes = result.sent or (((result.attempts, 0.0, result.error),) if result.attempts > row.attempts else ())
+    final = "delivered" if result.ok else "retry" if result.retriable else "failed"
+    tries = []
+    for index, (attempt, after_s, error) in enumerate(notes):
+        at = timing.truncate_ms(sent_at + timedelta(seconds=after_s))
+        due = row.location.due_at if index == 0 else at
+        tries.append(Try(attempt, due, at, final if index == len(notes) - 1 else "retry", error))
+    return tuple(tries)
+
+
+def tried(row: Schedule, result: DeliveryResult, sent_at: datetime) -> Schedule:
+    """``row`` with the attempts of this call added to those it carries (bounded)."""
+    return dataclasses.replace(row, tries=add_tries(row.tries, tries_of(row, result, sent_at)))
 
 
 def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> FireOutcome:
@@ -39,6 +60,7 @@ def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: 
         events=events,
         window_ms=window_ms,
         run_of=options.retry_of if options is not None else None,
+        tries=add_tries(row.tries, tries_of(row, result, fired_at)),
     )
 
 

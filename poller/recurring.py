@@ -36,6 +36,7 @@ def following(row: Schedule, repeat: Repeat, after: datetime, now: datetime, pol
         attempts=0,
         fired_at=None,
         last_error=None,
+        tries=(),
     )
 
 

@@ -32,7 +32,7 @@ from tickd.poller.durable import durably
 from tickd.poller.errors import LeaseLost
 from tickd.poller.fire import Fire, FireContext
 from tickd.poller.loader import MinuteLoader
-from tickd.poller.outcomes import OutcomeWriter
+from tickd.poller.outcomes import OutcomeWriter, tried
 from tickd.poller.plan import FiringPlan
 from tickd.poller.send import STOPS
 from tickd.schema import guard, timing
@@ -124,7 +124,10 @@ class Settler:
         elif result.retriable:  # retried later
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
             due = self._ctx.clock() + timedelta(seconds=self._retry_wait_s(result))
-            if not await durably(self._ctx.log, "requeue", lambda: self._retry_later(row, result, due), self._metrics):
+            retry = tried(row, result, fired_at)  # the retry row carries the fire's attempts so far
+            if not await durably(
+                self._ctx.log, "requeue", lambda: self._retry_later(retry, result, due), self._metrics
+            ):
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
                 # of the old version ends here, and its row must say so, not stay "scheduled" (a cancel
                 # or pause keeps its own mark).
@@ -162,16 +165,21 @@ class Settler:
         return True
 
     async def _bury(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
-        """A fire that failed for good: its row FAILED, and a dead letter."""
+        """A fire that failed for good: its row FAILED, and a dead letter dated when its last attempt
+        failed (now: in-memory retries may have taken a while since the first went out) that carries
+        every attempt of the fire."""
+        failed_at = self._letter_time(row, self._ctx.clock())
         await self._outcomes.record(row, Status.FAILED, result, fired_at)
-        failed_at = self._letter_time(row, fired_at)
-        await durably(self._ctx.log, "dead_letter", lambda: self._dead_letter(row, result, failed_at), self._metrics)
+        letter_row = tried(row, result, fired_at)
+        await durably(
+            self._ctx.log, "dead_letter", lambda: self._dead_letter(letter_row, result, failed_at), self._metrics
+        )
 
-    def _letter_time(self, row: Schedule, fired_at: datetime) -> datetime:
+    def _letter_time(self, row: Schedule, failed_at: datetime) -> datetime:
         """A dead letter's key is (failed_at in ms, schedule id): the events of one batch fire share the
         schedule id, so an event's letter is moved on by a millisecond past the last one this instance
         wrote for the same schedule, rather than overwrite it (found by the SDK's tests)."""
-        at = timing.truncate_ms(fired_at)
+        at = timing.truncate_ms(failed_at)
         if row.event_id is None:
             return at
         last = self._event_letters.get(row.public_id)
@@ -193,6 +201,7 @@ class Settler:
             result.error or "failed",
             row.callback,
             row.payload,
+            tries=row.tries,
         )
         await self._store.add_dead_letter(letter)
         self._metrics.dead_letters.labels(callback_type(row.callback)).inc()
@@ -317,6 +326,7 @@ def _events_of(row: Schedule, options: Options) -> list[Schedule]:
                 attempts=0,
                 fired_at=None,
                 last_error=None,
+                tries=(),
             )
         )
     return events

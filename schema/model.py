@@ -167,6 +167,45 @@ def decode_options(raw: str | bytes) -> Options:
     return _options_decoder.decode(raw)
 
 
+class Try(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One delivery attempt of a fire, as its row, run and dead letter keep it: its number, when it was
+    due (the row's due time, after jitter, window spread, backoff or redrive; an in-memory retry is due
+    when it is sent), when it went out, and how it ended (``delivered``, ``retry``: tried again, ``failed``:
+    for good), with its error."""
+
+    attempt: int
+    due_at: datetime
+    sent_at: datetime
+    outcome: str
+    error: str | None = None
+
+    @property
+    def lateness_s(self) -> float:
+        """Sent minus due, never below 0."""
+        return max(0.0, (self.sent_at - self.due_at).total_seconds())
+
+
+# The attempts a fire keeps: the first, then the latest (a fire retried for days is not kept whole).
+MAX_TRIES = 20
+_tries_encoder = msgspec.json.Encoder()
+_tries_decoder: msgspec.json.Decoder[tuple[Try, ...]] = msgspec.json.Decoder(tuple[Try, ...])
+
+
+def add_tries(kept: tuple[Try, ...], new: tuple[Try, ...]) -> tuple[Try, ...]:
+    """``kept`` then ``new``, bounded to ``MAX_TRIES``: the first attempt and the latest ones."""
+    both = kept + new
+    return both if len(both) <= MAX_TRIES else (both[0], *both[len(both) - MAX_TRIES + 1 :])
+
+
+def encode_tries(tries: tuple[Try, ...]) -> str:
+    return _tries_encoder.encode(tries).decode()
+
+
+def decode_tries(raw: str | bytes | None) -> tuple[Try, ...]:
+    """A stored ``tries`` column; empty for none (rows written before attempts were kept)."""
+    return _tries_decoder.decode(raw) if raw else ()
+
+
 @dataclass(frozen=True, slots=True)
 class Client:
     client_id: str
@@ -255,6 +294,8 @@ class Schedule:
     options: Options | None = None
     # Recurring schedules: which occurrence this row is (1 = the first). 0 for one-time schedules.
     seq: int = 0
+    # The attempts of this row's fire so far (carried by its retry and redrive rows), bounded.
+    tries: tuple[Try, ...] = ()
     # Delivery only, never stored: what a throttled event's consumer puts in its Kafka ack (``poller.acks``).
     ack_token: str | None = field(default=None, compare=False, repr=False)
     # Delivery only, never stored: the client's signing secrets, current first (``poller.signing``).
@@ -359,6 +400,8 @@ class FireOutcome:
     window_ms: int = 0
     # The schedule whose run this is, when the row has an id of its own (a retry row); else schedule_id.
     run_of: UUID | None = None
+    # Every attempt of the fire so far, this one's included (bounded: ``add_tries``).
+    tries: tuple[Try, ...] = ()
 
     @property
     def run_id(self) -> UUID:
@@ -380,6 +423,9 @@ class Run:
     events_done: int = 0
     last_event_at: datetime | None = None
     window_end: datetime | None = None
+    # The fire's attempts: the first one's time and lateness are the run's (empty for runs recorded
+    # before attempts were kept, and for skipped ones).
+    tries: tuple[Try, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +508,8 @@ class DeadLetter:
     # Set once the dead letter is redriven (``schema.redrives``): when, and the due time of the new fire.
     redriven_at: datetime | None = None
     redriven_due_at: datetime | None = None
+    # Every attempt of the fire (bounded), the last one the failure; empty for letters written before.
+    tries: tuple[Try, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,7 @@ async def _recurring(
         attempts=0,
         last_error=None,
         status=Status.SCHEDULED,
+        tries=letter.tries,  # the redriven fire's run shows the rounds before it
     )
     if await _written(store, moves.retry_row(occurrence, letter.redriven_due_at, 1, letter.last_error)):
         return  # an earlier call's row landed (it may have fired since: it is not written again)

@@ -66,4 +66,5 @@ def placed_again(current: Schedule, client: Client, nominal: datetime, seq: int,
         attempts=0,
         fired_at=None,
         last_error=None,
+        tries=(),
     )

@@ -7,6 +7,7 @@ this module only maps request fields onto it, merges a patch into a stored rule,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from msgspec import UNSET, UnsetType
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
 from tickd.schema.model import Options, Repeat, Run, Schedule, Status
+from tickd.schema.store import Store
 from tickd.service.errors import Invalid, Malformed
 from tickd.service.settings import ApiSettings
 from tickd.service.validation import REPEAT_FIELDS, RepeatFields, parse_time
@@ -232,10 +234,27 @@ def parse_after(value: datetime | int | UnsetType, now: datetime) -> datetime:
     return now if isinstance(value, UnsetType) else parse_time(value, "after")
 
 
+# How many of a schedule's newest runs GET reads for its last error.
+_ERROR_RUNS = 10
+
+
+async def with_last_error(store: Store, schedule: Schedule) -> Schedule:
+    """The schedule as GET shows it: with the last error of any kind of its fires. A one-time schedule's
+    row has its own; a recurring or batch schedule's row is its next occurrence, not tried yet, so its
+    last error is the newest one among its latest runs (failed, retrying, or delivered after a retry)."""
+    options = schedule.options
+    if options is None or not options.in_runs or options.event is not None:
+        return schedule
+    runs = await store.list_runs(schedule.client_id, schedule.schedule_id, None, _ERROR_RUNS)
+    error = next((r.last_error for r in runs if r.last_error), None)
+    return schedule if error is None else dataclasses.replace(schedule, last_error=error)
+
+
 def one_time_runs(schedule: Schedule) -> list[Run]:
     """A one-time schedule's history, read off its row: its one fire, if it was tried."""
     if schedule.status in (Status.SUCCEEDED, Status.FAILED) or (
         schedule.status is Status.SCHEDULED and schedule.attempts > 0
     ):
-        return [Run(schedule.fire_at, schedule.status, schedule.attempts, schedule.fired_at, schedule.last_error)]
+        s = schedule
+        return [Run(s.fire_at, s.status, s.attempts, s.fired_at, s.last_error, tries=s.tries)]
     return []

@@ -9,7 +9,7 @@ from uuid import UUID
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from tickd.schema import timing
-from tickd.schema.model import Callback, Client, DeadLetter, Repeat, Run, Schedule, Status, ThrottlePolicy
+from tickd.schema.model import Callback, Client, DeadLetter, Repeat, Run, Schedule, Status, ThrottlePolicy, Try
 from tickd.schema.recurrence import format_duration
 
 T = TypeVar("T")
@@ -119,15 +119,31 @@ class BatchResult(Struct):
     results: list[BatchItem]
 
 
+class TryView(Struct):
+    """One attempt of a fire: when it was due (after jitter, window spread, backoff or redrive) and sent,
+    sent minus due, and how it ended (``delivered``, ``retry``, ``failed`` for good)."""
+
+    attempt: int
+    due_at: datetime
+    sent_at: datetime
+    lateness_s: float
+    outcome: str
+    error: str | None
+
+
 class RunView(Struct, omit_defaults=True):
     fire_id: str
     nominal_at: datetime
     status: str
     attempts: int
+    # The first attempt's time and its lateness (sent minus due); null before it went out, and the
+    # lateness for a run recorded before attempts were kept (its due time is not known).
     fired_at: datetime | None
     lateness_s: float | None
     last_error: str | None
     occurrence: int | UnsetType = UNSET
+    # Each attempt (the first and the latest 19 of a fire retried more often).
+    tries: list[TryView] | UnsetType = UNSET
     # A fire expanded into events: how many, how many were delivered, the last delivery, and whether all
     # were delivered by the end of the window (null while some are outstanding and the window is open).
     events: int | UnsetType = UNSET
@@ -184,6 +200,9 @@ class DeadLetterView(Struct):
     redriven_due_at: datetime | None
     # Only in GET of one dead letter (and a redrive's answer): a listing reads no payloads.
     payload: Raw | UnsetType = UNSET
+    # Each attempt of the fire, the last one the failure (GET of one dead letter; not for letters
+    # written before attempts were kept).
+    tries: list[TryView] | UnsetType = UNSET
 
 
 class StatsWindow(Struct):
@@ -272,17 +291,23 @@ def recurrence_view(r: Repeat) -> RecurrenceView:
     return view
 
 
+def try_views(tries: tuple[Try, ...]) -> list[TryView] | UnsetType:
+    views = [TryView(t.attempt, t.due_at, t.sent_at, round(t.lateness_s, 3), t.outcome, t.error) for t in tries]
+    return views or UNSET
+
+
 def run_view(schedule_id: UUID, run: Run) -> RunView:
-    late = None if run.fired_at is None else round((run.fired_at - run.nominal_at).total_seconds(), 3)
+    first = run.tries[0] if run.tries else None
     view = RunView(
         fire_id=timing.fire_id(schedule_id, run.nominal_at),
         nominal_at=run.nominal_at,
         status=run.status.value,
         attempts=run.attempts,
-        fired_at=run.fired_at,
-        lateness_s=late,
+        fired_at=first.sent_at if first is not None else run.fired_at,
+        lateness_s=round(first.lateness_s, 3) if first is not None else None,
         last_error=run.last_error,
         occurrence=run.seq or UNSET,
+        tries=try_views(run.tries),
     )
     if run.events:
         view.events, view.events_delivered, view.last_event_at = run.events, run.events_done, run.last_event_at
@@ -340,4 +365,5 @@ def dead_letter_view(letter: DeadLetter, *, payload: bool = True) -> DeadLetterV
         payload=Raw(letter.payload or b"null") if payload else UNSET,
         redriven_at=letter.redriven_at,
         redriven_due_at=letter.redriven_due_at,
+        tries=try_views(letter.tries) if payload else UNSET,
     )

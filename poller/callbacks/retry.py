@@ -73,16 +73,20 @@ class Retrier:
         started = self._clock() if started_at is None else started_at
         attempt = first_attempt
         result = first if first is not None else await attempt_fn(attempt)
+        sent = [(attempt, 0.0, result.error)]  # each attempt: when, after the first, and its error
         maybe_received = False  # any attempt of this call may have reached the subscriber
         while True:
             maybe_received = maybe_received or result.maybe_received
             step = self._next_step(result, attempt, started, log)
             if isinstance(step, DeliveryResult):
-                return dataclasses.replace(step, maybe_received=maybe_received) if not step.ok else step
+                final = dataclasses.replace(step, maybe_received=maybe_received) if not step.ok else step
+                return dataclasses.replace(final, sent=tuple(sent))
             log().info("callback_retried", attempt=attempt, error=result.error, wait_s=round(step, 3))
             await self._sleep(step)
             attempt += 1
+            at_s = self._clock() - started
             result = await attempt_fn(attempt)
+            sent.append((attempt, at_s, result.error))
 
     def _next_step(
         self, result: DeliveryResult, attempt: int, started: float, log: LogFactory

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime
 from uuid import UUID
 
 from tickd.schema.cassandra.bridge import Bridge, Row, utc
-from tickd.schema.model import DeadLetter, decode_callback
+from tickd.schema.model import DeadLetter, decode_callback, decode_tries
 from tickd.schema.settings import StoreSettings
 
 
@@ -33,6 +33,7 @@ def dead_letter_of(client_id: str, row: Row) -> DeadLetter:
         getattr(row, "payload", b""),
         utc(row.redriven_at) if row.redriven_at else None,
         utc(row.redriven_due_at) if row.redriven_due_at else None,
+        decode_tries(getattr(row, "tries", None)),  # a listing's page reads none
     )
 
 

@@ -11,7 +11,7 @@ from cassandra.query import UNSET_VALUE
 
 from tickd.schema import aio
 from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
-from tickd.schema.model import FireOutcome, Run, Schedule, Status
+from tickd.schema.model import FireOutcome, Run, Schedule, Status, decode_tries, encode_tries
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -30,6 +30,7 @@ def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: s
         "last_error": unset_if_none(error),
         "events": events or UNSET_VALUE,
         "window_ms": window_ms or UNSET_VALUE,
+        "tries": encode_tries(s.tries) if s.tries else UNSET_VALUE,
         "ttl": ttl_s,
     }
     return "record_run", values
@@ -48,6 +49,7 @@ def outcome_run(o: FireOutcome, nominal_at: datetime, ttl_s: int) -> Write:
         "last_error": unset_if_none(o.last_error),
         "events": o.events or UNSET_VALUE,
         "window_ms": o.window_ms or UNSET_VALUE,
+        "tries": encode_tries(o.tries) if o.tries else UNSET_VALUE,
         "ttl": ttl_s,
     }
     return "record_run", values
@@ -95,6 +97,7 @@ class Runs:
             utc(r.fired_at) if r.fired_at else None,
             r.last_error,
             r.seq or 0,
+            tries=decode_tries(r.tries),
         )
         if not r.events:
             return run

@@ -45,10 +45,13 @@ from tickd.schema.model import (
     Schedule,
     ScheduleRef,
     Status,
+    Try,
     decode_callback,
     decode_options,
+    decode_tries,
     encode_callback,
     encode_options,
+    encode_tries,
 )
 from tickd.schema.settings import StoreSettings
 
@@ -58,7 +61,7 @@ from tickd.schema.settings import StoreSettings
 def event_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
     """An event row: as ``row_insert``, but leaving the status (and attempts) of a row already there."""
     _, values = row_insert(s, now, retention_s)
-    return "insert_event", {name: value for name, value in values.items() if name not in ("attempts", "ts")}
+    return "insert_event", {name: value for name, value in values.items() if name not in ("attempts", "ts", "tries")}
 
 
 def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = None) -> Write:
@@ -75,10 +78,16 @@ def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = No
         "created_at": s.created_at,
         "options": encode_options(s.options) if s.options is not None else UNSET_VALUE,
         "seq": s.seq or UNSET_VALUE,
+        "tries": tries_value(s.tries),
         "ttl": timing.row_ttl_s(loc.due_at, now, retention_s),
         "ts": unset_if_none(ts),
     }
     return "insert_schedule", values
+
+
+def tries_value(tries: tuple[Try, ...]) -> object:
+    """A ``tries`` column's value: unset when there is none (a write keeps what the row had)."""
+    return encode_tries(tries) if tries else UNSET_VALUE
 
 
 def ref_insert(s: Schedule, now: datetime, retention_s: int, clock_us: int | None = None) -> Write:
@@ -362,6 +371,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             "attempts": attempts,
             "fired_at": now,
             "last_error": last_error,
+            "tries": UNSET_VALUE,
         }
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
@@ -444,6 +454,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
                 "attempts": o.attempts,
                 "fired_at": o.fired_at,
                 "last_error": unset_if_none(o.last_error),
+                "tries": tries_value(o.tries),
             }
             by_partition[(o.client_id, loc.poller_id, loc.minute)].append(("record_outcome", values))
         batches = [self._db.batch(writes, logged=False) for writes in by_partition.values()]
@@ -460,6 +471,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             "last_error": letter.last_error,
             "callback": encode_callback(letter.callback),
             "payload": letter.payload,
+            "tries": tries_value(letter.tries),
             "ttl": self.settings.retention_s,
         }
         await self._db.write("insert_dead_letter", values)
@@ -488,6 +500,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
                     "last_error": unset_if_none(r.last_error),
                     "events": UNSET_VALUE,
                     "window_ms": UNSET_VALUE,
+                    "tries": tries_value(r.tries),
                     "ttl": self.settings.retention_s,
                 },
             )
@@ -540,4 +553,5 @@ def _schedule(row: Row) -> Schedule:
         last_error=row.last_error,
         options=decode_options(row.options) if row.options else None,
         seq=row.seq or 0,
+        tries=decode_tries(getattr(row, "tries", None)),  # a listing's read has none (list_minute)
     )

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
-from tickd.service import idempotency, keys, params
+from tickd.service import idempotency, keys, params, recurring
 from tickd.service.declare import Routes
 from tickd.service.errors import json_response
 from tickd.service.routes.common import conflict, now, read_json
@@ -145,7 +145,7 @@ async def _keyed(request: web.Request) -> tuple[Client, Schedule]:
 @routes.get(_PATH, "Get the schedule of a business key", response=ScheduleView)
 async def get_by_key(request: web.Request) -> web.Response:
     _, schedule = await _keyed(request)
-    return json_response(schedule_view(schedule))
+    return json_response(schedule_view(await recurring.with_last_error(request.app[keys.STORE], schedule)))
 
 
 @routes.delete(

@@ -396,7 +396,7 @@ async def list_schedules(request: web.Request) -> web.Response:
 @routes.get("/v1/schedules/{schedule_id}", "Get a schedule", response=ScheduleView)
 async def get_schedule(request: web.Request) -> web.Response:
     _, schedule = await _current(request)
-    return json_response(schedule_view(schedule))
+    return json_response(schedule_view(await recurring.with_last_error(request.app[keys.STORE], schedule)))
 
 
 def _check_mutable(request: web.Request, schedule: Schedule, at: datetime, *, stops: bool = False) -> float | None:
@@ -515,6 +515,7 @@ def _updated(
         seq=seq,
         attempts=0,
         last_error=None,
+        tries=(),
         **changes,
     )
 

@@ -12,6 +12,7 @@ import {
   localInputToIso,
   mount,
   notice,
+  seconds,
   table,
   when,
 } from "./dom.js";
@@ -156,6 +157,11 @@ export async function deadLetters(root) {
 
 // --- one dead letter -----------------------------------------------------------------------------------
 
+// One attempt of the fire: when it went out, how late from its due time, and how it ended.
+function tryItem(t) {
+  return h("li", {}, `#${t.attempt} `, when(t.sent_at), ` (${seconds(t.lateness_s)} late) ${t.outcome}`, t.error ? `: ${t.error}` : "");
+}
+
 function details(l) {
   const rows = [
     ["State", state(l)],
@@ -164,6 +170,7 @@ function details(l) {
     ["Failed at", when(l.failed_at)],
     ["Attempts", String(l.attempts)],
     ["Last error", h("span", { class: "wrap" }, l.last_error)],
+    l.tries ? ["Each attempt", h("ol", { class: "tries small" }, l.tries.map(tryItem))] : null,
     ["Callback", h("span", { class: "wrap" }, callbackText(l.callback))],
     l.redriven_due_at ? ["Redriven fire due", when(l.redriven_due_at)] : null,
     ["Payload", h("pre", { class: "payload" }, JSON.stringify(l.payload, null, 2))],

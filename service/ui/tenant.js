@@ -203,14 +203,34 @@ function attemptText(run) {
   return code ? [" ", badge(code[1], Number(code[1]) < 400 ? "succeeded" : "failed")] : [];
 }
 
+// Each attempt the run keeps (`tries`: the first and the latest 19), late from its own due time (after
+// jitter, window spread, backoff or redrive). An attempt that failed for good and is followed by more
+// ends a round: its dead letter was redriven, and the next round starts after that step.
+function triesSteps(run, dead) {
+  const steps = [];
+  run.tries.forEach((t, i) => {
+    const error = t.error ? [`: ${t.error}`, ...attemptText({ last_error: t.error })] : [];
+    const title = i === 0 ? "Fired" : `Attempt ${t.attempt}`;
+    steps.push(step(i === 0 ? "fire" : "attempt", `${title} (${seconds(t.lateness_s)} late)`, t.sent_at, error));
+    if (t.outcome === "failed" && i < run.tries.length - 1) {
+      steps.push(step("dead", "Dead letter written, then redriven", run.tries[i + 1].due_at, dead(run)));
+    }
+  });
+  return steps;
+}
+
 // `dead(run)`: the steps after "Dead letter written" for a failed fire: a link to its letter and redrive.
 function runSteps(run, dead) {
   const steps = [];
   const label = run.occurrence ? `Occurrence #${run.occurrence}` : "Fire";
-  const late = run.lateness_s !== null && run.lateness_s !== undefined ? ` (${seconds(run.lateness_s)} late)` : "";
   steps.push(step("fire", `${label} due`, run.nominal_at, [h("span", { class: "step-note mono small wrap" }, run.fire_id)]));
-  if (run.fired_at) steps.push(step("fire", `Fired${late}`, run.fired_at));
-  // The API keeps the count of attempts and the last error only, not each attempt's answer.
+  if (run.tries) {
+    steps.push(...triesSteps(run, dead));
+    steps.push(...outcome(run, dead));
+    return steps;
+  }
+  // A run recorded before attempts were kept: its first attempt's time, the count and the last error.
+  if (run.fired_at) steps.push(step("fire", "Fired", run.fired_at));
   if (run.attempts > 1 && run.status !== "failed") {
     const error = run.last_error ? [`, last error: ${run.last_error}`, ...attemptText(run)] : [];
     steps.push(step("attempt", `${run.attempts} attempts`, null, error));
@@ -233,7 +253,8 @@ function deadFire(run) {
 function outcome(run, dead) {
   if (run.status === "succeeded") {
     const on = run.attempts ? ` on attempt ${run.attempts}` : "";
-    return [step("ok", `Delivered${on}`, run.fired_at, [" ", badge("succeeded")])];
+    const last = run.tries ? run.tries[run.tries.length - 1].sent_at : run.fired_at;
+    return [step("ok", `Delivered${on}`, last, [" ", badge("succeeded")])];
   }
   if (run.status === "failed" && !deadFire(run)) {
     return [step("failed", "Skipped", null, [`: ${run.last_error}`])];  // past the catch-up window: not fired

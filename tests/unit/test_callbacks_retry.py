@@ -1,6 +1,7 @@
 import dataclasses
 import random
 
+import pytest
 import structlog
 from structlog.testing import capture_logs
 
@@ -147,3 +148,13 @@ async def test_a_timed_out_attempt_leaves_the_call_maybe_received() -> None:
     _, attempt = scripted(refused)
     result = await retrier(FakeTime(), max_attempts=2, base_s=0.01).run(attempt, 1, log)  # type: ignore[arg-type]
     assert not result.maybe_received
+
+
+async def test_the_result_says_when_each_attempt_went_out_and_how_it_ended() -> None:
+    """Issue 28: a run and a dead letter show every attempt, in-memory retries included."""
+    time = FakeTime()
+    _, attempt = scripted(FAIL, FAIL, OK)
+    result = await retrier(time).run(attempt, 2, log)  # type: ignore[arg-type]  # a durable retry's call
+    assert [(n, error) for n, _, error in result.sent] == [(2, "HTTP 500"), (3, "HTTP 500"), (4, None)]
+    offsets = [after_s for _, after_s, _ in result.sent]
+    assert offsets == pytest.approx([0.0, time.sleeps[0], time.sleeps[0] + time.sleeps[1]])

@@ -231,6 +231,7 @@ async def _rows_at(db: Bridge, dues: list[datetime], ids: list[uuid.UUID]) -> No
             "created_at": START,
             "options": UNSET_VALUE,
             "seq": UNSET_VALUE,
+            "tries": UNSET_VALUE,
             "ttl": 3600,
             "ts": UNSET_VALUE,
         }
@@ -281,6 +282,7 @@ async def test_a_range_on_a_descending_column_compares_values_and_answers_in_its
             "last_error": "e",
             "callback": "{}",
             "payload": b"p",
+            "tries": UNSET_VALUE,
             "ttl": 3600,
         }
         await db.write("insert_dead_letter", values)

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.integration.api_helpers import Api, Register, Rows, http_callback, schedule_body
-from tickd.schema.model import FireOutcome, Location, Schedule, Status
+from tickd.schema.model import FireOutcome, Location, Schedule, Status, Try
 from tickd.schema.store import Store
 
 pytest_plugins = ["tests.integration.api_fixtures"]
@@ -591,10 +591,11 @@ async def test_runs_of_a_fired_one_time_schedule(api: Api, register: Register, s
     client_id, key = await register()
     created = await create(api, key, schedule_body())
     schedule = await stored(store, client_id, created["schedule_id"])
-    fired = schedule.fire_at + timedelta(seconds=2.5)
-    await store.record_outcomes(
-        [FireOutcome(client_id, schedule.schedule_id, schedule.location, Status.FAILED, 4, fired, "HTTP 503")]
-    )
+    due = schedule.location.due_at
+    first, fired = due + timedelta(seconds=2.5), due + timedelta(seconds=40)
+    tries = (Try(1, due, first, "retry", "HTTP 502"), Try(4, fired - timedelta(seconds=1), fired, "failed", "HTTP 503"))
+    outcome = FireOutcome(client_id, schedule.schedule_id, schedule.location, Status.FAILED, 4, fired, "HTTP 503")
+    await store.record_outcomes([dataclasses.replace(outcome, tries=tries)])
     body = await (await api.get(f"/v1/schedules/{created['schedule_id']}/runs", headers=key)).json()
     assert body == {
         "runs": [
@@ -603,9 +604,27 @@ async def test_runs_of_a_fired_one_time_schedule(api: Api, register: Register, s
                 "nominal_at": created["fire_at"],
                 "status": "failed",
                 "attempts": 4,
-                "fired_at": rfc3339(fired),
+                "fired_at": rfc3339(first),  # the first attempt's time and lateness
                 "lateness_s": 2.5,
                 "last_error": "HTTP 503",
+                "tries": [
+                    {
+                        "attempt": 1,
+                        "due_at": rfc3339(due),
+                        "sent_at": rfc3339(first),
+                        "lateness_s": 2.5,
+                        "outcome": "retry",
+                        "error": "HTTP 502",
+                    },
+                    {
+                        "attempt": 4,
+                        "due_at": rfc3339(fired - timedelta(seconds=1)),
+                        "sent_at": rfc3339(fired),
+                        "lateness_s": 1.0,
+                        "outcome": "failed",
+                        "error": "HTTP 503",
+                    },
+                ],
             }
         ],
         "next_cursor": None,
@@ -633,6 +652,7 @@ async def test_runs_newest_first_and_paged(api: Api, register: Register, store: 
             "HTTP 500" if row.seq == 2 else None,
             nominal_at=row.fire_at,
             seq=row.seq,
+            tries=(Try(1, row.location.due_at, row.fire_at + timedelta(seconds=late), "delivered"),),
         )
         for row, late in zip(rows[:3], lateness, strict=True)
     ]
@@ -661,6 +681,38 @@ async def test_runs_newest_first_and_paged(api: Api, register: Register, store: 
 
     live = await get(api, key, sid)  # the schedule lives on at its fourth occurrence
     assert (live["status"], live["occurrence"], live["fire_at"]) == ("scheduled", 4, "2030-01-01T03:00:00Z")
+
+
+async def test_get_shows_the_last_error_of_a_recurring_schedule_whose_runs_fail(
+    api: Api, register: Register, store: Store
+) -> None:
+    """Issue 28: its row is the next occurrence, never tried; GET said last_error null while runs failed."""
+    client_id, key = await register()
+    first_at = at("2030-01-01T00:00:00Z")
+    created = await create(api, key, recurring_body(cron=None, every="1h", start_at=rfc3339(first_at)))
+    sid = created["schedule_id"]
+    first = await stored(store, client_id, sid)
+    second = await advance(store, first, first_at + timedelta(hours=1))
+    failed = FireOutcome(
+        client_id, first.schedule_id, first.location, Status.FAILED, 5, first_at, "HTTP 500", nominal_at=first_at
+    )
+    await store.record_outcomes([failed])
+    shown = await get(api, key, sid)
+    assert (shown["occurrence"], shown["last_error"]) == (2, "HTTP 500")
+    third = await advance(store, second, first_at + timedelta(hours=2))
+    delivered = FireOutcome(
+        client_id, second.schedule_id, second.location, Status.SUCCEEDED, 1, second.fire_at, nominal_at=second.fire_at
+    )
+    await store.record_outcomes([delivered])
+    assert (await get(api, key, sid))["last_error"] == "HTTP 500"  # the last error, still
+    # The third occurrence failed once and waits for its retry (a row of its own, run_of the schedule).
+    retry_at = Location(third.location.poller_id, third.fire_at + timedelta(minutes=1))
+    retrying = FireOutcome(
+        client_id, uuid.uuid4(), retry_at, Status.SCHEDULED, 1, third.fire_at, "timeout after 5s",
+        nominal_at=third.fire_at, run_of=third.schedule_id,
+    )  # fmt: skip
+    await store.record_outcomes([retrying])
+    assert (await get(api, key, sid))["last_error"] == "timeout after 5s"  # the newest run's
 
 
 async def test_runs_of_another_clients_schedule(api: Api, register: Register) -> None:
