@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import memory_store
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC))
+def store() -> CassandraStore:
+    return memory_store(lambda: datetime.now(UTC))
