@@ -1,5 +1,5 @@
-"""Listing a client's schedules over any adapter's partition reads, and cutting event rows into batches:
-written once for both store adapters (``Listing`` is mixed in; it needs only ``read_minute``)."""
+"""Listing a client's schedules over the adapter's partition reads, and cutting event rows into batches
+(``Listing`` is mixed into the adapter; it needs only ``list_minute``)."""
 
 from __future__ import annotations
 

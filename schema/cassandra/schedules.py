@@ -252,22 +252,14 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
     def _write_clock(self) -> int:
         return self._clock.write_timestamp()  # as the connection's client-side timestamps
 
-    async def _write_cancel(self, current: Schedule, now: datetime, base: changes.Base) -> None:
+    async def _write_status(
+        self, current: Schedule, status: Status, version: int, now: datetime, base: changes.Base
+    ) -> None:
         loc, retention_s = current.location, self.settings.retention_s
-        cancel = status_write(
-            current.client_id, current.schedule_id, loc, Status.CANCELLED, now, retention_s, base.write_ts
-        )
-        writes = [cancel, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
-        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
-        await self._together(writes)
-
-    async def _write_pause(self, current: Schedule, version: int, now: datetime, base: changes.Base) -> None:
-        loc, retention_s = current.location, self.settings.retention_s
-        _, values = status_write(
-            current.client_id, current.schedule_id, loc, Status.PAUSED, now, retention_s, base.write_ts
-        )
-        writes: list[Write] = [("set_status_version", {**values, "version": version})]
-        writes += hot_mark(current.instance, loc, now, self.settings.hot_window_s)
+        write = status_write(current.client_id, current.schedule_id, loc, status, now, retention_s, base.write_ts)
+        if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
+            write = ("set_status_version", {**write[1], "version": version})
+        writes = [write, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
         await self._together(writes)
 
