@@ -1,4 +1,4 @@
-"""Pause and resume in the store (client changes, ``schema.changes``) and skipped runs, on both adapters:
+"""Pause and resume in the store (client changes, ``schema.changes``) and skipped runs, on both sessions:
 a paused row is not scheduled (pollers fire only scheduled rows) and takes a new version, so a poller's
 chain from it loses; a resume writes the next fire as a scheduled row; a lost pause is adopted."""
 
