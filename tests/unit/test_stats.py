@@ -79,7 +79,7 @@ class _Flaky(CassandraStore):
 
 
 def _flaky() -> _Flaky:
-    store = memory_store(lambda: store.now, kind=_Flaky)
+    store: _Flaky = memory_store(lambda: store.now, kind=_Flaky)
     return store
 
 
