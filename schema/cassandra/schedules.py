@@ -8,6 +8,7 @@ writes schedules the way the API does (bench-api's raw phases) cannot drift from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -374,11 +375,11 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
             for chunk in listing.chunks(group):
                 inserts = [event_insert(r, now, self.settings.retention_s) for r in chunk]
-                writes.append(self._db.batch(inserts, logged=False))
+                writes.append(functools.partial(self._db.batch, inserts, logged=False))
             signals = self._signals(instance, earliest, now)
             if signals:
-                writes.append(self._db.batch(signals, logged=False))
-        await listing.in_turn(writes)
+                writes.append(functools.partial(self._db.batch, signals, logged=False))
+        await aio.gather_limited(writes, listing.EVENT_WRITES_IN_FLIGHT)
         for instance, minute in by_partition:
             self._horizons.note(instance, minute)
 
