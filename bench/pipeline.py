@@ -46,7 +46,8 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.poller.signing import signed_headers
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Callback, Client, HttpCallback, InstanceKey, KafkaCallback, Location, Schedule, Status
 from tickd.schema.settings import StoreSettings
 
@@ -91,7 +92,7 @@ def _run_on_cpu_time(main: Coroutine[Any, Any, T]) -> T:
         loop.close()
 
 
-class _CountedReads(MemoryStore):
+class _CountedReads(CassandraStore):
     """The in-memory store, counting the rows the node's minute reads return."""
 
     counter: Counter
@@ -191,7 +192,7 @@ def _callback(channel: str) -> Callback:
     return HttpCallback("http://127.0.0.1:9/hook", "POST", {"X-Bench": "1"})
 
 
-async def _seed(store: MemoryStore, count: int, pollers: int, channel: str, spread_s: float) -> datetime:
+async def _seed(store: CassandraStore, count: int, pollers: int, channel: str, spread_s: float) -> datetime:
     since = START - timedelta(days=1)
     client = Client("bench", pollers, True, "hash", since, since, kafka_topics=frozenset({"bench-fires"}))
     await store.create_client(client)
@@ -210,7 +211,7 @@ async def _seed(store: MemoryStore, count: int, pollers: int, channel: str, spre
 async def _run(args: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     clock = vloop.VirtualClock(loop, START)  # type: ignore[arg-type]
-    store = _CountedReads(clock, page_size=5000)
+    store = memory_store(clock, StoreSettings(page_size=5000), kind=_CountedReads)
     minute = await _seed(store, args.count, args.pollers, args.channel, args.spread_s)
     counter = store.counter = Counter(clock)
     retry = RetryPolicy(max_attempts=5, base_s=0.5, cap_s=10.0, inline_budget_s=0.0)
@@ -245,7 +246,7 @@ async def _run(args: argparse.Namespace, profiler: cProfile.Profile | None) -> d
     }
 
 
-async def _succeeded(store: MemoryStore, pollers: int, minute: datetime) -> list[Schedule]:
+async def _succeeded(store: CassandraStore, pollers: int, minute: datetime) -> list[Schedule]:
     found = []
     for p in range(pollers):
         async for page in store.read_minute(InstanceKey("bench", p), minute, from_due=None):

@@ -12,7 +12,7 @@ failure come a moment later.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -27,3 +27,15 @@ async def gather(*aws: Awaitable[T]) -> list[T]:
         if task is not None and task.cancelling():
             raise asyncio.CancelledError() from exc
         raise
+
+
+async def gather_limited(calls: Iterable[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+    """``gather`` of what ``calls`` return, in order, at most ``limit`` running at a time. A call is made
+    only once it has a place, so a cancelled gather leaves no awaitable made and never awaited."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    return await gather(*(one(call) for call in calls))

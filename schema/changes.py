@@ -1,4 +1,4 @@
-"""A client's changes of a schedule (reschedule, cancel, pause, resume), written once for both store adapters.
+"""A client's changes of a schedule (reschedule, cancel, pause, resume), over the adapter's row requests.
 
 A change is two requests: the pointer's compare-and-set, then one logged batch with its rows. When the
 batch is lost (the API process dies, or the request times out and the API answers 503), the pointer is
@@ -87,9 +87,9 @@ def change_base(
     return Base(ref.version, write_ts, stale)
 
 
-class ClientChanges:
-    """``cancel_schedule``, ``replace_schedule``, ``pause_schedule`` and ``resume_schedule`` over an
-    adapter's primitives (mixed in)."""
+class ScheduleRows:
+    """The requests on a schedule's pointer and rows that the client changes (here) and the poller's
+    moves (``schema.moves``) are written over: the adapter provides them (``cassandra.schedules``)."""
 
     async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
         raise NotImplementedError
@@ -120,12 +120,13 @@ class ClientChanges:
     ) -> None:
         raise NotImplementedError
 
-    async def _write_cancel(self, current: Schedule, now: datetime, base: Base) -> None:
-        raise NotImplementedError
 
-    async def _write_pause(self, current: Schedule, version: int, now: datetime, base: Base) -> None:
-        """``current``'s row paused at ``version`` (status and version, at ``base.write_ts``), its hot
-        mark and the fences of ``base``: as ``_write_cancel``."""
+class ClientChanges(ScheduleRows):
+    """``cancel_schedule``, ``replace_schedule``, ``pause_schedule`` and ``resume_schedule`` (mixed in)."""
+
+    async def _write_status(self, current: Schedule, status: Status, version: int, now: datetime, base: Base) -> None:
+        """``current``'s row cancelled, or paused at ``version`` (status and version), at ``base.write_ts``,
+        with its hot mark and the fences of ``base``."""
         raise NotImplementedError
 
     def _write_clock(self) -> int:
@@ -150,22 +151,20 @@ class ClientChanges:
             raise Conflict("the schedule was changed concurrently, by a change after this one; read it again")
 
     async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
-        base = await self._change_base(current)
-        version = base.version + 1
-        await self._bump_ref(current, current.location, version, now, base=base)
-        await self._write_cancel(current, now, base)
-        await self._still_last(current, version)
-        return dataclasses.replace(current, status=Status.CANCELLED, version=version)
+        return await self._change_status(current, Status.CANCELLED, now)
 
     async def pause_schedule(self, current: Schedule, now: datetime) -> Schedule:
         """Pause ``current`` where it is: its row stays, status paused, at a new version (so a poller's
         chain from it, or a move, loses its compare-and-set). ``Conflict`` if it changed meanwhile."""
+        return await self._change_status(current, Status.PAUSED, now)
+
+    async def _change_status(self, current: Schedule, status: Status, now: datetime) -> Schedule:
         base = await self._change_base(current)
         version = base.version + 1
         await self._bump_ref(current, current.location, version, now, base=base)
-        await self._write_pause(current, version, now, base)
+        await self._write_status(current, status, version, now, base)
         await self._still_last(current, version)
-        return dataclasses.replace(current, status=Status.PAUSED, version=version)
+        return dataclasses.replace(current, status=status, version=version)
 
     async def resume_schedule(self, current: Schedule, resumed: Schedule, now: datetime) -> Schedule:
         """Resume paused ``current`` as ``resumed`` (its next fire: a new row, or the same one scheduled

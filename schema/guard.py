@@ -4,8 +4,8 @@ A poller node frozen (a GC pause, SIGSTOP) in the middle of a multi-request writ
 move for one, wakes up with the rest of its requests still to send. By then another node may own the
 instance, have fired the row and closed its minute, and the rest of the stale move would land behind
 it (found by the simulation, seed 7812). A delivery sets a guard: a check that raises once
-the node's lease is gone, and both adapters call ``check()`` before each request they send, so such a
-write stops at its next request. A request already sent is not recalled: that is what epochs and the
+the node's lease is gone, and the bridge calls ``check()`` before each request it sends (on either
+session), so such a write stops at its next request. A request already sent is not recalled: that is what epochs and the
 compare-and-sets are for.
 """
 

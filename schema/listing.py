@@ -1,11 +1,11 @@
-"""Listing a client's schedules over any adapter's partition reads, and cutting event rows into batches:
-written once for both store adapters (``Listing`` is mixed in; it needs only ``read_minute``)."""
+"""Listing a client's schedules over the adapter's partition reads, and cutting event rows into batches
+(``Listing`` is mixed into the adapter; it needs only ``list_minute``)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Awaitable, Sequence
+import functools
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -60,17 +60,6 @@ class ListFilter:
 # Event-row batches of one fire written at once: a fire of 10,000 events written all together queues the
 # encoding of every batch ahead of everything else on the node's event loop, other tenants' fires too.
 EVENT_WRITES_IN_FLIGHT = 4
-
-
-async def in_turn(writes: Sequence[Awaitable[None]], limit: int = EVENT_WRITES_IN_FLIGHT) -> None:
-    """Await ``writes`` (not yet started coroutines) at most ``limit`` at a time, in order."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(write: Awaitable[None]) -> None:
-        async with gate:
-            await write
-
-    await aio.gather(*(one(w) for w in writes))
 
 
 def chunks(rows: Sequence[Schedule]) -> list[list[Schedule]]:
@@ -151,18 +140,14 @@ class Listing:
     ) -> tuple[list[Schedule], ListCursor | None]:
         """The rows ``keep`` keeps of the chunk's partitions, and the earliest place a partition's reads
         stopped before its end (None: every partition was read to the end of the range)."""
-        gate = asyncio.Semaphore(LIST_CONCURRENCY)
-
-        async def one(instance: InstanceKey, minute: datetime) -> tuple[list[Schedule], ListCursor | None]:
-            async with gate:
-                return await self._list_partition(instance, minute, max(minute, begin), keep, limit, rows)
-
         reads = [
-            one(InstanceKey(client.client_id, poller_id), minute)
+            functools.partial(
+                self._list_partition, InstanceKey(client.client_id, p), minute, max(minute, begin), keep, limit, rows
+            )
             for minute in minutes
-            for poller_id in range(client.poller_span)
+            for p in range(client.poller_span)
         ]
-        done = await aio.gather(*reads)
+        done = await aio.gather_limited(reads, LIST_CONCURRENCY)
         stops = [stop for _, stop in done if stop is not None]
         return [s for kept, _ in done for s in kept], min(stops, key=_mark, default=None)
 

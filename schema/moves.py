@@ -1,5 +1,5 @@
-"""A poller's moves of a schedule (a durable retry, a recurring schedule's next occurrence), written once
-for both store adapters on the few requests each of them provides.
+"""A poller's moves of a schedule (a durable retry, a recurring schedule's next occurrence), over the few
+row requests the adapter provides (``changes.ScheduleRows``).
 
 A move is two requests: the pointer's compare-and-set, then the rows. If the process dies between them,
 whoever handles the same row next (the same poller retrying, or the instance's next owner) finds the
@@ -20,6 +20,7 @@ from uuid import UUID
 import msgspec
 
 from tickd.schema import timing
+from tickd.schema.changes import ScheduleRows
 from tickd.schema.errors import Conflict
 from tickd.schema.model import Chain, Chained, Location, Schedule, ScheduleRef, Status
 
@@ -61,14 +62,8 @@ def retry_row(current: Schedule, due_at: datetime, attempts: int, last_error: st
     )
 
 
-class PollerMoves:
-    """``requeue``'s pointer move and ``chain_schedule`` over an adapter's primitives (mixed in)."""
-
-    async def get_ref(self, client_id: str, schedule_id: UUID) -> ScheduleRef | None:
-        raise NotImplementedError
-
-    async def _row_at(self, client_id: str, schedule_id: UUID, loc: Location) -> Schedule | None:
-        raise NotImplementedError
+class PollerMoves(ScheduleRows):
+    """``requeue``'s pointer move and ``chain_schedule`` (mixed in)."""
 
     async def get_schedule(self, client_id: str, schedule_id: UUID) -> Schedule | None:
         """The schedule's current row, through its pointer. If a move's pointer landed but its row did
@@ -81,22 +76,10 @@ class PollerMoves:
             row = await self._row_at(client_id, schedule_id, ref.previous)
         return row
 
-    async def _bump_ref(
-        self, current: Schedule, new_loc: Location, version: int, now: datetime, *, by_client: bool = True
-    ) -> None:
-        raise NotImplementedError
-
-    async def _write_replacement(
-        self, current: Schedule, new: Schedule, now: datetime, *, keep_status: bool = False
-    ) -> None:
-        raise NotImplementedError
-
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         raise NotImplementedError
 
-    async def _poller_move(
-        self, current: Schedule, ref: ScheduleRef | None
-    ) -> tuple[ScheduleRef, Schedule | None] | None:
+    async def _poller_move(self, current: Schedule, ref: ScheduleRef | None) -> PollerMove | None:
         """After a lost compare-and-set: if a poller moved the schedule on from ``current``, the pointer
         and the row it points at (None: that move stopped before its row landed)."""
         if ref is None or not moved_on_by_poller(current, ref):

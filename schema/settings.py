@@ -7,8 +7,9 @@ refused, the same way: a malformed value stops start-up with a message naming th
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tickd.schema.errors import ConfigError
 from tickd.schema.tls import TlsFiles, read_tls
@@ -17,6 +18,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 CONSISTENCY_LEVELS = frozenset({"ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"})
 SERIAL_LEVELS = frozenset({"SERIAL", "LOCAL_SERIAL"})
+N = TypeVar("N", int, float)
 
 
 def env_str(env: Mapping[str, str], name: str, default: str) -> str:
@@ -27,26 +29,23 @@ def env_str(env: Mapping[str, str], name: str, default: str) -> str:
 
 
 def env_int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}", field=name) from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name} must be between {low} and {high}, got {value}", field=name)
-    return value
+    return _env_number(env, name, default, int, "an integer", low, high)
 
 
 def env_float(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
+    return _env_number(env, name, default, float, "a number", low, high)
+
+
+def _env_number(
+    env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], what: str, low: N, high: N
+) -> N:
     raw = env.get(name)
     if raw is None:
         return default
     try:
-        value = float(raw.strip())
+        value = parse(raw.strip())
     except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}", field=name) from None
+        raise ConfigError(f"{name} must be {what}, got {raw!r}", field=name) from None
     if not low <= value <= high:
         raise ConfigError(f"{name} must be between {low} and {high}, got {value}", field=name)
     return value

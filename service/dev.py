@@ -42,7 +42,7 @@ from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema import eventloop, logs, tracing
 from tickd.schema.errors import ConfigError
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Client, Schedule
 from tickd.schema.signing import new_signing_secret
 from tickd.service.app import create_app
@@ -134,7 +134,7 @@ async def serve(
     api_settings, poller_settings = settings_of(options, env)
     if skipped := not_applied(env):
         log.warning("dev_settings_not_applied", variables=skipped, why="one in-memory process: no Cassandra")
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     assert api_settings.admin_token is not None
     admin_token = api_settings.admin_token
     api_key, key_hash = new_api_key(options.client_id)

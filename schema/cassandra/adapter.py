@@ -30,7 +30,9 @@ from tickd.schema.settings import StoreSettings
 
 class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``; on any
-    other ``Submit`` connection (``schema.memory.store``), construct it with the connection's statements."""
+    other ``Submit`` connection (``schema.memory.memory_store``), construct it with the connection's
+    statements. ``connection`` is public, as procrastinate's ``App.connector``: tests reach a memory
+    connection's tables and faults through it."""
 
     def __init__(
         self, settings: StoreSettings, connection: Submit, statements: Statements, cluster: Cluster | None = None
@@ -38,7 +40,7 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
         self.settings = settings
         self._cluster = cluster
         self._db = Bridge(connection, statements, settings.request_timeout_s)
-        self._clock = connection
+        self.connection = self._clock = connection
         self._horizons = Horizons()
         self._unlogged = batchlog.Fallbacks()
 

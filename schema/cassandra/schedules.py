@@ -8,6 +8,7 @@ writes schedules the way the API does (bench-api's raw phases) cannot drift from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -261,22 +262,14 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
     def _write_clock(self) -> int:
         return self._clock.write_timestamp()  # as the connection's client-side timestamps
 
-    async def _write_cancel(self, current: Schedule, now: datetime, base: changes.Base) -> None:
+    async def _write_status(
+        self, current: Schedule, status: Status, version: int, now: datetime, base: changes.Base
+    ) -> None:
         loc, retention_s = current.location, self.settings.retention_s
-        cancel = status_write(
-            current.client_id, current.schedule_id, loc, Status.CANCELLED, now, retention_s, base.write_ts
-        )
-        writes = [cancel, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
-        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
-        await self._together(writes)
-
-    async def _write_pause(self, current: Schedule, version: int, now: datetime, base: changes.Base) -> None:
-        loc, retention_s = current.location, self.settings.retention_s
-        _, values = status_write(
-            current.client_id, current.schedule_id, loc, Status.PAUSED, now, retention_s, base.write_ts
-        )
-        writes: list[Write] = [("set_status_version", {**values, "version": version})]
-        writes += hot_mark(current.instance, loc, now, self.settings.hot_window_s)
+        write = status_write(current.client_id, current.schedule_id, loc, status, now, retention_s, base.write_ts)
+        if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
+            write = ("set_status_version", {**write[1], "version": version})
+        writes = [write, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
         writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
         await self._together(writes)
 
@@ -392,11 +385,11 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
             earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
             for chunk in listing.chunks(group):
                 inserts = [event_insert(r, now, self.settings.retention_s) for r in chunk]
-                writes.append(self._db.batch(inserts, logged=False))
+                writes.append(functools.partial(self._db.batch, inserts, logged=False))
             signals = self._signals(instance, earliest, now)
             if signals:
-                writes.append(self._db.batch(signals, logged=False))
-        await listing.in_turn(writes)
+                writes.append(functools.partial(self._db.batch, signals, logged=False))
+        await aio.gather_limited(writes, listing.EVENT_WRITES_IN_FLIGHT)
         for instance, minute in by_partition:
             self._horizons.note(instance, minute)
 

@@ -151,10 +151,7 @@ class Relation:
 
 
 def _relations(cursor: Cursor, table: TableDef) -> list[Relation]:
-    found = [_relation(cursor, table)]
-    while cursor.accept("and"):
-        found.append(_relation(cursor, table))
-    return found
+    return cursor.listed(lambda: _relation(cursor, table), "and")
 
 
 def _relation(cursor: Cursor, table: TableDef) -> Relation:
@@ -579,9 +576,7 @@ def _table(cursor: Cursor, schema: Schema) -> TableDef:
 def _select(cursor: Cursor, schema: Schema) -> Plan:
     if cursor.is_word("*") or cursor.is_word("distinct") or cursor.is_word("json"):
         cursor.refuse(f"SELECT {cursor.peek()} (name the columns)")
-    columns = [_selected(cursor)]
-    while cursor.accept(","):
-        columns.append(_selected(cursor))
+    columns = cursor.listed(lambda: _selected(cursor))
     cursor.expect("from")
     if cursor.is_word("system", ".", "local"):
         cursor.expect("system", ".", "local")
@@ -655,9 +650,7 @@ def _update(name: str, cursor: Cursor, schema: Schema) -> Plan:
     table = _table(cursor, schema)
     ttl, timestamp = _using(cursor) if cursor.accept("using") else (None, None)
     cursor.expect("set")
-    cells = [_assignment(cursor, table)]
-    while cursor.accept(","):
-        cells.append(_assignment(cursor, table))
+    cells = cursor.listed(lambda: _assignment(cursor, table))
     if len({c for c, _ in cells}) != len(cells):
         cursor.refuse("a column set twice")
     cursor.expect("where")
@@ -681,9 +674,7 @@ def _assignment(cursor: Cursor, table: TableDef) -> tuple[str, Term]:
 
 
 def _delete(name: str, cursor: Cursor, schema: Schema) -> Plan:
-    columns = [] if cursor.is_word("from") else [cursor.name()]
-    while columns and cursor.accept(","):
-        columns.append(cursor.name())
+    columns = [] if cursor.is_word("from") else cursor.listed(cursor.name)
     cursor.expect("from")
     table = _table(cursor, schema)
     for column in columns:
@@ -706,10 +697,7 @@ def _condition(cursor: Cursor, table: TableDef) -> str | tuple[tuple[str, Term],
         return EXISTS
     if cursor.is_word("not", "exists"):
         cursor.refuse("IF NOT EXISTS on an UPDATE or DELETE")
-    found = [_compare(cursor, table)]
-    while cursor.accept("and"):
-        found.append(_compare(cursor, table))
-    return tuple(found)
+    return tuple(cursor.listed(lambda: _compare(cursor, table), "and"))
 
 
 def _compare(cursor: Cursor, table: TableDef) -> tuple[str, Term]:

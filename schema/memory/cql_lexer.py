@@ -5,8 +5,9 @@ with. Anything the lexer does not know (a character, a positional ``?`` marker) 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 
 class UnsupportedCql(ValueError):
@@ -22,6 +23,8 @@ class Token:
     def __str__(self) -> str:
         return f":{self.text}" if self.kind == "marker" else repr(self.text) if self.kind == "string" else self.text
 
+
+T = TypeVar("T")
 
 _TOKEN = re.compile(
     r"""
@@ -119,10 +122,15 @@ class Cursor:
     def names(self) -> list[str]:
         """``( name, name ... )``."""
         self.expect("(")
-        found = [self.name()]
-        while self.accept(","):
-            found.append(self.name())
+        found = self.listed(self.name)
         self.expect(")")
+        return found
+
+    def listed(self, read: Callable[[], T], separator: str = ",") -> list[T]:
+        """``read`` once, then again after each ``separator``: ``a, b, c`` or ``x AND y``."""
+        found = [read()]
+        while self.accept(separator):
+            found.append(read())
         return found
 
     def end(self) -> None:

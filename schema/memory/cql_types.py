@@ -72,9 +72,7 @@ def parse_type(cursor: Cursor) -> CqlType:
         return CqlType(inner.name, inner.params, frozen=True)
     if name in ("set", "list", "tuple"):
         cursor.expect("<")
-        params = [parse_type(cursor)]
-        while cursor.accept(","):
-            params.append(parse_type(cursor))
+        params = cursor.listed(lambda: parse_type(cursor))
         cursor.expect(">")
         if name != "tuple" and len(params) != 1:
             cursor.refuse(f"{name} of {len(params)} types")

@@ -1,5 +1,5 @@
 """The store contract: every test here runs against every adapter of the port, so their semantics cannot drift.
-``env`` is parametrized: ``memory`` (``MemoryStore``: the Cassandra adapter's own modules on a
+``env`` is parametrized: ``memory`` (``memory_store``: the Cassandra adapter's own modules on a
 ``MemoryConnection``, which executes ``queries.cql`` in memory, on a hand-moved clock; no network) and
 ``cassandra`` (the real server, marked ``integration``; it fails loudly, never skips, when Cassandra does not
 answer). Time moves through ``env``: the memory clocks jump, Cassandra really waits."""
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tickd.schema.errors import BatchNotLogged, StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import MemoryConnection, StoreFaults, Tables, memory_store
 from tickd.schema.model import Client, HttpCallback, Location, Schedule
 from tickd.schema.settings import StoreSettings
 from tickd.schema.store import Store
@@ -78,11 +78,22 @@ class Env:
     now: Callable[[], datetime]
     wait: Callable[[float], Awaitable[None]]
     variant: Callable[..., Awaitable[Any]]
+    connection: MemoryConnection | None = None  # in memory: the store's, where faults are injected
 
     @property
     def memory(self) -> bool:
         """In memory (the Cassandra adapter on a memory connection): faults can be injected."""
-        return self.kind in ("memory", "cql")
+        return self.connection is not None
+
+    def inject(self, faults: StoreFaults) -> None:
+        """In memory: the store's requests from now on pass ``faults``."""
+        assert self.connection is not None
+        self.connection.faults = faults
+
+    def peer(self, faults: StoreFaults) -> Store:
+        """In memory: another process's adapter on the same data, with faults of its own."""
+        assert self.connection is not None
+        return memory_store(MemoryConnection(self.connection.tables, faults))
 
     def later(self, seconds: float) -> datetime:
         """``seconds`` from now at millisecond precision (what Cassandra keeps)."""
@@ -147,15 +158,16 @@ async def env(request: pytest.FixtureRequest) -> Env:
 
 def _memory_env() -> Env:
     clock = ManualClock()
-    store = MemoryStore(clock)
+    connection = MemoryConnection(Tables(clock))
+    store = memory_store(connection)
 
     async def advance(seconds: float) -> None:
         clock.advance(seconds)
 
-    async def memory_variant(**changes: Any) -> MemoryStore:
-        return store.with_settings(**changes)
+    async def memory_variant(**changes: Any) -> Store:
+        return memory_store(MemoryConnection(connection.tables), dataclasses.replace(store.settings, **changes))
 
-    return Env("memory", store, clock, advance, memory_variant)
+    return Env("memory", store, clock, advance, memory_variant, connection)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Business keys in the store, on both adapters: a key is claimed once (IF NOT EXISTS), moved only from
+"""Business keys in the store, on both sessions: a key is claimed once (IF NOT EXISTS), moved only from
 the schedule it still names (IF schedule_id = ...), and belongs to its client."""
 
 from __future__ import annotations

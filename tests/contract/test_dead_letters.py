@@ -145,7 +145,7 @@ async def test_a_redrive_whose_write_was_lost_is_finished_once(env: Env, store: 
     first, _ = await chained(env, new_schedule)
     letter = letter_of(env, first)
     await store.add_dead_letter(letter)
-    faulty = store.peer(faults=FailOn(before=("batch:insert_retry",)))  # type: ignore[attr-defined]
+    faulty = env.peer(FailOn(before=("batch:insert_retry",)))
     due = env.later(1)
     with pytest.raises(StoreUnavailable):
         await redrives.redrive(faulty, letter, due, env.now(), late_s=3.0)

@@ -1,4 +1,4 @@
-"""Listings push their limit into the store read, on both adapters: ``page_dead_letters`` returns at
+"""Listings push their limit into the store read, on both sessions: ``page_dead_letters`` returns at
 most ``max_rows`` rows of one client-day, in [since, until], newest first, and no payloads."""
 
 from __future__ import annotations

@@ -11,32 +11,32 @@ from datetime import timedelta
 
 import pytest
 
-from tests.contract.conftest import START, Factory, FailOn, ManualClock, read_all
+from tests.contract.conftest import START, Env, Factory, FailOn, ManualClock, read_all
 from tests.waiting import until
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.memory import MemoryStore, StoreFaults
-from tickd.schema.memory.faults import NoFaults
+from tickd.schema.memory import NoFaults, StoreFaults
 from tickd.schema.model import Chain, Client, EventOf, FireOutcome, InstanceKey, Location, NodeInfo, Options, Status
+from tickd.schema.store import Store
 
 pytestmark = pytest.mark.parametrize("env", ["memory"], indirect=True)
 
 
 @pytest.fixture
-def clock(store: MemoryStore) -> ManualClock:
-    assert isinstance(store.clock, ManualClock)
-    return store.clock
+def clock(env: Env) -> ManualClock:
+    assert isinstance(env.now, ManualClock)
+    return env.now
 
 
-def faults(store: MemoryStore, **points: tuple[str, ...]) -> FailOn:
+def faults(env: Env, **points: tuple[str, ...]) -> FailOn:
     injected = FailOn(**points)
-    store.faults = injected
+    env.inject(injected)
     return injected
 
 
 async def test_each_method_sends_the_requests_of_the_cassandra_adapter(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
-    seen = faults(store).seen
+    seen = faults(env).seen
     s = new_schedule(START + timedelta(minutes=10), poller_id=1)
     await store.create_schedule(s, START)
     assert seen == ["batch:insert_schedule"]
@@ -52,29 +52,29 @@ async def test_each_method_sends_the_requests_of_the_cassandra_adapter(
     assert seen == ["get_ref", "get_schedule"]
 
 
-async def test_a_refused_request_applies_nothing(store: MemoryStore, new_schedule: Factory, client_id: str) -> None:
+async def test_a_refused_request_applies_nothing(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
     s = new_schedule(START + timedelta(minutes=10))
-    faults(store, before=("batch:insert_schedule",))
+    faults(env, before=("batch:insert_schedule",))
     with pytest.raises(StoreUnavailable):
         await store.create_schedule(s, START)
     assert await store.get_schedule(client_id, s.schedule_id) is None
 
 
-async def test_an_unknown_outcome_applied(store: MemoryStore, new_schedule: Factory, client_id: str) -> None:
+async def test_an_unknown_outcome_applied(env: Env, store: Store, new_schedule: Factory, client_id: str) -> None:
     s = new_schedule(START + timedelta(minutes=10))
-    faults(store, after=("batch:insert_schedule",))
+    faults(env, after=("batch:insert_schedule",))
     with pytest.raises(StoreUnavailable):
         await store.create_schedule(s, START)
     assert await store.get_schedule(client_id, s.schedule_id) == s
 
 
 async def test_a_requeue_with_an_unknown_outcome_is_finished_by_calling_it_again(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     s = new_schedule(START + timedelta(seconds=30))
     await store.create_schedule(s, START)
     retry_at = START + timedelta(minutes=5)
-    faults(store, after=("move_ref",))
+    faults(env, after=("move_ref",))
     with pytest.raises(StoreUnavailable):
         await store.requeue_schedule(s, retry_at, 2, "timeout", START)
     assert await store.get_schedule(client_id, s.schedule_id) == s  # the pointer alone changes nothing
@@ -85,16 +85,16 @@ async def test_a_requeue_with_an_unknown_outcome_is_finished_by_calling_it_again
 
 
 async def test_a_half_done_cancel_leaves_the_row_live_and_the_next_change_adopts_it(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     s = new_schedule(START + timedelta(minutes=10))
     await store.create_schedule(s, START)
-    faults(store, before=("batch:set_status",))
+    faults(env, before=("batch:set_status",))
     with pytest.raises(StoreUnavailable):
         await store.cancel_schedule(s, START)
     got = await store.get_schedule(client_id, s.schedule_id)
     assert got is not None and got.status is Status.SCHEDULED and got.version == 1  # the pointer says 2
-    faults(store)
+    faults(env)
     # Before, every later change answered 409 here (the row says 1, the pointer 2) while the row fired.
     cancelled = await store.cancel_schedule(got, START)
     assert cancelled.status is Status.CANCELLED and cancelled.version == 3
@@ -103,19 +103,19 @@ async def test_a_half_done_cancel_leaves_the_row_live_and_the_next_change_adopts
 
 
 async def test_a_half_done_reschedule_is_fenced_by_the_next_change(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     """The moved row's batch fails; the next change adopts the pointer's version and fences the target,
     so that the lost batch, had it landed later after all, would leave a moved row."""
     s = new_schedule(START + timedelta(minutes=10), poller_id=1)
     await store.create_schedule(s, START)
     lost = dataclasses.replace(s, location=Location(2, START + timedelta(minutes=20)), fire_at=START)
-    faults(store, before=("batch:insert_schedule",))
+    faults(env, before=("batch:insert_schedule",))
     with pytest.raises(StoreUnavailable):
         await store.replace_schedule(s, lost, START)
     got = await store.get_schedule(client_id, s.schedule_id)
     assert got == s  # the old row is the truth: it fires if nothing else happens
-    faults(store)
+    faults(env)
     final = dataclasses.replace(s, location=Location(3, START + timedelta(minutes=30)), fire_at=START)
     await store.replace_schedule(got, final, START)
     ref = await store.get_ref(client_id, s.schedule_id)
@@ -125,14 +125,14 @@ async def test_a_half_done_reschedule_is_fenced_by_the_next_change(
 
 
 async def test_an_unlogged_batch_over_two_partitions_can_half_apply(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     """An event row due inside the hot window: its signals batch marks the minute (one partition) and
     raises the horizon (another); a failure between the two leaves the mark without the horizon."""
     at = START + timedelta(seconds=20)
     parent = uuid.uuid4()
     event = new_schedule(at, schedule_id=uuid.uuid5(parent, "0"), options=Options(event=EventOf(parent, 0, 1)))
-    faults(store, after=("batch:mark_hot/partial",))
+    faults(env, after=("batch:mark_hot/partial",))
     with pytest.raises(StoreUnavailable):
         await store.add_events([event], START)
     assert [r.schedule_id for r in await read_all(store, event.instance, event.location.minute)] == [event.schedule_id]
@@ -141,7 +141,7 @@ async def test_an_unlogged_batch_over_two_partitions_can_half_apply(
 
 
 async def test_outcomes_of_other_partitions_land_when_one_fails(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     made = [new_schedule(START + timedelta(minutes=10 + i), options=Options(jitter_ms=1)) for i in range(3)]
     await store.create_schedules(made, START)
@@ -149,7 +149,7 @@ async def test_outcomes_of_other_partitions_land_when_one_fails(
         FireOutcome(client_id, s.schedule_id, s.location, Status.SUCCEEDED, 1, START, nominal_at=s.fire_at, seq=1)
         for s in made
     ]
-    injected = faults(store, before=("batch:record_outcome",))
+    injected = faults(env, before=("batch:record_outcome",))
     with pytest.raises(StoreUnavailable):
         await store.record_outcomes(outcomes)
     # The other requests were sent with it and complete (as under gather).
@@ -160,12 +160,12 @@ async def test_outcomes_of_other_partitions_land_when_one_fails(
 
 
 async def test_a_chain_whose_pointer_move_failed_finds_nothing_to_finish(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     first = new_schedule(START + timedelta(minutes=10), seq=1)
     await store.create_schedule(first, START)
     nxt = dataclasses.replace(first, location=Location(0, START + timedelta(minutes=11)), seq=2)
-    faults(store, before=("move_ref",))
+    faults(env, before=("move_ref",))
     with pytest.raises(StoreUnavailable):
         await store.chain_schedule(first, nxt, START)
     assert (await store.chain_schedule(first, nxt, START)).outcome is Chain.CHAINED
@@ -187,14 +187,14 @@ class Hold(NoFaults):
 
 
 async def test_a_delayed_write_keeps_the_timestamp_it_was_sent_with(
-    store: MemoryStore, clock: ManualClock, client_id: str
+    env: Env, store: Store, clock: ManualClock, client_id: str
 ) -> None:
     """Write timestamps are the client's, taken at send time: a request held up in the network that
     lands after a later write loses to it (last write wins by timestamp, not by arrival)."""
     client = Client(client_id, 2, True, "h", START, START)
     assert await store.create_client(client)
     hold: StoreFaults = Hold("update_client")
-    slow = store.peer(faults=hold)
+    slow = env.peer(hold)
     first = asyncio.create_task(slow.update_client(dataclasses.replace(client, poller_count=5)))
     await asyncio.sleep(0)
     clock.advance(1)
@@ -205,7 +205,7 @@ async def test_a_delayed_write_keeps_the_timestamp_it_was_sent_with(
     assert got is not None and got.poller_count == 7
 
 
-async def test_ttls_count_whole_seconds(store: MemoryStore, clock: ManualClock) -> None:
+async def test_ttls_count_whole_seconds(store: Store, clock: ManualClock) -> None:
     """Cassandra's expiry is ``floor(write second) + ttl``: written at x.9 with TTL 1, gone at x+1."""
     clock.now = START.replace(microsecond=900_000)
     node = NodeInfo("n1", "10.0.0.1", 9100, START, START)
@@ -220,10 +220,10 @@ async def test_ttls_count_whole_seconds(store: MemoryStore, clock: ManualClock) 
 
 
 async def test_a_create_whose_batchlog_fails_is_written_without_one(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     s = new_schedule(START + timedelta(minutes=10), poller_id=1)
-    injected = faults(store, batchlog=("batch:insert_schedule",))
+    injected = faults(env, batchlog=("batch:insert_schedule",))
     await store.create_schedule(s, START)
     # The logged batch (nothing applied), then the pointer and signals, then the row alone.
     assert injected.seen == ["batch:insert_schedule", "batch:insert_ref", "batch:insert_schedule"]
@@ -232,10 +232,10 @@ async def test_a_create_whose_batchlog_fails_is_written_without_one(
 
 
 async def test_a_create_cut_short_without_its_batchlog_is_not_found_and_fires_nothing(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     s = new_schedule(START + timedelta(minutes=10), poller_id=1)
-    faults(store, batchlog=("batch:insert_schedule",), after=("batch:insert_ref",))
+    faults(env, batchlog=("batch:insert_schedule",), after=("batch:insert_ref",))
     with pytest.raises(StoreUnavailable):
         await store.create_schedule(s, START)  # cut short once the pointer landed
     assert await store.get_ref(client_id, s.schedule_id) is not None
@@ -246,7 +246,7 @@ async def test_a_create_cut_short_without_its_batchlog_is_not_found_and_fires_no
 
 
 async def test_a_move_cut_short_without_its_batchlog_is_retired_by_the_next_change(
-    store: MemoryStore, new_schedule: Factory, client_id: str
+    env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
     """Cut after the new row and before the old one is retired, a move leaves both live (never the
     old retired without its successor). The client reads the new version; its next change fences the
@@ -254,14 +254,14 @@ async def test_a_move_cut_short_without_its_batchlog_is_retired_by_the_next_chan
     s = new_schedule(START + timedelta(minutes=10), poller_id=1)
     await store.create_schedule(s, START)
     later = Location(2, START + timedelta(minutes=20))
-    faults(store, batchlog=("batch:insert_schedule",), before=("batch:set_status",))
+    faults(env, batchlog=("batch:insert_schedule",), before=("batch:set_status",))
     with pytest.raises(StoreUnavailable):
         await store.replace_schedule(s, dataclasses.replace(s, location=later, fire_at=later.due_at), START)
     both = [r.status for r in await read_all(store, s.instance, s.location.minute) if r.schedule_id == s.schedule_id]
     assert both == [Status.SCHEDULED]  # the old row is still live ...
     read = await store.get_schedule(client_id, s.schedule_id)
     assert read is not None and read.location == later and read.version == 2  # ... beside the new one
-    store.faults = NoFaults()
+    env.inject(NoFaults())
     await store.cancel_schedule(read, START)
     old = [r.status for r in await read_all(store, s.instance, s.location.minute) if r.schedule_id == s.schedule_id]
     assert old == [Status.MOVED]

@@ -1,4 +1,4 @@
-"""Pause and resume in the store (client changes, ``schema.changes``) and skipped runs, on both adapters:
+"""Pause and resume in the store (client changes, ``schema.changes``) and skipped runs, on both sessions:
 a paused row is not scheduled (pollers fire only scheduled rows) and takes a new version, so a poller's
 chain from it loses; a resume writes the next fire as a scheduled row; a lost pause is adopted."""
 
@@ -61,7 +61,7 @@ async def test_a_lost_pause_is_adopted(env: Env, store: Store, new_schedule: Fac
         pytest.skip("faults are injected in the memory store only")
     s = new_schedule(env.later(600))
     await store.create_schedule(s, env.now())
-    faulty = store.peer(faults=FailOn(before=("batch:set_status_version", "set_status_version")))  # type: ignore[attr-defined]
+    faulty = env.peer(FailOn(before=("batch:set_status_version", "set_status_version")))
     with pytest.raises(StoreUnavailable):
         await faulty.pause_schedule(s, env.now())
     paused = await store.pause_schedule(s, env.now())  # from the row as it is: the pointer is ahead

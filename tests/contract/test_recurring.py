@@ -79,7 +79,7 @@ async def test_a_takeover_finishes_a_crashed_owners_chain_where_it_pointed(
     await store.create_schedule(first, env.now())
     theirs = following(first)
     if env.memory:
-        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        env.inject(FailOn(before=("batch:insert_schedule",)))
         with pytest.raises(StoreUnavailable):
             await store.chain_schedule(first, theirs, env.now())
     else:
@@ -232,7 +232,7 @@ async def test_chain_again_finishes_a_half_done_chain(
     await store.create_schedule(first, env.now())
     second = following(first)
     if env.memory:
-        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        env.inject(FailOn(before=("batch:insert_schedule",)))
         with pytest.raises(StoreUnavailable):
             await store.chain_schedule(first, second, env.now())
     else:

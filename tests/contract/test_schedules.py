@@ -220,7 +220,7 @@ async def test_a_half_done_move_leaves_the_old_row_live(
     await store.create_schedule(s, env.now())
     target = dataclasses.replace(s, location=Location(2, env.later(5400)))
     if env.memory:
-        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        env.inject(FailOn(before=("batch:insert_schedule",)))
         with pytest.raises(StoreUnavailable):
             await store.replace_schedule(s, target, env.now())
     else:
@@ -402,7 +402,7 @@ async def test_requeue_finishes_its_own_half_done_move(
     retry_at = env.now() + timedelta(seconds=600, microseconds=123)  # sub-ms digits: dropped
     loc = Location(s.location.poller_id, timing.truncate_ms(retry_at))
     if env.memory:
-        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        env.inject(FailOn(before=("batch:insert_schedule",)))
         with pytest.raises(StoreUnavailable):
             await store.requeue_schedule(s, retry_at, 3, "timeout", env.now())
     else:
@@ -427,7 +427,7 @@ async def test_a_takeover_finishes_a_crashed_requeue_where_it_pointed(
     await store.create_schedule(s, env.now())
     theirs = env.later(600)
     if env.memory:
-        store.faults = FailOn(before=("batch:insert_schedule",))  # type: ignore[attr-defined]
+        env.inject(FailOn(before=("batch:insert_schedule",)))
         with pytest.raises(StoreUnavailable):
             await store.requeue_schedule(s, theirs, 2, "HTTP 503", env.now())
     else:

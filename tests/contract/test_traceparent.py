@@ -1,5 +1,5 @@
 """The create request's ``traceparent`` (``Options.traceparent``, set when tracing is on) round-trips through
-both adapters: written with the schedule, read back by the API's get and by the poller's minute read."""
+both sessions: written with the schedule, read back by the API's get and by the poller's minute read."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, Register, Rows, memory_rows, serve, stored_rows
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import MemoryConnection
 from tickd.schema.store import Store
 from tickd.service.settings import ApiSettings
 
@@ -32,11 +33,11 @@ async def api(api_settings: ApiSettings, store: Store) -> AsyncIterator[Api]:
 @pytest.fixture
 def rows(store: Store, request: pytest.FixtureRequest) -> Rows:
     """Raw row counts per client from whichever store the API runs on."""
-    if isinstance(store, MemoryStore):
-        memory = store
+    if isinstance(store, CassandraStore) and isinstance(store.connection, MemoryConnection):
+        tables = store.connection.tables
 
         async def count_memory(client_id: str) -> dict[str, int]:
-            return memory_rows(memory, client_id)
+            return memory_rows(tables, client_id)
 
         return count_memory
     cql = request.getfixturevalue("cql")

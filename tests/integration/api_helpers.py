@@ -15,8 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from cassandra.cluster import Session
 
 from tests.integration import api_statuses
-from tickd.schema.memory import MemoryStore
-from tickd.schema.memory.store import table
+from tickd.schema.memory import Tables, cql_schema
 from tickd.schema.store import Store
 from tickd.service.app import create_app
 from tickd.service.settings import ApiSettings
@@ -75,9 +74,9 @@ async def stored_rows(cql: Session, client_id: str) -> dict[str, int]:
 _MEMORY_TABLES = {"schedules": "schedules", "refs": "schedule_refs", "idempotency": "idempotency_keys"}
 
 
-def memory_rows(store: MemoryStore, client_id: str) -> dict[str, int]:
+def memory_rows(tables: Tables, client_id: str) -> dict[str, int]:
     """The same counts as ``stored_rows``, read from the in-memory store's tables."""
     return {
-        key: sum(1 for _, row in store.tables.scan(table(name)) if row["client_id"] == client_id)
+        key: sum(1 for _, row in tables.scan(cql_schema.load()[name].table) if row["client_id"] == client_id)
         for key, name in _MEMORY_TABLES.items()
     }

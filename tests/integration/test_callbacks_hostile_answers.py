@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,8 +30,10 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema import timing
-from tickd.schema.cassandra.bridge import Page
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.cassandra.bridge import Page, PagingState, Sends
+from tickd.schema.memory import MemoryConnection, Tables, memory_store
+from tickd.schema.memory.cql import Prepared
 from tickd.schema.model import Client, HttpCallback, Location, Schedule, Status
 from tickd.schema.settings import StoreSettings
 
@@ -263,34 +265,41 @@ def node_settings(policy: RetryPolicy = POLICY, read_slice_s: float = 2.0) -> Po
     )
 
 
-class LateMarks(MemoryStore):
-    """A memory store whose writes leave no hot mark once ``late`` is set: as if each change landed after
+class LateMarks(MemoryConnection):
+    """A memory connection that drops every hot mark once ``late`` is set: as if each change landed after
     the instance's last re-read of its marks before the fire went out (a cancel accepted within the
     mutation guard), so only the pipeline's own read before a retry can see it. The adapter puts a mark in
-    the batch of the write it signals (``mark_hot``); the connection drops it from there."""
+    the batch of the write it signals (``mark_hot``); this connection drops it from there."""
 
     late = False
 
-    def __init__(self, clock: Callable[[], datetime]) -> None:
-        super().__init__(clock)
-        connection = self._connection
-        send, send_batch = connection.send, connection.send_batch
+    async def send(
+        self,
+        statement: Prepared,
+        values: Mapping[str, Any],
+        paging: PagingState | None,
+        left_s: float | None,
+        sends: Sends,
+    ) -> Page:
+        if self.late and statement.name == "mark_hot":
+            return Page([], None)
+        return await super().send(statement, values, paging, left_s, sends)
 
-        async def one(statement: Any, values: Any, *rest: Any) -> Page:
-            if self.late and statement.name == "mark_hot":
-                return Page([], None)
-            return await send(statement, values, *rest)
-
-        async def batch(writes: Any, *rest: Any) -> Page:
-            kept = [w for w in writes if not (self.late and w[0].name == "mark_hot")]
-            return await send_batch(kept, *rest) if kept else Page([], None)
-
-        connection.send, connection.send_batch = one, batch  # type: ignore[method-assign]
+    async def send_batch(
+        self,
+        writes: Sequence[tuple[Prepared, Mapping[str, Any]]],
+        logged: bool,
+        idempotent: bool,
+        left_s: float | None,
+        sends: Sends,
+    ) -> Page:
+        kept = [w for w in writes if not (self.late and w[0].name == "mark_hot")]
+        return await super().send_batch(kept, logged, idempotent, left_s, sends) if kept else Page([], None)
 
 
 @dataclass
 class Running:
-    store: MemoryStore
+    store: CassandraStore
     node: Node
     task: asyncio.Task[None]
 
@@ -322,11 +331,12 @@ async def start_node(
     read_slice_s: float = 2.0,
 ) -> Running:
     """A node over a fresh store of client ``c1``, holding ``before`` already (those change no hot mark)."""
-    store = LateMarks(lambda: datetime.now(UTC))
+    connection = LateMarks(Tables(lambda: datetime.now(UTC)))
+    store = memory_store(connection)
     at = datetime.now(UTC)
     await store.create_client(Client("c1", 1, True, "hash", at, at))
     if before:
-        store.late = True
+        connection.late = True
         await store.create_schedules(before, at)
     http = HttpDispatcher(HttpSettings(allow_private=True), policy, rng=random.Random(7))
     stack.push_async_callback(http.close)
@@ -363,7 +373,7 @@ async def until(check: Callable[[], object], timeout_s: float) -> bool:
         return False
 
 
-async def dead_letters(store: MemoryStore, client_id: str) -> dict[str, str]:
+async def dead_letters(store: CassandraStore, client_id: str) -> dict[str, str]:
     """Fire id -> last error of the client's dead letters of today."""
     letters = await store.list_dead_letters(client_id, datetime.now(UTC).date())
     return {letter.fire_id: letter.last_error for letter in letters}

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import msgspec
 
+from tests.simulation import peek
 from tests.simulation.oracle import Promise
 from tests.simulation.vloop import ACTOR, VirtualClock
 from tests.simulation.world import API, Endpoint, World
@@ -358,7 +359,7 @@ class Workload:
         policy = self.api.policies.get(schedule.client_id)
         if policy is None:
             return
-        tokens = self.world.memory.peek_tokens(schedule.client_id, "p")
+        tokens = peek.tokens(self.world.tables, schedule.client_id, "p")
         holders = {t.event_id for t in tokens}
         if schedule.event_id not in holders or len(tokens) > policy.max_in_flight:
             self.world.oracle.saw(

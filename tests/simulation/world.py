@@ -2,10 +2,10 @@
 subscribers, and the faults between them, all driven by one seed.
 
 Each node runs the real ``poller.node.Node`` over one shared in-memory store. What differs from production is
-only what sits at the edges: storage is ``schema.memory.MemoryStore`` (the production Cassandra adapter,
-``schema/cassandra/*``, executing ``queries.cql`` in memory) behind a fault plan, callbacks go to simulated
-subscribers, and time is the virtual loop's. Processes are "actors" of that loop, so a node can be paused
-(SIGSTOP), killed (kill -9) or stopped cleanly (SIGTERM) at any virtual moment."""
+only what sits at the edges: storage is the production Cassandra adapter (``CassandraStore``,
+``schema/cassandra/*``) on a ``MemoryConnection`` executing ``queries.cql`` in memory, behind a fault
+plan; callbacks go to simulated subscribers, and time is the virtual loop's. Processes are "actors" of
+that loop, so a node can be paused (SIGSTOP), killed (kill -9) or stopped cleanly (SIGTERM) at any virtual moment."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from tests.simulation import peek
 from tests.simulation.oracle import Delivery, Oracle
 from tests.simulation.vloop import ACTOR, VirtualClock, VirtualLoop
 from tickd.poller.callbacks.backoff import RetryPolicy
@@ -24,8 +25,9 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema import timing
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import BatchNotLogged, StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import MemoryConnection, Tables, memory_store
 from tickd.schema.memory.engine import micros
 from tickd.schema.model import Checkpoint, Claim, HttpCallback, InstanceKey, Schedule, Status
 from tickd.schema.settings import StoreSettings
@@ -253,7 +255,8 @@ class World:
         self.read_slice_s = knobs.choice([0.5, 3.0, 10.0, 60.0])
         self.plan_max_rows = knobs.choice([2, 20, 5000])
         self.sweep_spread_s = random.Random(f"sweep-{config.seed}").choice([0.0, 5.0, 15.0, 30.0])
-        self.memory = MemoryStore(self.true_clock, page_size=page_size, faults=self.faults)
+        self.tables = Tables(self.true_clock)
+        self.memory = memory_store(MemoryConnection(self.tables, self.faults), self.store_settings)
         self.store = CheckedStore(self.memory, self)
         self.oracle = Oracle(guard_s=2.0)
         self.endpoints: dict[str, Endpoint] = {}
@@ -342,7 +345,7 @@ class World:
 
     def check_owner(self, actor: str, instance: InstanceKey, epoch: int) -> None:
         """At the moment a fire leaves a node, that node holds the instance's claim at its epoch."""
-        claim = self.memory.peek_claim(instance)
+        claim = peek.claim(self.tables, instance)
         name = actor.split("#")[0]
         if claim is None or claim.owner != name or claim.epoch != epoch:
             self.oracle.saw(
@@ -367,7 +370,7 @@ class World:
         completed = self.oracle.completed_us.get(key)
         if completed is None:
             return True
-        written_us = self.memory.peek_written_us("schedules", _row_key(row))
+        written_us = peek.written_us(self.tables, "schedules", _row_key(row))
         if written_us is None or written_us >= completed:
             return True
         self.oracle.stale_rows.add(str(row.schedule_id))
@@ -394,7 +397,7 @@ class World:
 class CheckedStore:
     """The store as the nodes see it: the memory store, plus a check after every checkpoint write."""
 
-    def __init__(self, inner: MemoryStore, world: World) -> None:
+    def __init__(self, inner: CassandraStore, world: World) -> None:
         self._inner = inner
         self._world = world
 
@@ -427,7 +430,7 @@ def _row_key(row: Schedule) -> dict[str, Any]:
     return key | {"schedule_id": row.schedule_id}
 
 
-async def _rows(store: MemoryStore, instance: InstanceKey, minute: datetime) -> list[Schedule]:
+async def _rows(store: CassandraStore, instance: InstanceKey, minute: datetime) -> list[Schedule]:
     return [row async for page in store.read_minute(instance, minute) for row in page]
 
 

@@ -16,8 +16,9 @@ from tickd.poller.acks import Ack, AckConsumer, AckSecrets, AckSigner, Rejected,
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
 from tickd.poller.metrics import Metrics
 from tickd.schema import events
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Client, EventOf, KafkaCallback, Location, Options, Schedule, ThrottlePolicy
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -85,7 +86,7 @@ def _event_row(client_id: str, index: int = 0, throttle: str | None = "p") -> Sc
     )
 
 
-async def _throttled(store: MemoryStore, client_id: str) -> tuple[Schedule, str]:
+async def _throttled(store: CassandraStore, client_id: str) -> tuple[Schedule, str]:
     """A client whose throttled schedule has one event holding a token; (the schedule, the event id)."""
     assert await store.create_client(Client(client_id, 1, True, "h", NOW, NOW))
     await store.put_policy(ThrottlePolicy(client_id, "p", 5, 600, NOW, NOW))
@@ -93,7 +94,7 @@ async def _throttled(store: MemoryStore, client_id: str) -> tuple[Schedule, str]
 
 
 async def test_a_throttled_events_delivery_carries_its_token_and_others_none() -> None:
-    store = MemoryStore(lambda: NOW)
+    store = memory_store(lambda: NOW)
     assert await store.create_client(Client("acme", 1, True, "h", NOW, NOW))  # registered before ack secrets
     sign = AckSigner(AckSecrets(store))
     row = _event_row("acme")
@@ -135,7 +136,7 @@ def _count(metrics: Metrics, outcome: str) -> float:
 
 
 async def test_the_consumer_releases_only_with_the_events_own_token() -> None:
-    store = MemoryStore(lambda: NOW)
+    store = memory_store(lambda: NOW)
     _, event_id = await _throttled(store, "acme")
     _, other_event = await _throttled(store, "rival")
     metrics = Metrics()

@@ -18,7 +18,7 @@ from tickd.schema.cassandra.coordination import Horizons
 from tickd.schema.cassandra.schedules import creation
 from tickd.schema.changes import Base
 from tickd.schema.errors import BatchNotLogged, StoreUnavailable
-from tickd.schema.model import HttpCallback, Location, Schedule
+from tickd.schema.model import HttpCallback, Location, Schedule, Status
 from tickd.schema.settings import StoreSettings
 from tickd.schema.sizes import CREATE_OVERHEAD_BYTES, create_bytes
 from tickd.service.creates import CreateCombiner, groups
@@ -213,7 +213,7 @@ async def test_a_cancel_whose_batchlog_failed_writes_its_status_last() -> None:
     _, current = item(0, 1000)
     current = dataclasses.replace(current, location=Location(0, AT + timedelta(seconds=10)))  # hot: marked
     base = Base(version=1, write_ts=5, stale=(Location(1, AT + timedelta(seconds=20)),))
-    await store._write_cancel(current, AT, base)
+    await store._write_status(current, Status.CANCELLED, 2, AT, base)
     assert [sorted(set(names)) for names, _ in bridge.batches[1:]] == [["mark_hot"], ["set_status"], ["set_status"]]
     [(_, fence)], [(_, own)] = bridge.sent[-2:]
     assert (fence["poller_id"], fence["status"]) == (1, "moved")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tickd.schema.errors import AlreadyExists, Conflict, NotFound
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Client
 from tickd.service.auth import hash_secret
 from tickd.service.clients import ClientAdmin
@@ -23,7 +23,7 @@ AT = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
 def admin(**settings: object) -> tuple[ClientAdmin, dict[str, Client]]:
     remembered: dict[str, Client] = {}
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     service = ClientAdmin(
         store, ApiSettings(**settings), defaultdict(asyncio.Lock), lambda c: remembered.update({c.client_id: c})
     )

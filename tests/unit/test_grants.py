@@ -184,11 +184,11 @@ async def test_hostile_topic_names_in_a_stored_row_are_not_sent(topic: str) -> N
 
 def test_the_node_wires_its_client_cache_and_the_ack_topic_into_the_router() -> None:
     from tickd.poller.node import Node
-    from tickd.schema.memory import MemoryStore
+    from tickd.schema.memory import memory_store
 
     router = CallbackRouter(Recording(), Recording())
     settings = PollerSettings(node_id="n1", ack_topic="tickd-acks")
-    node = Node(settings, MemoryStore(lambda: NOW), router, Metrics())
+    node = Node(settings, memory_store(lambda: NOW), router, Metrics())
     guard = router._guard
     assert isinstance(guard, TopicGuard)
     node._placement._clients = {"acme": client({"*"})}

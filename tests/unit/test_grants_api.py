@@ -14,7 +14,8 @@ import pytest
 
 from tests.integration.api_helpers import ADMIN, ADMIN_TOKEN, Api, serve
 from tickd.schema import timing
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import DeadLetter, FireOutcome, Status
 from tickd.service.settings import ApiSettings
 
@@ -24,12 +25,12 @@ def settings(**changes: Any) -> ApiSettings:
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC))
+def store() -> CassandraStore:
+    return memory_store(lambda: datetime.now(UTC))
 
 
 @pytest.fixture
-async def api(store: MemoryStore) -> AsyncIterator[Api]:
+async def api(store: CassandraStore) -> AsyncIterator[Api]:
     async for client in serve(settings(), store):
         yield client
 
@@ -75,7 +76,7 @@ async def test_kafka_internal_topics_cannot_be_granted(api: Api, topics: list[st
         ["ops.*"],
     ],
 )
-async def test_tickd_own_topics_cannot_be_granted(store: MemoryStore, topics: list[str]) -> None:
+async def test_tickd_own_topics_cannot_be_granted(store: CassandraStore, topics: list[str]) -> None:
     env = {"TICKD_KAFKA_ACK_TOPIC": "tickd-acks", "TICKD_KAFKA_RESERVED_TOPICS": "ops.*"}
     reserved = ApiSettings.from_env(env).reserved_topics
     async for api in serve(settings(reserved_topics=reserved), store):
@@ -108,7 +109,7 @@ async def test_an_overlapping_grant_is_warned_about_without_naming_the_other_cli
     assert "X-Tickd-Warning" not in quiet.headers
 
 
-async def test_overlaps_are_refused_when_configured(store: MemoryStore) -> None:
+async def test_overlaps_are_refused_when_configured(store: CassandraStore) -> None:
     async for api in serve(settings(refuse_grant_overlaps=True), store):
         first = await (await register(api, ["shared.*"])).json()
         resp = await register(api, ["shared.eu.*"], 409)
@@ -130,7 +131,7 @@ async def test_overlaps_are_refused_when_configured(store: MemoryStore) -> None:
         assert (await api.patch(path, json={"kafka_topics": ["shared.x", "shared.y"]}, headers=ADMIN)).status == 409
 
 
-async def _kafka_letter(api: Api, store: MemoryStore, client_id: str, key: dict[str, str], topic: str) -> DeadLetter:
+async def _kafka_letter(api: Api, store: CassandraStore, client_id: str, key: dict[str, str], topic: str) -> DeadLetter:
     body = {"delay_s": 3600, "payload": {}, "callback": {"type": "kafka", "topic": topic}}
     resp = await api.post("/v1/schedules", json=body, headers=key)
     assert resp.status == 201, await resp.text()
@@ -145,7 +146,7 @@ async def _kafka_letter(api: Api, store: MemoryStore, client_id: str, key: dict[
     return letter
 
 
-async def test_a_redrive_to_a_topic_no_longer_granted_is_refused(api: Api, store: MemoryStore) -> None:
+async def test_a_redrive_to_a_topic_no_longer_granted_is_refused(api: Api, store: CassandraStore) -> None:
     topic = f"r{uuid.uuid4().hex[:8]}"
     made = await (await register(api, [topic])).json()
     client_id, key = made["client_id"], {"Authorization": f"Bearer {made['api_key']}"}

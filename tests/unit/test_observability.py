@@ -25,7 +25,7 @@ from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import MemoryConnection, Tables, memory_store
 from tickd.schema.model import Client, NodeInfo, Schedule, ThrottlePolicy
 from tickd.schema.settings import StoreSettings
 from tickd.service import keys
@@ -66,7 +66,7 @@ def exported(registry: CollectorRegistry) -> set[str]:
 
 
 def all_exported() -> set[str]:
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     app = create_app(ApiSettings(admin_token="observability-test-token"), store)
     return exported(app[keys.METRICS].registry) | exported(Metrics().registry)
 
@@ -101,7 +101,7 @@ def test_dashboard_panels_have_unique_ids_and_targets() -> None:
 
 
 async def test_api_5xx_is_counted_by_status() -> None:
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
 
     async def down() -> None:
         raise StoreUnavailable("down for the test")
@@ -147,7 +147,7 @@ def node_settings() -> PollerSettings:
 
 
 async def test_node_gauges_follow_the_node_and_its_fence(node_settings: PollerSettings) -> None:
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     metrics = Metrics()
     node = Node(node_settings, store, NoDelivery(), metrics)  # type: ignore[arg-type]
     assert value(metrics, "tickd_node_heartbeat_age_seconds") == 0  # not running yet
@@ -198,7 +198,7 @@ async def test_durably_counts_each_failed_try_by_operation() -> None:
 
 async def test_throttle_wait_is_observed_per_granted_token() -> None:
     ops = CountedOps()
-    store = MemoryStore(lambda: datetime.now(UTC), faults=ops)
+    store = memory_store(MemoryConnection(Tables(lambda: datetime.now(UTC)), ops))
     at = datetime.now(UTC)
     await store.put_policy(ThrottlePolicy("c1", "p", 1, 60, at, at))
     metrics = Metrics()

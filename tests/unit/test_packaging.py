@@ -57,14 +57,14 @@ from aiohttp.test_utils import TestClient, TestServer
 assert "site-packages" in schema.__file__ and "site-packages" in tickd.schema.__file__, (schema, tickd.schema)
 assert schema.Schema({"n": int}).validate({"n": 3}) == {"n": 3}
 assert not schema.Schema(int).is_valid("3")
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.service.settings import ApiSettings
 
 async def main():
     settings = ApiSettings.from_env(
         {"TICKD_ADMIN_TOKEN": "admin-token-for-the-wheel-test", "TICKD_CALLBACK_ALLOW_PRIVATE": "true"}
     )
-    app = tickd.service.app.create_app(settings, MemoryStore(lambda: datetime.now(UTC)))
+    app = tickd.service.app.create_app(settings, memory_store(lambda: datetime.now(UTC)))
     async with TestClient(TestServer(app)) as http:
         made = await http.post("/v1/clients", json={"client_id": "wheel", "poller_count": 1},
                                headers={"Authorization": "Bearer admin-token-for-the-wheel-test"})

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Client
 
 
 async def test_a_row_no_insert_wrote_is_not_listed_and_not_found() -> None:
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     at = datetime.now(UTC)
     assert await store.create_client(Client("real", 2, True, "hash", at, at))
     applied, _ = await store._db.applied("set_ack_secret", {"client_id": "ghost", "ack_secret": "s"})

@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.unit.throttled import hold_a_token
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import NotFound
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import ThrottlePolicy
 from tickd.service import policies
 
@@ -20,11 +21,11 @@ LATER = NOW + timedelta(minutes=5)
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(lambda: NOW)
+def store() -> CassandraStore:
+    return memory_store(lambda: NOW)
 
 
-async def test_saving_creates_then_replaces_keeping_when_it_was_created(store: MemoryStore) -> None:
+async def test_saving_creates_then_replaces_keeping_when_it_was_created(store: CassandraStore) -> None:
     first = await policies.save(store, "acme", "nightly", 20, 30, at=NOW)
     assert first == policies.Saved(ThrottlePolicy("acme", "nightly", 20, 30, NOW, NOW), created=True)
     second = await policies.save(store, "acme", "nightly", 5, 60, at=LATER)
@@ -32,7 +33,7 @@ async def test_saving_creates_then_replaces_keeping_when_it_was_created(store: M
     assert await store.get_policy("acme", "nightly") == second.policy
 
 
-async def test_a_missing_policy_is_not_found_naming_the_name(store: MemoryStore) -> None:
+async def test_a_missing_policy_is_not_found_naming_the_name(store: CassandraStore) -> None:
     await policies.save(store, "acme", "nightly", 20, 30, at=NOW)
     for call in (policies.get, policies.held, policies.delete):
         with pytest.raises(NotFound) as raised:
@@ -42,7 +43,7 @@ async def test_a_missing_policy_is_not_found_naming_the_name(store: MemoryStore)
         await policies.get(store, "rival", "nightly")  # another client's policy of that name is not acme's
 
 
-async def test_policies_are_listed_by_name_and_only_the_clients_own(store: MemoryStore) -> None:
+async def test_policies_are_listed_by_name_and_only_the_clients_own(store: CassandraStore) -> None:
     for name in ("zulu", "alpha", "mike"):
         await policies.save(store, "acme", name, 1, 30, at=NOW)
     await policies.save(store, "rival", "bravo", 1, 30, at=NOW)
@@ -50,19 +51,19 @@ async def test_policies_are_listed_by_name_and_only_the_clients_own(store: Memor
     assert await policies.listed(store, "nobody") == []
 
 
-async def test_deleting_answers_the_policy_as_it_was_and_removes_it(store: MemoryStore) -> None:
+async def test_deleting_answers_the_policy_as_it_was_and_removes_it(store: CassandraStore) -> None:
     saved = await policies.save(store, "acme", "nightly", 20, 30, at=NOW)
     assert await policies.delete(store, "acme", "nightly") == saved.policy
     assert await policies.listed(store, "acme") == []
 
 
-async def _throttled_event(store: MemoryStore, client_id: str) -> str:
+async def _throttled_event(store: CassandraStore, client_id: str) -> str:
     """A throttled schedule of ``client_id`` under policy "p" whose first event holds a token; its event id."""
     _, event_id = await hold_a_token(store, client_id, NOW)
     return event_id
 
 
-async def test_held_counts_the_tokens_and_a_release_frees_one_once(store: MemoryStore) -> None:
+async def test_held_counts_the_tokens_and_a_release_frees_one_once(store: CassandraStore) -> None:
     await policies.save(store, "acme", "p", 2, 600, at=NOW)
     event_id = await _throttled_event(store, "acme")
     assert (await policies.held(store, "acme", "p"))[1] == 1
@@ -71,7 +72,7 @@ async def test_held_counts_the_tokens_and_a_release_frees_one_once(store: Memory
     assert (await policies.held(store, "acme", "p"))[1] == 0
 
 
-async def test_an_event_of_no_throttled_schedule_of_the_client_is_not_found(store: MemoryStore) -> None:
+async def test_an_event_of_no_throttled_schedule_of_the_client_is_not_found(store: CassandraStore) -> None:
     await policies.save(store, "acme", "p", 2, 600, at=NOW)
     event_id = await _throttled_event(store, "acme")
     with pytest.raises(NotFound) as raised:

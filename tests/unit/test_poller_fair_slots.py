@@ -24,8 +24,9 @@ from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import FairSlots, SendSlots
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import timing
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import ConfigError
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import (
     Callback,
     Client,
@@ -102,7 +103,7 @@ def row(
 
 @dataclass
 class World:
-    store: MemoryStore
+    store: CassandraStore
     router: Router
     node: Node
     stop: Callable[[], Awaitable[None]]
@@ -110,7 +111,7 @@ class World:
 
 @pytest.fixture
 async def world() -> AsyncIterator[Callable[[PollerSettings], World]]:
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     at = datetime.now(UTC)
     for client_id in (NOISY, QUIET):
         await store.create_client(Client(client_id, 1, True, "hash", at, at))
@@ -355,7 +356,7 @@ def test_bad_share_settings_are_refused_naming_the_variable(env: dict[str, str],
 async def test_events_asking_for_one_policy_at_once_share_one_read() -> None:
     """5,000 events of one policy due together sent 5,000 policy reads at once: every other tenant's
     store requests on the node queued behind them (the acceptance test's quiet tenant was 10 s late)."""
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     at = datetime.now(UTC)
     await store.put_policy(ThrottlePolicy(NOISY, "p", 1, 3600, at, at))
     reads: list[str] = []

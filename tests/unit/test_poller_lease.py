@@ -11,14 +11,14 @@ from tests.unit.test_observability import NoDelivery
 from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 
 
 async def renewed(node_ttl_s: int, fence_margin_s: float, silent_s: float) -> tuple[Node, float]:
     """A node whose lease has been held since ``silent_s + 1`` s ago, last renewed ``silent_s`` ago,
     renewed now; (it, the loop time the renewal found)."""
     settings = PollerSettings(node_id="n1", node_ttl_s=node_ttl_s, fence_margin_s=fence_margin_s)
-    node = Node(settings, MemoryStore(lambda: datetime.now(UTC)), NoDelivery(), Metrics())  # type: ignore[arg-type]
+    node = Node(settings, memory_store(lambda: datetime.now(UTC)), NoDelivery(), Metrics())  # type: ignore[arg-type]
     now = asyncio.get_running_loop().time()
     node._lease._heartbeat_ok, node._lease._lease_since = now - silent_s, now - silent_s - 1.0
     await node._lease.heartbeat()

@@ -20,7 +20,8 @@ from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
 from tickd.poller.settle import Settler
 from tickd.schema import timing
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import HttpCallback, Location, Options, Repeat, Schedule, Status
 
 
@@ -35,7 +36,7 @@ class Outcomes:
 class Wanted:
     """``still_wanted`` of a settler with only the parts it uses (the store, its outcomes, a clock, logs)."""
 
-    def __init__(self, store: MemoryStore, outcomes: Outcomes) -> None:
+    def __init__(self, store: CassandraStore, outcomes: Outcomes) -> None:
         ctx = FireContext(
             client=lambda: None,  # type: ignore[arg-type,return-value]
             settings=PollerSettings(node_id="n0", metrics_port=0),
@@ -51,11 +52,11 @@ class Wanted:
         return await self._settler.still_wanted(Fire(row, OpenMinute(row.location.minute)))
 
 
-def settler(store: MemoryStore, outcomes: Outcomes) -> Wanted:
+def settler(store: CassandraStore, outcomes: Outcomes) -> Wanted:
     return Wanted(store, outcomes)
 
 
-async def in_retry(store: MemoryStore, options: Options | None = None) -> Schedule:
+async def in_retry(store: CassandraStore, options: Options | None = None) -> Schedule:
     now = datetime.now(UTC)
     sid = uuid.uuid4()
     location = Location(timing.poller_id_for(sid, 1), timing.due_time(now + timedelta(seconds=30), now))
@@ -67,11 +68,11 @@ async def in_retry(store: MemoryStore, options: Options | None = None) -> Schedu
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC))
+def store() -> CassandraStore:
+    return memory_store(lambda: datetime.now(UTC))
 
 
-async def test_an_unchanged_retry_goes_out(store: MemoryStore) -> None:
+async def test_an_unchanged_retry_goes_out(store: CassandraStore) -> None:
     outcomes = Outcomes()
     assert await settler(store, outcomes).still_wanted(await in_retry(store))
     assert outcomes.recorded == []
@@ -79,7 +80,7 @@ async def test_an_unchanged_retry_goes_out(store: MemoryStore) -> None:
 
 @pytest.mark.parametrize(("change", "status"), [("cancel", Status.CANCELLED), ("pause", Status.PAUSED)])
 async def test_a_cancelled_or_paused_retry_is_dropped_keeping_the_clients_mark(
-    store: MemoryStore, change: str, status: Status
+    store: CassandraStore, change: str, status: Status
 ) -> None:
     retry, outcomes = await in_retry(store), Outcomes()
     write = store.cancel_schedule if change == "cancel" else store.pause_schedule
@@ -90,7 +91,7 @@ async def test_a_cancelled_or_paused_retry_is_dropped_keeping_the_clients_mark(
     assert stored is not None and stored.status is status
 
 
-async def test_a_retry_of_a_rescheduled_schedule_is_dropped_as_moved(store: MemoryStore) -> None:
+async def test_a_retry_of_a_rescheduled_schedule_is_dropped_as_moved(store: CassandraStore) -> None:
     retry, outcomes = await in_retry(store), Outcomes()
     later = Location(retry.location.poller_id, retry.location.due_at + timedelta(minutes=5))
     await store.replace_schedule(retry, dataclasses.replace(retry, location=later, attempts=0), datetime.now(UTC))
@@ -98,16 +99,16 @@ async def test_a_retry_of_a_rescheduled_schedule_is_dropped_as_moved(store: Memo
     assert outcomes.recorded == [(retry.schedule_id, Status.MOVED, "superseded: the schedule was changed")]
 
 
-async def test_first_attempts_and_recurring_rows_are_not_read_again(store: MemoryStore) -> None:
+async def test_first_attempts_and_recurring_rows_are_not_read_again(store: CassandraStore) -> None:
     """No read for a first attempt (the API's guard holds for it) nor for a recurring schedule's row (the
     chain's compare-and-set keeps those): a store that raises on any read proves it."""
     retry = await in_retry(store)
 
-    class NoReads(MemoryStore):
+    class NoReads(CassandraStore):
         async def get_schedule(self, client_id: str, schedule_id: uuid.UUID) -> Schedule | None:
             raise AssertionError("read")
 
-    p = settler(NoReads(lambda: datetime.now(UTC)), Outcomes())
+    p = settler(memory_store(lambda: datetime.now(UTC), kind=NoReads), Outcomes())
     assert await p.still_wanted(dataclasses.replace(retry, attempts=0))
     recurring = Options(repeat=Repeat(every_s=60))
     assert await p.still_wanted(dataclasses.replace(retry, options=recurring))

@@ -14,7 +14,7 @@ import structlog
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.plan import FiringPlan
 from tickd.poller.settings import PollerSettings
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import HttpCallback, InstanceKey, Location, Schedule
 
 MINUTE = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -35,7 +35,7 @@ class Clock:
 
 async def test_a_backlogged_minute_streams_in_slices_under_the_row_cap() -> None:
     clock = Clock(MINUTE + timedelta(seconds=120))  # the whole minute is due: only the cap paces it
-    store = MemoryStore(clock)
+    store = memory_store(clock)
     made = [row(MINUTE + timedelta(milliseconds=100 * i), MINUTE - timedelta(hours=1)) for i in range(600)]
     for i in range(0, len(made), 50):
         await store.create_schedules(made[i : i + 50], MINUTE - timedelta(hours=1))
@@ -93,7 +93,7 @@ async def test_a_sliced_row_waits_for_a_re_read_pass_begun_after_its_read() -> N
 async def test_re_reads_stop_at_the_loaded_horizon() -> None:
     """A hot mark's re-read finds only rows the plan may hold: one past the horizon waits for its slice."""
     clock = Clock(MINUTE + timedelta(seconds=1))
-    store = MemoryStore(clock)
+    store = memory_store(clock)
     settings = PollerSettings(node_id="n0", metrics_port=0)
     plan = FiringPlan(0, clock, lambda: True, see_ahead_s=1.0, recheck_s=0.05)
     loader = MinuteLoader(INSTANCE, store, plan, settings, clock, structlog.get_logger("test"))

@@ -18,7 +18,7 @@ from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import FiringPlan
 from tickd.poller.settings import PollerSettings
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Client, HttpCallback, InstanceKey, Location, Schedule
 
 MINUTE = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -45,7 +45,7 @@ async def _read_whole(plan: FiringPlan, loader: MinuteLoader, clock: Clock, sett
 
 async def test_a_row_landing_unmarked_is_fired_before_the_checkpoint_passes_it() -> None:
     clock = Clock()
-    store = MemoryStore(clock)
+    store = memory_store(clock)
     born = clock.now - timedelta(days=1)
     client = Client("c0", 1, True, "hash", born, born)
     await store.create_client(client)
@@ -78,7 +78,7 @@ async def test_each_instance_closes_its_minute_at_its_own_offset() -> None:
     """The last whole read, and so the checkpoint, waits for the instance's offset after the close point
     (instances of one node spread their whole-minute reads instead of making them at once)."""
     clock = Clock()
-    store = MemoryStore(clock)
+    store = memory_store(clock)
     born = clock.now - timedelta(days=1)
     client = Client("c0", 16, True, "hash", born, born)
     await store.create_client(client)

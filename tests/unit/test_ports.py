@@ -20,7 +20,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings
 from tickd.schema.errors import ConfigError
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import HttpCallback, Location, Schedule
 from tickd.schema.ports import DEFAULT_DENIED, DEFAULT_POLICY, PortPolicy, url_port
 from tickd.schema.settings import StoreSettings
@@ -183,7 +183,7 @@ async def test_a_schedule_accepted_before_its_port_was_denied_ends_as_a_dead_let
     denied, as after an operator changed TICKD_CALLBACK_DENIED_PORTS: the fire is a dead letter whose error
     names the port, and the receiver never hears of it."""
     server, seen = receiver
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     admin = {"Authorization": "Bearer ports-test-admin-token"}
     api_settings = ApiSettings(admin_token="ports-test-admin-token", callback_allow_private=True)
     async with TestClient(TestServer(create_app(api_settings, store))) as api:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tickd.schema import guard
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -18,7 +18,7 @@ class Fenced(Exception):
 
 
 async def test_a_guard_stops_the_requests_of_its_own_task_only() -> None:
-    store = MemoryStore(lambda: NOW)
+    store = memory_store(lambda: NOW)
     held = True
 
     def lease() -> None:
@@ -40,7 +40,7 @@ async def test_a_guard_stops_the_requests_of_its_own_task_only() -> None:
 
 
 async def test_tasks_started_by_a_guarded_task_are_not_guarded() -> None:
-    store = MemoryStore(lambda: NOW)
+    store = memory_store(lambda: NOW)
 
     def refuse() -> None:
         raise Fenced

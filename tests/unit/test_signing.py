@@ -20,7 +20,7 @@ from tickd.poller.callbacks.http import _with_signature
 from tickd.poller.callbacks.kafka import signed_record
 from tickd.poller.signer import SigningKeys, SigningStamp, Stamps
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import Client, EventOf, HttpCallback, KafkaCallback, Location, Options, Schedule
 from tickd.schema.signing import new_signing_secret
 
@@ -210,7 +210,7 @@ def _client(client_id: str = "acme", **secrets: object) -> Client:
 
 
 async def test_a_clients_row_is_read_once_per_refresh() -> None:
-    store, ticks = MemoryStore(lambda: FIRE_AT), Ticks()
+    store, ticks = memory_store(lambda: FIRE_AT), Ticks()
     await store.create_client(_client(signing_secret=SECRET))
     reads = 0
     real = store.get_client
@@ -233,7 +233,7 @@ async def test_a_clients_row_is_read_once_per_refresh() -> None:
 
 
 async def test_the_previous_secret_stops_signing_at_its_expiry() -> None:
-    store = MemoryStore(lambda: FIRE_AT)
+    store = memory_store(lambda: FIRE_AT)
     until = FIRE_AT + timedelta(hours=1)
     await store.create_client(_client(signing_secret=OTHER, signing_secret_previous=SECRET))
     await store.rotate_signing_secret("acme", OTHER, new := new_signing_secret(), until)
@@ -246,7 +246,7 @@ async def test_the_previous_secret_stops_signing_at_its_expiry() -> None:
 
 
 async def test_a_client_without_a_secret_gets_one_every_node_agrees_on() -> None:
-    store = MemoryStore(lambda: FIRE_AT)
+    store = memory_store(lambda: FIRE_AT)
     await store.create_client(_client())  # registered before secrets existed
     one, two = SigningKeys(store, 5.0), SigningKeys(store, 5.0)
     first, second = await one.client("acme"), await two.client("acme")
@@ -256,12 +256,12 @@ async def test_a_client_without_a_secret_gets_one_every_node_agrees_on() -> None
 
 
 async def test_an_unknown_client_is_not_signed_for() -> None:
-    stamp = SigningStamp(SigningKeys(MemoryStore(lambda: FIRE_AT), 5.0))
+    stamp = SigningStamp(SigningKeys(memory_store(lambda: FIRE_AT), 5.0))
     assert (await stamp(_schedule(()))).signing_secrets == ()
 
 
 async def test_a_failed_reread_keeps_the_secrets_last_read() -> None:
-    store, ticks = MemoryStore(lambda: FIRE_AT), Ticks()
+    store, ticks = memory_store(lambda: FIRE_AT), Ticks()
     await store.create_client(_client(signing_secret=SECRET))
     keys = SigningKeys(store, 5.0, monotonic=ticks)
     assert (await keys.client("acme")) is not None

@@ -11,8 +11,9 @@ import structlog
 
 from tickd.poller.stats import DELIVERED, FAILED, RETRIED, TenantStats
 from tickd.schema import stats
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.stats import BUCKETS, LATENESS_EDGES_S, MinuteStats
 
 NOW = datetime(2030, 3, 1, 12, 30, 20, tzinfo=UTC)
@@ -60,11 +61,14 @@ def test_a_window_sums_its_minutes_and_writers_only() -> None:
     assert empty.fired == 0 and empty.lateness_p50_s is None and empty.lateness_max_s is None
 
 
-class _Flaky(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__(lambda: self.now)
-        self.now = NOW
-        self.down = False
+class _Flaky(CassandraStore):
+    """The memory store on the clock ``now``, whose statistics writes fail while ``down``."""
+
+    now = NOW
+    down = False
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self.writes: list[list[MinuteStats]] = []
 
     async def write_stats(self, rows: Any) -> None:
@@ -74,8 +78,13 @@ class _Flaky(MemoryStore):
         await super().write_stats(rows)
 
 
+def _flaky() -> _Flaky:
+    store: _Flaky = memory_store(lambda: store.now, kind=_Flaky)
+    return store
+
+
 async def test_the_node_writes_changed_minutes_and_retries_a_failed_write() -> None:
-    store = _Flaky()
+    store = _flaky()
     counter = TenantStats(store, "node-1", lambda: store.now, structlog.get_logger())
     counter.attempt("a", NOW, DELIVERED, 0.02)
     counter.attempt("a", NOW + timedelta(seconds=5), RETRIED, 1.5)
@@ -110,7 +119,7 @@ async def test_the_node_writes_changed_minutes_and_retries_a_failed_write() -> N
 
 
 async def test_finished_minutes_are_forgotten_once_written() -> None:
-    store = _Flaky()
+    store = _flaky()
     counter = TenantStats(store, "node-1", lambda: store.now, structlog.get_logger())
     counter.attempt("a", NOW, DELIVERED, 0.1)
     store.now = NOW + timedelta(minutes=3)

@@ -8,21 +8,23 @@ from datetime import UTC, datetime
 from tests.contract.conftest import FailOn
 from tickd.poller.metrics import Metrics
 from tickd.poller.throttle import ThrottleGate
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import MemoryConnection, memory_store
 from tickd.schema.model import ThrottlePolicy, Token
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-async def _store(limit: int) -> MemoryStore:
-    store = MemoryStore(lambda: NOW)
+async def _store(limit: int) -> CassandraStore:
+    store = memory_store(lambda: NOW)
     await store.put_policy(ThrottlePolicy("c0", "p", limit, 60, NOW, NOW))
     return store
 
 
 async def test_a_take_applied_with_its_answer_lost_is_handed_to_its_event() -> None:
     store = await _store(limit=1)
-    store.faults = FailOn(after=("take_token",))
+    assert isinstance(store.connection, MemoryConnection)
+    store.connection.faults = FailOn(after=("take_token",))
     gate = ThrottleGate(store, "n0", lambda: NOW, Metrics(), poll_s=0.01)
     token = await asyncio.wait_for(gate.acquire("c0", "p", "e1", NOW), 5)
     assert token is not None and token.event_id == "e1" and token.slot == 0
@@ -30,7 +32,7 @@ async def test_a_take_applied_with_its_answer_lost_is_handed_to_its_event() -> N
     await gate.close()
 
 
-class StaleTokens(MemoryStore):
+class StaleTokens(CassandraStore):
     """A tokens read that answers with what it saw when the test froze it (a read answered late)."""
 
     frozen: list[Token] | None = None
@@ -43,7 +45,7 @@ class StaleTokens(MemoryStore):
 async def test_a_token_released_since_a_late_read_is_not_handed_out() -> None:
     """Seed 7173: a read sent while this node held a token for e1, answered after e1's delivery failed
     and gave the token back; e1's retry must take a slot, not be handed the token that no longer is."""
-    store = StaleTokens(lambda: NOW)
+    store = memory_store(lambda: NOW, kind=StaleTokens)
     await store.put_policy(ThrottlePolicy("c0", "p", 2, 60, NOW, NOW))
     gate = ThrottleGate(store, "n0", lambda: NOW, Metrics(), poll_s=0.01)
     first = await gate.acquire("c0", "p", "e1", NOW)

@@ -21,7 +21,7 @@ from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.http import HttpDispatcher, HttpSettings
 from tickd.poller.callbacks.kafka import _traced, signed_record
 from tickd.schema import tracing
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import KafkaCallback, Location, Schedule
 from tickd.schema.store import Store
 from tickd.schema.traced import traced
@@ -109,7 +109,7 @@ async def test_fire_links_to_the_create_and_the_callback_carries_its_trace(
     spans: InMemorySpanExporter, subscriber: tuple[str, Got]
 ) -> None:
     url, got = subscriber
-    store = traced(MemoryStore(lambda: datetime.now(UTC)))
+    store = traced(memory_store(lambda: datetime.now(UTC)))
     schedule_id = await _create_and_fire(store, url, {"traceparent": INCOMING})
     recorded = spans.get_finished_spans()
     print("\n" + span_tree(recorded))
@@ -139,7 +139,7 @@ async def test_off_records_nothing_and_sends_no_traceparent(subscriber: tuple[st
     provider.add_span_processor(SimpleSpanProcessor(exporter))  # never installed: tracing stays off
     assert not tracing.on() and not tracing.setup("tickd-test", {})
     url, got = subscriber
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     assert traced(store) is store
     await _create_and_fire(store, url, {"traceparent": INCOMING})
     assert exporter.get_finished_spans() == ()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.model import KafkaCallback, Location, Options, Schedule, Token
 
 
-async def hold_a_token(store: MemoryStore, client_id: str, now: datetime) -> tuple[Schedule, str]:
+async def hold_a_token(store: CassandraStore, client_id: str, now: datetime) -> tuple[Schedule, str]:
     """A throttled schedule of ``client_id`` under policy "p" whose first event holds a token: (the
     schedule, the event id). The policy must exist."""
     schedule = Schedule(

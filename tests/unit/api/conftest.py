@@ -1,7 +1,7 @@
 """The API's own tests over the in-memory store: the real app and aiohttp server, no Cassandra.
 
-The store is the second adapter of the same port (it passes the contract suite that the Cassandra
-adapter passes, ``tests/contract``), on the wall clock, fresh for every test. What is about storage
+The store is the Cassandra adapter itself on the in-memory session (``memory_store``; the contract
+suite, ``tests/contract``, runs on it and on Cassandra), on the wall clock, fresh for every test. What is about storage
 itself stays on the real Cassandra: the contract suite, the hostile corpus's raw row counts, the
 idempotency races and the fuzzer (``tests/integration``)."""
 
@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import memory_store
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC))
+def store() -> CassandraStore:
+    return memory_store(lambda: datetime.now(UTC))

@@ -13,7 +13,8 @@ import pytest
 
 from tests.integration.api_helpers import Api, Register, Rows, schedule_body, serve, with_settings
 from tests.waiting import until
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import MemoryConnection, Tables, memory_store
 from tickd.schema.memory.faults import NoFaults
 from tickd.service.settings import ApiSettings
 
@@ -53,12 +54,12 @@ def slow() -> SlowWrites:
 
 
 @pytest.fixture
-def store(slow: SlowWrites) -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC), faults=slow)
+def store(slow: SlowWrites) -> CassandraStore:
+    return memory_store(MemoryConnection(Tables(lambda: datetime.now(UTC)), slow))
 
 
 @pytest.fixture
-async def api(api_settings: ApiSettings, store: MemoryStore) -> AsyncIterator[Api]:
+async def api(api_settings: ApiSettings, store: CassandraStore) -> AsyncIterator[Api]:
     async for client in serve(with_settings(api_settings, hot_write_deadline_s=0.5), store):
         yield client
 

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.integration.api_helpers import Api, Register, schedule_body, serve
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.memory import MemoryStore
+from tickd.schema.memory import MemoryConnection, Tables, memory_store
 from tickd.schema.memory.faults import NoFaults
 from tickd.service.settings import ApiSettings
 
@@ -39,12 +40,12 @@ def lose() -> LoseOnce:
 
 
 @pytest.fixture
-def store(lose: LoseOnce) -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC), faults=lose)
+def store(lose: LoseOnce) -> CassandraStore:
+    return memory_store(MemoryConnection(Tables(lambda: datetime.now(UTC)), lose))
 
 
 @pytest.fixture
-async def api(api_settings: ApiSettings, store: MemoryStore) -> AsyncIterator[Api]:
+async def api(api_settings: ApiSettings, store: CassandraStore) -> AsyncIterator[Api]:
     async for client in serve(api_settings, store):
         yield client
 

@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.integration.api_helpers import Api, Register, Rows, schedule_body, serve, with_settings
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import MemoryConnection, Tables, memory_store
 from tickd.schema.memory.faults import NoFaults
 from tickd.service.settings import ApiSettings
 
@@ -43,12 +44,12 @@ def slow() -> SlowReservations:
 
 
 @pytest.fixture
-def store(slow: SlowReservations) -> MemoryStore:
-    return MemoryStore(lambda: datetime.now(UTC), faults=slow)
+def store(slow: SlowReservations) -> CassandraStore:
+    return memory_store(MemoryConnection(Tables(lambda: datetime.now(UTC)), slow))
 
 
 @pytest.fixture
-async def api(api_settings: ApiSettings, store: MemoryStore) -> AsyncIterator[Api]:
+async def api(api_settings: ApiSettings, store: CassandraStore) -> AsyncIterator[Api]:
     async for client in serve(with_settings(api_settings, store_budget_s=BUDGET_S), store):
         yield client
 

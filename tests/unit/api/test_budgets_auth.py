@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from tests.integration.api_helpers import ADMIN, Api, serve, with_settings
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.model import Client
 from tickd.service.auth import Authenticator, ClientCache, new_api_key, source_of
 from tickd.service.errors import TooManyRequests, Unauthorized
@@ -144,7 +144,7 @@ def test_a_source_is_an_address_and_an_ipv6_one_its_64(remote: str, source: str)
 
 
 async def test_an_unknown_key_flood_costs_the_store_at_most_the_failure_burst(
-    api_settings: ApiSettings, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    api_settings: ApiSettings, store: CassandraStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = with_settings(api_settings, auth_failure_rate_per_s=0.01, auth_failure_burst=5)
     reads: Counter[str] = Counter()

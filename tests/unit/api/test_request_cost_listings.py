@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.api_helpers import Api, Register
 from tickd.schema import listing, timing
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
 from tickd.schema.model import DeadLetter, HttpCallback
 from tickd.service import dead_letters
 
@@ -24,7 +24,7 @@ BIG = b'"' + b"x" * 60_000 + b'"'
 class Counted:
     """Rows and reads of the store's bridge, by statement name (dead letters' only: ``letter_rows``)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: CassandraStore) -> None:
         self.rows: Counter[str] = Counter()
         self.reads: Counter[str] = Counter()
         pages = store._db.pages
@@ -42,7 +42,7 @@ class Counted:
         return sum(n for op, n in self.rows.items() if "dead_letter" in op)
 
 
-async def _fill(store: MemoryStore, client_id: str, days: int, per_day: int, same_ms: int = 1) -> list[DeadLetter]:
+async def _fill(store: CassandraStore, client_id: str, days: int, per_day: int, same_ms: int = 1) -> list[DeadLetter]:
     """Dead letters with 60 KB payloads over the last ``days`` days; ``same_ms`` of them share each time."""
     now = timing.truncate_ms(datetime.now(UTC)) - timedelta(minutes=1)
     callback = HttpCallback("http://127.0.0.1:9/cb", "POST", {}, 5.0)
@@ -61,7 +61,7 @@ def _ids(page: dict[str, Any]) -> list[str]:
     return [d["dead_letter_id"] for d in page["dead_letters"]]
 
 
-async def test_a_page_reads_its_limit_not_the_range(api: Api, store: MemoryStore, register: Register) -> None:
+async def test_a_page_reads_its_limit_not_the_range(api: Api, store: CassandraStore, register: Register) -> None:
     """Base code: a page of 5 read every row of a day (50 rows, 3 MB of payloads) and was not bounded by
     the 31 days it may span; now one read of 6 rows (the page and one to know a next page exists), and
     no payload (the Cassandra read has no payload column: tests/contract/test_listing_limits.py)."""
@@ -77,7 +77,7 @@ async def test_a_page_reads_its_limit_not_the_range(api: Api, store: MemoryStore
     assert counted.letter_rows <= 6
 
 
-async def test_a_filtered_page_ends_on_its_read_budget(api: Api, store: MemoryStore, register: Register) -> None:
+async def test_a_filtered_page_ends_on_its_read_budget(api: Api, store: CassandraStore, register: Register) -> None:
     """Looking for one schedule's dead letters among many: the page stops after PAGE_READ_BUDGET rows,
     short (empty here), with a cursor where it stopped; following cursors finds the one letter."""
     client_id, key = await register()
@@ -101,7 +101,7 @@ async def test_a_filtered_page_ends_on_its_read_budget(api: Api, store: MemorySt
 
 @pytest.mark.parametrize("limit", [1, 3, 7, 100])
 async def test_paging_returns_every_letter_once_in_order(
-    api: Api, store: MemoryStore, register: Register, limit: int
+    api: Api, store: CassandraStore, register: Register, limit: int
 ) -> None:
     """Several dead letters failing in the same millisecond (ties broken by schedule id) across days."""
     client_id, key = await register()
@@ -155,7 +155,7 @@ def _span(at: datetime) -> dict[str, str]:
 
 
 async def test_a_schedule_page_reads_its_limit_without_payloads(
-    api: Api, store: MemoryStore, register: Register
+    api: Api, store: CassandraStore, register: Register
 ) -> None:
     """Base code: a page of 5 read its partitions whole (300 rows of 1 KB payloads here); now 5 rows."""
     _, key = await register(poller_count=1)
@@ -172,7 +172,7 @@ async def test_a_schedule_page_reads_its_limit_without_payloads(
 
 
 async def test_a_filtered_schedule_page_ends_on_its_row_budget(
-    api: Api, store: MemoryStore, register: Register, monkeypatch: pytest.MonkeyPatch
+    api: Api, store: CassandraStore, register: Register, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Listing the one cancelled schedule among many: each page reads about the row budget, short, with
     a cursor; paging on finds it."""
