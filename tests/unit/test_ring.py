@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickd.poller import ring
+from tickd.poller.settings import PollerSettings
+from tickd.schema.errors import ConfigError
 from tickd.schema.model import Client, InstanceKey
 
 T0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -166,3 +168,17 @@ def test_owned_by_partitions_the_instances_under_the_cap() -> None:
     owned = [ring.owned_by(n, keys, nodes, 1.1) for n in nodes]
     assert set().union(*owned) == set(keys) and sum(map(len, owned)) == len(keys)
     assert max(map(len, owned)) <= ring.capacity(len(keys), len(nodes), 1.1) == 15
+
+
+@pytest.mark.parametrize("value", ["0.99", "0", "-1", "nan", "inf", "abc", "", "10.5", "1,25"])
+def test_a_ring_load_factor_setting_outside_1_to_10_is_refused_by_name(value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        PollerSettings.from_env({"TICKD_RING_LOAD_FACTOR": value})
+    assert refused.value.field == "TICKD_RING_LOAD_FACTOR"
+    assert "TICKD_RING_LOAD_FACTOR" in str(refused.value)
+
+
+def test_the_ring_load_factor_is_read_from_the_environment() -> None:
+    assert PollerSettings.from_env({}).ring_load_factor == ring.LOAD_FACTOR == 1.25
+    assert PollerSettings.from_env({"TICKD_RING_LOAD_FACTOR": " 1 "}).ring_load_factor == 1.0
+    assert PollerSettings.from_env({"TICKD_RING_LOAD_FACTOR": "1.5"}).ring_load_factor == 1.5
