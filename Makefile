@@ -112,6 +112,6 @@ bench-fire: install infra-up
 bench-isolation: install infra-up
 	$(BIN)/python -m bench.isolation $(ARGS)
 
-# Placement on the ring, plain and with bounded loads, over many random memberships (no servers; ~20 s).
+# Placement, plain and with bounded loads, over many random memberships (no servers; ~3 min on 2 busy cores).
 bench-ring: install
 	$(BIN)/python -m bench.ring $(ARGS)

@@ -1,6 +1,7 @@
 """Which instances run on this node: placement on the ring, claims, and hand-overs.
 
-- reconcile: live nodes + clients -> consistent-hash ring -> which instances belong here; stops the
+- reconcile: live nodes + clients -> bounded placement (``ring.owned_by``, no node above
+  ``TICKD_RING_LOAD_FACTOR`` x the average) -> which instances belong here; stops the
   ones that moved away (drain, checkpoint, release) and claims the new ones with an LWT (epoch + 1),
   only when the previous owner released them or is dead;
 - verify: re-reads claims; an instance whose claim moved on is stopped at once (``claim_lost``), and a
@@ -74,8 +75,10 @@ class Placement:
         await self._refresh_clients()
         self.live = {n.node_id for n in await self._node.store.live_nodes()} | {self.node_id}
         self._forget_undrained()
-        candidates = [i for i in ring.instances_of(self._clients.values()) if i not in self._drained]
-        mine = ring.owned_by(self.node_id, candidates, self.live)
+        # Drained instances stay in the placement: the cap depends on the instance count, and which ones are
+        # drained is this node's own finding, so leaving them out would make nodes place differently.
+        everything = ring.instances_of(self._clients.values())
+        mine = ring.owned_by(self.node_id, everything, self.live, self._s.ring_load_factor) - self._drained.keys()
         for key, running in list(self.running.items()):
             if key not in mine and not running.stopping:
                 self._task(self.stop(key, "rebalanced", drain_s=self._s.shutdown_deadline_s, release=True))

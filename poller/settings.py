@@ -8,6 +8,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tickd.poller import ring
 from tickd.poller.callbacks.backoff import RetryPolicy
 from tickd.poller.callbacks.http import HttpSettings
 from tickd.poller.callbacks.kafka import KafkaSettings
@@ -40,6 +41,9 @@ class PollerSettings:
     node_ttl_s: int = 10
     fence_margin_s: float = 3.0
     ring_refresh_s: float = 1.0
+    # No node holds more than ceil(this x the average) instances (ring.assign_bounded). Every node must
+    # use the same value: it is an input of the placement, which the nodes compute each on their own.
+    ring_load_factor: float = ring.LOAD_FACTOR
     clients_refresh_s: float = 5.0
     claim_verify_s: float = 5.0
     # A minute's partition is read this long before the minute starts.
@@ -101,6 +105,7 @@ class PollerSettings:
             heartbeat_interval_s=env_float(env, "TICKD_HEARTBEAT_INTERVAL_S", d.heartbeat_interval_s, low=0.1, high=60),
             node_ttl_s=env_int(env, "TICKD_NODE_TTL_S", d.node_ttl_s, low=2, high=600),
             ring_refresh_s=env_float(env, "TICKD_RING_REFRESH_S", d.ring_refresh_s, low=0.1, high=60),
+            ring_load_factor=env_float(env, "TICKD_RING_LOAD_FACTOR", d.ring_load_factor, low=1.0, high=10.0),
             clients_refresh_s=env_float(env, "TICKD_CLIENTS_REFRESH_S", d.clients_refresh_s, low=0.1, high=600),
             claim_verify_s=env_float(env, "TICKD_CLAIM_VERIFY_S", d.claim_verify_s, low=0.5, high=600),
             preload_s=env_float(env, "TICKD_PRELOAD_S", d.preload_s, low=0.5, high=50),

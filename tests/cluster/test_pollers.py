@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import math
 import os
 import re
 import time
@@ -525,6 +526,15 @@ async def measure(nodes: Sequence[PollerProcess]) -> Cost:
     return Cost.of(before, after, time.monotonic() - began)
 
 
+def per_node_within_cap(placement: dict[str, str], nodes: int) -> tuple[dict[str, int], int]:
+    """Instances per node in a settled placement (every instance on exactly one node's /status), and the
+    cap bounded placement keeps them under at the default TICKD_RING_LOAD_FACTOR: ceil(1.25 x average).
+    Only this scenario's clients are in its keyspace, so the nodes place exactly these instances."""
+    per_node = Counter(placement.values())
+    assert len(per_node) == nodes, f"{nodes} nodes expected to run instances: {dict(per_node)}"
+    return dict(per_node), math.ceil(1.25 * len(placement) / nodes)
+
+
 @pytest.mark.timeout(1200)
 async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage) -> None:
     """10 clients x 16 pollers. Requests per second summed over the nodes, each over a window of
@@ -535,7 +545,7 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
         clients = [await create_client(api, f"p3c{i}", 16) for i in range(10)]
         every = set().union(*(instances_of(c) for c in clients))
         three = await start_pollers(here, (4, 5, 6))
-        await wait_placement(three, "p3c", every, timeout_s=120, stable_s=5)
+        balance = {3: per_node_within_cap(await wait_placement(three, "p3c", every, timeout_s=120, stable_s=5), 3)}
         idle3 = await measure(three)
 
         # Due after the hot window (90 s) plus the time 6,000 creates take here (up to ~45 s on this host's
@@ -552,7 +562,10 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
         assert await delivered_all(made, lambda: {d.fire_id for d in here.sink.deliveries}, timeout_s=60)
 
         six = [*three, *await start_pollers(here, (7, 8, 9))]
-        await wait_placement(six, "p3c", every, timeout_s=120, accept=lambda p: len(set(p.values())) == 6, stable_s=5)
+        placed6 = await wait_placement(
+            six, "p3c", every, timeout_s=120, accept=lambda p: len(set(p.values())) == 6, stable_s=5
+        )
+        balance[6] = per_node_within_cap(placed6, 6)
         idle6 = await measure(six)
         for name, cost in (("3 nodes idle", idle3), ("3 nodes, 6000 fires", busy3), ("6 nodes idle", idle6)):
             report(
@@ -564,6 +577,9 @@ async def test_p3_coordination_cost_grows_with_nodes_not_schedules(stage: Stage)
                 delivery_and_other=cost.other,
                 top=cost.top,
             )
+        for count, (per_node, cap) in balance.items():
+            report(f"P3 placement, 10 clients x 16 pollers on {count} nodes", per_node=per_node, cap=cap)
+            assert max(per_node.values()) <= cap, f"{count} nodes: a node above ceil(1.25 x average): {per_node}"
         assert busy3.coordination_lwt == idle3.coordination_lwt == 0, (idle3, busy3)
         # Firing adds one read of each firing client per node per TICKD_CLIENTS_REFRESH_S (5 s; its
         # signing secrets), bounded by clients x nodes, whatever the number of schedules.
