@@ -43,7 +43,7 @@ async def test_a_renewal_answered_after_the_lease_ran_out_fences_the_instances_o
     and taken its instances before the write landed, so the renewal does not carry the old lease on
     (simulation seed 103286: the node went on firing an instance another node had claimed)."""
     settings = PollerSettings(node_id="n1", node_ttl_s=3, fence_margin_s=1.0, heartbeat_interval_s=0.5)  # lease 2 s
-    store = MemoryStore(lambda: datetime.now(UTC))
+    store = memory_store(lambda: datetime.now(UTC))
     node = Node(settings, store, NoDelivery(), Metrics())  # type: ignore[arg-type]
     lease = node._lease
     fenced: list[bool] = []
