@@ -25,7 +25,8 @@ from tickd.poller.settings import PollerSettings
 from tickd.poller.settle import Settler
 from tickd.poller.stats import TenantStats
 from tickd.schema import redrives, stats, timing
-from tickd.schema.memory import MemoryStore
+from tickd.schema.cassandra import CassandraStore
+from tickd.schema.memory import memory_store
 from tickd.schema.model import MAX_TRIES, HttpCallback, Location, Options, Repeat, Schedule, Status, Try, add_tries
 from tickd.service import recurring
 from tickd.service.views import dead_letter_view, run_view
@@ -44,7 +45,7 @@ class Clock:
 class Direct:
     """The outcome writer, writing each outcome at once (the real one waits for its flush)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: CassandraStore) -> None:
         self._store = store
 
     async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
@@ -61,7 +62,7 @@ class Node:
 
     def __init__(self) -> None:
         self.clock = Clock()
-        self.store = MemoryStore(self.clock)
+        self.store = memory_store(self.clock)
         self.stats = TenantStats(self.store, "n0", self.clock, structlog.get_logger())
         self.ctx = FireContext(
             client=lambda: None,  # type: ignore[arg-type,return-value]
