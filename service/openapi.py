@@ -28,6 +28,7 @@ _STATUS_TEXT = {
     403: "Forbidden for this key",
     404: "Unknown, or another client's",
     409: "Conflict (exists, already fired, fire imminent, raced)",
+    412: "If-Match names another version than the schedule's (the answer's ETag is the current one)",
     413: "Body or payload too large",
     415: "Not application/json",
     422: "The request matches the schema but a rule it cannot carry refuses it (the error names the field): "

@@ -81,6 +81,8 @@ class ScheduleView(Struct, omit_defaults=True):
     last_error: str | None
     created_at: datetime
     callback: Callback
+    # The schedule's version, also its ETag: a change sent with If-Match: "<version>" applies only to it.
+    version: int
     # Absent in a listing's items (a listing reads no payloads); GET of one schedule shows it.
     payload: Raw | UnsetType = UNSET
     # Recurring schedules: the rule, and which occurrence fire_at is (1 = the first).
@@ -336,6 +338,7 @@ def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
         last_error=s.last_error,
         created_at=s.created_at,
         callback=s.callback,
+        version=s.version,
         payload=Raw(s.payload or b"null") if payload else UNSET,
         recurrence=recurrence_view(options.repeat) if options and options.repeat else UNSET,
         occurrence=s.seq or UNSET,

@@ -1,4 +1,4 @@
-"""Helpers every handler uses: reading a JSON body, the clock, conflict errors."""
+"""Helpers every handler uses: reading a JSON body, the clock, conflict errors, a schedule's answer."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from tickd.schema.errors import Conflict
-from tickd.service import keys
-from tickd.service.errors import Malformed, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from tickd.schema.model import Schedule
+from tickd.service import keys, preconditions
+from tickd.service.errors import Malformed, PayloadTooLarge, RequestTimeout, UnsupportedMediaType, json_response
 from tickd.service.validation import to_ms
+from tickd.service.views import schedule_view
+
+
+def schedule_answer(schedule: Schedule, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A schedule as the API answers it: its view, and its version as the ETag (``service.preconditions``)."""
+    return json_response(schedule_view(schedule), status, {**(headers or {}), "ETag": preconditions.etag(schedule)})
 
 
 def now() -> datetime:

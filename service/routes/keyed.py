@@ -24,19 +24,19 @@ from aiohttp import web
 
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
-from tickd.service import idempotency, keys, params, recurring
+from tickd.service import idempotency, keys, params, preconditions, recurring
 from tickd.service.declare import Routes
-from tickd.service.errors import json_response
-from tickd.service.routes.common import conflict, now, read_json
+from tickd.service.routes.common import conflict, now, read_json, schedule_answer
 from tickd.service.routes.schedules import (
     _BODY_OVERHEAD,
     _build,
+    _cancel,
     _check_mutable,
     _confirmed,
     _creator,
 )
 from tickd.service.validation import ScheduleCreate, decode
-from tickd.service.views import ScheduleView, schedule_view
+from tickd.service.views import ScheduleView
 
 log = structlog.get_logger("tickd.api")
 _RETRIES = 8
@@ -96,7 +96,8 @@ async def _replace(request: web.Request, client: Client, body: ScheduleCreate, c
     also={201: "Created (a new schedule for the key)"},
     response=ScheduleView,
     request=ScheduleCreate,
-    errors=(403, 409),
+    headers=params.ChangeHeaders,
+    errors=(403, 409, 412),
     description="The body is a create's. 201 when it creates the key's schedule (a new key, or its "
     "schedule fired or was cancelled), 200 when it replaces it (a client change: 409 fire_imminent within "
     "the mutation guard, schedule_paused, conflict after concurrent PUTs won every retry, key_in_progress).",
@@ -113,21 +114,26 @@ async def put_by_key(request: web.Request) -> web.Response:
 
 
 async def _upsert(request: web.Request, client: Client, key: str, body: ScheduleCreate) -> web.Response:
+    wanted = preconditions.if_match(request)
     for _ in range(_RETRIES):
         held, current = await _holder(request, client, key)
+        if wanted is not None:
+            wanted.check(current)  # a new key has no version to match: 412
         try:
             if current is None or current.status in _ENDED:
                 created = await _create(request, client, key, body, held)
                 if created is not None:
                     log.info("schedule_created", client_id=client.client_id, schedule_id=str(created.schedule_id))
-                    return json_response(schedule_view(created), 201)
+                    return schedule_answer(created, 201)
             else:
                 updated = await _replace(request, client, body, current)
                 log.info("schedule_updated", client_id=client.client_id, schedule_id=str(updated.schedule_id))
-                return json_response(schedule_view(updated))
+                return schedule_answer(updated)
         except Conflict as exc:
             if exc.code != Conflict.code:
                 raise  # fire_imminent, schedule_paused, key_in_progress: not a race to retry
+            if wanted is not None:
+                raise wanted.changed_meanwhile() from None
     raise conflict("this key's schedule is being changed concurrently; read it again and retry", Conflict.code)
 
 
@@ -145,30 +151,35 @@ async def _keyed(request: web.Request) -> tuple[Client, Schedule]:
 @routes.get(_PATH, "Get the schedule of a business key", response=ScheduleView)
 async def get_by_key(request: web.Request) -> web.Response:
     _, schedule = await _keyed(request)
-    return json_response(schedule_view(await recurring.with_last_error(request.app[keys.STORE], schedule)))
+    return schedule_answer(await recurring.with_last_error(request.app[keys.STORE], schedule))
 
 
 @routes.delete(
     _PATH,
     "Cancel the schedule of a business key (idempotent); the next PUT creates a new one",
     response=ScheduleView,
-    errors=(409,),
+    headers=params.ChangeHeaders,
+    errors=(409, 412),
 )
 async def delete_by_key(request: web.Request) -> web.Response:
     """Cancel the key's schedule (as ``DELETE /v1/schedules/{id}``); the next PUT creates a new one."""
     for attempt in range(_RETRIES):
         _, current = await _keyed(request)
+        wanted = preconditions.if_match(request)
+        if wanted is not None:
+            wanted.check(current)
         if current.status is Status.CANCELLED:
-            return json_response(schedule_view(current))
+            return schedule_answer(current)
         at = now()
-        left_s = _check_mutable(request, current, at)
+        left_s = _check_mutable(request, current, at, stops=True)
         try:
-            cancel = request.app[keys.STORE].cancel_schedule(current, at)
-            cancelled = await _confirmed(request, at, [current.location.due_at], left_s, cancel)
+            cancelled = await _cancel(request, current, at, left_s)
         except Conflict as exc:
+            if wanted is not None and exc.code == Conflict.code:
+                raise wanted.changed_meanwhile() from None
             if exc.code != Conflict.code or attempt == _RETRIES - 1:
                 raise
             continue
         log.info("schedule_cancelled", client_id=cancelled.client_id, schedule_id=str(cancelled.schedule_id))
-        return json_response(schedule_view(cancelled))
+        return schedule_answer(cancelled)
     raise AssertionError("unreachable")

@@ -25,12 +25,12 @@ from tickd.schema import recurrence as rec
 from tickd.schema import timing, tracing, triggers
 from tickd.schema.errors import Conflict, NotFound, TickdError
 from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
-from tickd.service import budgets, idempotency, keys, params, pauses, recurring
+from tickd.service import budgets, idempotency, keys, params, pauses, preconditions, recurring
 from tickd.service.confirm import confirmed
 from tickd.service.creates import groups
 from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, json_response, status_of
-from tickd.service.routes.common import conflict, now, read_json
+from tickd.service.routes.common import conflict, now, read_json, schedule_answer
 from tickd.service.settings import ApiSettings
 from tickd.service.validation import (
     REPEAT_FIELDS,
@@ -204,7 +204,7 @@ async def create_schedule(request: web.Request) -> web.Response:
     await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
-    return json_response(schedule_view(schedule), 201)
+    return schedule_answer(schedule, 201)
 
 
 async def _reserved_elsewhere(
@@ -218,7 +218,7 @@ async def _reserved_elsewhere(
     wait_s = 0.0 if takeover else settings.idempotency_wait_s
     existing = await idempotency.written(request.app[keys.STORE], bound, wait_s)
     if existing is not None:
-        return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
+        return schedule_answer(existing, 200, {"Idempotent-Replayed": "true"})
     if not takeover:
         raise idempotency.in_progress(bound, now(), settings.idempotency_takeover_s)
     log.info("idempotency_key_taken_over", client_id=client.client_id, schedule_id=str(bound.schedule_id))
@@ -396,7 +396,7 @@ async def list_schedules(request: web.Request) -> web.Response:
 @routes.get("/v1/schedules/{schedule_id}", "Get a schedule", response=ScheduleView)
 async def get_schedule(request: web.Request) -> web.Response:
     _, schedule = await _current(request)
-    return json_response(schedule_view(await recurring.with_last_error(request.app[keys.STORE], schedule)))
+    return schedule_answer(await recurring.with_last_error(request.app[keys.STORE], schedule))
 
 
 def _check_mutable(request: web.Request, schedule: Schedule, at: datetime, *, stops: bool = False) -> float | None:
@@ -437,15 +437,30 @@ async def _confirmed(
     )
 
 
+async def _cancel(request: web.Request, current: Schedule, at: datetime, left_s: float | None) -> Schedule:
+    """Cancel ``current``, answered as reads will show it: a cancelled row keeps the version it was
+    cancelled at (the store tells a landed cancel by its status, ``schema.changes.abandoned``), so that
+    is its ETag; a cancelled schedule takes no change but another cancel."""
+    cancel = request.app[keys.STORE].cancel_schedule(current, at)
+    cancelled = await _confirmed(request, at, [current.location.due_at], left_s, cancel)
+    return dataclasses.replace(cancelled, version=current.version)
+
+
 async def _retrying_races(request: web.Request, change: Callable[[Client, Schedule], Awaitable[Schedule]]) -> Schedule:
     """Read the schedule and apply ``change``. A recurring schedule's pointer also moves when the poller
-    chains it to its next occurrence, so a conflict with that is retried on a fresh read (a few times)."""
+    chains it to its next occurrence, so a conflict with that is retried on a fresh read (a few times);
+    with ``If-Match``, never: a change to the version read is the request's to apply or to refuse (412)."""
     for attempt in range(_RACE_RETRIES):
         client, current = await _current(request)
+        wanted = preconditions.if_match(request)
+        if wanted is not None:
+            wanted.check(current)
         try:
             return await change(client, current)
-        except Conflict:
-            if current.repeat is None or attempt == _RACE_RETRIES - 1:
+        except Conflict as exc:
+            if wanted is not None and exc.code == Conflict.code:
+                raise wanted.changed_meanwhile() from None
+            if wanted is not None or current.repeat is None or attempt == _RACE_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -528,7 +543,8 @@ _PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "
     "Reschedule, or change payload, callback, jitter or a recurring schedule's rule",
     response=ScheduleView,
     request=SchedulePatch,
-    errors=(409,),
+    headers=params.ChangeHeaders,
+    errors=(409, 412),
 )
 async def patch_schedule(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
@@ -554,14 +570,15 @@ async def patch_schedule(request: web.Request) -> web.Response:
 
     updated = await _retrying_races(request, change)
     log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))
-    return json_response(schedule_view(updated))
+    return schedule_answer(updated)
 
 
 @routes.delete(
     "/v1/schedules/{schedule_id}",
     "Cancel a schedule (idempotent)",
     response=ScheduleView,
-    errors=(409,),
+    headers=params.ChangeHeaders,
+    errors=(409, 412),
     description="409 already_fired, or fire_imminent (a one-time schedule within TICKD_MUTATION_GUARD_S of "
     "its first due time); a fire in retry can be cancelled at any time (an attempt already on the wire may "
     "still arrive).",
@@ -571,21 +588,20 @@ async def cancel_schedule(request: web.Request) -> web.Response:
         if current.status is Status.CANCELLED:
             return current  # cancelling twice is not an error
         at = now()
-        left_s = _check_mutable(request, current, at, stops=True)
-        cancel = request.app[keys.STORE].cancel_schedule(current, at)
-        return await _confirmed(request, at, [current.location.due_at], left_s, cancel)
+        return await _cancel(request, current, at, _check_mutable(request, current, at, stops=True))
 
     cancelled = await _retrying_races(request, cancel)
     client_id, current = cancelled.client_id, cancelled
     log.info("schedule_cancelled", client_id=client_id, schedule_id=str(current.schedule_id))
-    return json_response(schedule_view(cancelled))
+    return schedule_answer(cancelled)
 
 
 @routes.post(
     "/v1/schedules/{schedule_id}/pause",
     "Pause a schedule: it fires nothing until resumed (pausing a paused one is 200)",
     response=ScheduleView,
-    errors=(409,),
+    headers=params.ChangeHeaders,
+    errors=(409, 412),
     description="409 already_cancelled, already_fired, or fire_imminent (a one-time schedule within "
     "TICKD_MUTATION_GUARD_S of its first due time; a fire in retry can be paused at any time).",
 )
@@ -602,14 +618,15 @@ async def pause_schedule(request: web.Request) -> web.Response:
 
     paused = await _retrying_races(request, pause)
     log.info("schedule_paused", client_id=paused.client_id, schedule_id=str(paused.schedule_id))
-    return json_response(schedule_view(paused))
+    return schedule_answer(paused)
 
 
 @routes.post(
     "/v1/schedules/{schedule_id}/resume",
     "Resume a paused schedule from now on; the occurrences missed are recorded in its runs as skipped",
     response=ScheduleView,
-    errors=(409,),
+    headers=params.ChangeHeaders,
+    errors=(409, 412),
     description="A recurring schedule goes on with its first occurrence at or after now; a one-time one "
     "fires at its time, or now if that passed. 409 not_paused.",
 )
@@ -624,13 +641,13 @@ async def resume_schedule(request: web.Request) -> web.Response:
         if plan.skipped:
             await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
         if plan.resumed is None:
-            return await store.cancel_schedule(current, at)  # the rule has nothing left: it ends
+            return await _cancel(request, current, at, None)  # the rule has nothing left: it ends
         written = store.resume_schedule(current, plan.resumed, at)
         return await _confirmed(request, at, [plan.resumed.location.due_at], None, written)
 
     resumed = await _retrying_races(request, resume)
     log.info("schedule_resumed", client_id=resumed.client_id, schedule_id=str(resumed.schedule_id))
-    return json_response(schedule_view(resumed))
+    return schedule_answer(resumed)
 
 
 @routes.post(
@@ -677,7 +694,7 @@ async def trigger_schedule(request: web.Request) -> web.Response:
         schedule_id=str(parent.schedule_id),
         trigger_id=str(trigger.schedule_id),
     )
-    return json_response(schedule_view(trigger), 201)
+    return schedule_answer(trigger, 201)
 
 
 async def _trigger_reserved(request: web.Request, bound: IdempotencyKey, digest: str) -> web.Response | None:
@@ -689,7 +706,7 @@ async def _trigger_reserved(request: web.Request, bound: IdempotencyKey, digest:
         request.app[keys.STORE], bound, 0.0 if takeover else settings.idempotency_wait_s
     )
     if existing is not None:
-        return json_response(schedule_view(existing), 200, {"Idempotent-Replayed": "true"})
+        return schedule_answer(existing, 200, {"Idempotent-Replayed": "true"})
     if not takeover:
         raise idempotency.in_progress(bound, now(), settings.idempotency_takeover_s)
     return None

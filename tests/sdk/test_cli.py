@@ -317,3 +317,16 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
     finally:
         os.close(write)
     assert (ran.returncode, ran.stderr) == (cli.BROKEN_PIPE, "")
+
+
+def test_if_match_option(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--fire-at", "2030-01-01T00:00:00Z"]
+    made = _json(tickd("schedules", "create", *hook, "-o", "json")[1])
+    schedule_id, version = made["schedule_id"], made["version"]
+    code, out, _ = tickd("schedules", "update", schedule_id, "--payload", "2", "--if-match", str(version), "-o", "json")
+    assert code == 0 and _json(out)["version"] > version
+    code, _, err = tickd("schedules", "update", schedule_id, "--payload", "3", "--if-match", str(version))
+    assert code == cli.CONFLICT and "precondition_failed" in err and "If-Match" in err
+    assert tickd("schedules", "pause", schedule_id, "--if-match", str(version))[0] == code
+    assert tickd("schedules", "cancel", schedule_id, "--if-match", "seven")[0] == cli.USAGE
+    assert _json(tickd("schedules", "get", schedule_id, "-o", "json")[1])["payload"] == 2

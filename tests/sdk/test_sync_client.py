@@ -16,6 +16,7 @@ from tickd_client import (
     HttpCallback,
     Invalid,
     NotFound,
+    PreconditionFailed,
     Tickd,
     Unauthorized,
 )
@@ -333,3 +334,28 @@ def test_admin_stats_for_the_cluster_and_for_one_client(tenant: Tickd, dev: Dev)
         assert bad.value.field == "client_id"
     with Tickd(dev.url, admin_token=dev.api_key) as not_admin, pytest.raises(Forbidden):
         not_admin.admin_stats()
+
+
+def test_if_match_changes_only_the_version_read(tenant: Tickd, dev: Dev) -> None:
+    made = tenant.create_schedule(delay_s=3600, callback=dev.healthz(), payload={"v": 1})
+    assert made.version is not None and tenant.get_schedule(made.schedule_id).version == made.version
+    changed = tenant.update_schedule(made.schedule_id, payload={"v": 2}, if_match=made.version)
+    assert changed.version is not None and changed.version > made.version
+    with pytest.raises(PreconditionFailed) as stale:
+        tenant.update_schedule(made.schedule_id, payload={"v": 3}, if_match=made.version)
+    assert stale.value.status == 412 and stale.value.field == "If-Match"
+    with pytest.raises(PreconditionFailed):
+        tenant.pause_schedule(made.schedule_id, if_match=made.version)
+    assert tenant.get_schedule(made.schedule_id).payload == {"v": 2}  # neither applied
+    paused = tenant.pause_schedule(made.schedule_id, if_match="*")
+    resumed = tenant.resume_schedule(made.schedule_id, if_match=paused.version)
+    cancelled = tenant.cancel_schedule(made.schedule_id, if_match=f'"{resumed.version}"')
+    assert cancelled.status == "cancelled" and tenant.cancel_schedule(made.schedule_id, if_match=cancelled.version)
+    key = f"sdk-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(PreconditionFailed):  # a key with no schedule has no version to match
+        tenant.put_schedule_by_key(key, delay_s=3600, callback=dev.healthz(), if_match="*")
+    first = tenant.put_schedule_by_key(key, delay_s=3600, callback=dev.healthz())
+    second = tenant.put_schedule_by_key(key, delay_s=3600, callback=dev.healthz(), payload=2, if_match=first.version)
+    with pytest.raises(PreconditionFailed):
+        tenant.cancel_schedule_by_key(key, if_match=first.version)
+    assert tenant.cancel_schedule_by_key(key, if_match=second.version).status == "cancelled"

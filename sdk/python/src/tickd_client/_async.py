@@ -168,19 +168,22 @@ class AsyncTickd:
         """The schedule's fires, newest first, page after page."""
         return self._pages(calls.runs(schedule_id, page_size=page_size))
 
-    async def update_schedule(self, schedule_id: str, **changes: Unpack[ScheduleChanges]) -> Schedule:
-        return await self.send(calls.update_schedule(schedule_id, changes))
+    async def update_schedule(
+        self, schedule_id: str, *, if_match: calls.IfMatch = None, **changes: Unpack[ScheduleChanges]
+    ) -> Schedule:
+        """``if_match``: change only that version (``Schedule.version``); else ``PreconditionFailed``."""
+        return await self.send(calls.update_schedule(schedule_id, changes, if_match))
 
-    async def cancel_schedule(self, schedule_id: str) -> Schedule:
-        return await self.send(calls.cancel_schedule(schedule_id))
+    async def cancel_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
+        return await self.send(calls.cancel_schedule(schedule_id, if_match))
 
-    async def pause_schedule(self, schedule_id: str) -> Schedule:
+    async def pause_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """It fires nothing until resumed (status ``paused``); pausing a paused schedule is no error."""
-        return await self.send(calls.pause_schedule(schedule_id))
+        return await self.send(calls.pause_schedule(schedule_id, if_match))
 
-    async def resume_schedule(self, schedule_id: str) -> Schedule:
+    async def resume_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """``scheduled`` again; a recurring schedule goes on from now (``Conflict`` if it is not paused)."""
-        return await self.send(calls.resume_schedule(schedule_id))
+        return await self.send(calls.resume_schedule(schedule_id, if_match))
 
     async def trigger_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> Schedule:
         """One extra fire now: the trigger, a one-time schedule of its own (``trigger_of``, its own ``fire_id``)."""
@@ -188,16 +191,18 @@ class AsyncTickd:
 
     # Schedules by business key (API key)
 
-    async def put_schedule_by_key(self, key: str, **fields: Unpack[ScheduleFields]) -> Schedule:
+    async def put_schedule_by_key(
+        self, key: str, *, if_match: calls.IfMatch = None, **fields: Unpack[ScheduleFields]
+    ) -> Schedule:
         """Create the key's schedule, or replace its time, payload and callback (the same schedule id)."""
-        return await self.send(calls.put_schedule_by_key(key, fields))
+        return await self.send(calls.put_schedule_by_key(key, fields, if_match))
 
     async def get_schedule_by_key(self, key: str) -> Schedule:
         return await self.send(calls.get_schedule_by_key(key))
 
-    async def cancel_schedule_by_key(self, key: str) -> Schedule:
+    async def cancel_schedule_by_key(self, key: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """Cancel the key's schedule; the next put creates a new one."""
-        return await self.send(calls.cancel_schedule_by_key(key))
+        return await self.send(calls.cancel_schedule_by_key(key, if_match))
 
     # Dead letters (API key)
 

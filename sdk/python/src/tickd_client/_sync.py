@@ -164,19 +164,22 @@ class Tickd:
         """The schedule's fires, newest first, page after page."""
         return self._pages(calls.runs(schedule_id, page_size=page_size))
 
-    def update_schedule(self, schedule_id: str, **changes: Unpack[ScheduleChanges]) -> Schedule:
-        return self.send(calls.update_schedule(schedule_id, changes))
+    def update_schedule(
+        self, schedule_id: str, *, if_match: calls.IfMatch = None, **changes: Unpack[ScheduleChanges]
+    ) -> Schedule:
+        """``if_match``: change only that version (``Schedule.version``); else ``PreconditionFailed``."""
+        return self.send(calls.update_schedule(schedule_id, changes, if_match))
 
-    def cancel_schedule(self, schedule_id: str) -> Schedule:
-        return self.send(calls.cancel_schedule(schedule_id))
+    def cancel_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
+        return self.send(calls.cancel_schedule(schedule_id, if_match))
 
-    def pause_schedule(self, schedule_id: str) -> Schedule:
+    def pause_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """It fires nothing until resumed (status ``paused``); pausing a paused schedule is no error."""
-        return self.send(calls.pause_schedule(schedule_id))
+        return self.send(calls.pause_schedule(schedule_id, if_match))
 
-    def resume_schedule(self, schedule_id: str) -> Schedule:
+    def resume_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """``scheduled`` again; a recurring schedule goes on from now (``Conflict`` if it is not paused)."""
-        return self.send(calls.resume_schedule(schedule_id))
+        return self.send(calls.resume_schedule(schedule_id, if_match))
 
     def trigger_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> Schedule:
         """One extra fire now: the trigger, a one-time schedule of its own (``trigger_of``, its own ``fire_id``)."""
@@ -184,16 +187,18 @@ class Tickd:
 
     # Schedules by business key (API key)
 
-    def put_schedule_by_key(self, key: str, **fields: Unpack[ScheduleFields]) -> Schedule:
+    def put_schedule_by_key(
+        self, key: str, *, if_match: calls.IfMatch = None, **fields: Unpack[ScheduleFields]
+    ) -> Schedule:
         """Create the key's schedule, or replace its time, payload and callback (the same schedule id)."""
-        return self.send(calls.put_schedule_by_key(key, fields))
+        return self.send(calls.put_schedule_by_key(key, fields, if_match))
 
     def get_schedule_by_key(self, key: str) -> Schedule:
         return self.send(calls.get_schedule_by_key(key))
 
-    def cancel_schedule_by_key(self, key: str) -> Schedule:
+    def cancel_schedule_by_key(self, key: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """Cancel the key's schedule; the next put creates a new one."""
-        return self.send(calls.cancel_schedule_by_key(key))
+        return self.send(calls.cancel_schedule_by_key(key, if_match))
 
     # Dead letters (API key)
 

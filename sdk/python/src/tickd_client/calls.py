@@ -227,25 +227,43 @@ def runs(schedule_id: str, *, page_size: int = 100) -> Call[Page[Run]]:
     return Call("GET", _path("schedules", str(schedule_id), "runs"), _paged(Run, "runs"), params={"limit": page_size})
 
 
-def update_schedule(schedule_id: str, changes: ScheduleChanges) -> Call[Schedule]:
-    """Repeatable unless it moves the time by ``delay_s``, which counts from when the API reads it."""
+IfMatch = int | str | None
+
+
+def precondition(if_match: IfMatch) -> dict[str, str]:
+    """The ``If-Match`` header of a conditional change: a version (``Schedule.version``), an ETag as the
+    API answered it (``'"7"'``), or ``"*"`` (any existing schedule); None: unconditional."""
+    if if_match is None:
+        return {}
+    if isinstance(if_match, bool):
+        raise TypeError("if_match is a version (int), an ETag or '*'")
+    return {"If-Match": f'"{if_match}"' if isinstance(if_match, int) else if_match}
+
+
+def update_schedule(schedule_id: str, changes: ScheduleChanges, if_match: IfMatch = None) -> Call[Schedule]:
+    """Repeatable unless it moves the time by ``delay_s``, which counts from when the API reads it, or is
+    conditional (a repeat of one that applied would find the version moved on: 412)."""
     body = body_of(changes)
-    return Call("PATCH", _path("schedules", str(schedule_id)), _one(Schedule), body, repeatable="delay_s" not in body)
+    path = _path("schedules", str(schedule_id))
+    repeatable = "delay_s" not in body and if_match is None
+    return Call("PATCH", path, _one(Schedule), body, headers=precondition(if_match), repeatable=repeatable)
 
 
-def cancel_schedule(schedule_id: str) -> Call[Schedule]:
-    """Cancelling a cancelled schedule is 200: repeatable."""
-    return Call("DELETE", _path("schedules", str(schedule_id)), _one(Schedule))
+def cancel_schedule(schedule_id: str, if_match: IfMatch = None) -> Call[Schedule]:
+    """Cancelling a cancelled schedule is 200 (it keeps the version it was cancelled at): repeatable."""
+    return Call("DELETE", _path("schedules", str(schedule_id)), _one(Schedule), headers=precondition(if_match))
 
 
-def pause_schedule(schedule_id: str) -> Call[Schedule]:
-    """Pausing a paused schedule is 200 with it: repeatable although it is a POST."""
-    return Call("POST", _path("schedules", str(schedule_id), "pause"), _one(Schedule))
+def pause_schedule(schedule_id: str, if_match: IfMatch = None) -> Call[Schedule]:
+    """Pausing a paused schedule is 200 with it: repeatable although it is a POST, unless conditional."""
+    path = _path("schedules", str(schedule_id), "pause")
+    return Call("POST", path, _one(Schedule), headers=precondition(if_match), repeatable=if_match is None)
 
 
-def resume_schedule(schedule_id: str) -> Call[Schedule]:
+def resume_schedule(schedule_id: str, if_match: IfMatch = None) -> Call[Schedule]:
     """Not repeated once sent: a repeat of a resume that went through answers 409 ``not_paused``."""
-    return Call("POST", _path("schedules", str(schedule_id), "resume"), _one(Schedule), repeatable=False)
+    path = _path("schedules", str(schedule_id), "resume")
+    return Call("POST", path, _one(Schedule), headers=precondition(if_match), repeatable=False)
 
 
 def trigger_schedule(schedule_id: str, idempotency_key: str | None) -> Call[Schedule]:
@@ -258,21 +276,23 @@ def trigger_schedule(schedule_id: str, idempotency_key: str | None) -> Call[Sche
 # Schedules by business key
 
 
-def put_schedule_by_key(key: str, fields: ScheduleFields) -> Call[Schedule]:
+def put_schedule_by_key(key: str, fields: ScheduleFields, if_match: IfMatch = None) -> Call[Schedule]:
     """A PUT: the same body again leaves the key's schedule as one did, so it is repeatable; except with
-    ``delay_s``, which counts from when the API reads it (a repeat would move the fire and its fire id)."""
+    ``delay_s``, which counts from when the API reads it (a repeat would move the fire and its fire id),
+    or when conditional (a repeat of one that applied finds the version moved on: 412)."""
     body = body_of(fields)
     path = _path("schedules", "by-key", key)
-    return Call("PUT", path, _one(Schedule), body, repeatable="delay_s" not in body)
+    repeatable = "delay_s" not in body and if_match is None
+    return Call("PUT", path, _one(Schedule), body, headers=precondition(if_match), repeatable=repeatable)
 
 
 def get_schedule_by_key(key: str) -> Call[Schedule]:
     return Call("GET", _path("schedules", "by-key", key), _one(Schedule))
 
 
-def cancel_schedule_by_key(key: str) -> Call[Schedule]:
+def cancel_schedule_by_key(key: str, if_match: IfMatch = None) -> Call[Schedule]:
     """Cancelling the key's cancelled schedule is 200 with it: repeatable."""
-    return Call("DELETE", _path("schedules", "by-key", key), _one(Schedule))
+    return Call("DELETE", _path("schedules", "by-key", key), _one(Schedule), headers=precondition(if_match))
 
 
 # Dead letters

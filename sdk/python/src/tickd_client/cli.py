@@ -3,10 +3,11 @@
 Settings: --url or TICKD_URL (default http://127.0.0.1:8080); --api-key or TICKD_API_KEY (schedules,
 dead letters, policies, events, stats); --admin-token or TICKD_ADMIN_TOKEN (clients, admin).
 
-Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict (also: a
-`dead-letters redrive` of many that could not redrive some); 5 invalid input (the API's 400/413/415/422,
-naming the field); 6 unauthorized or forbidden; 7 unavailable or rate limited; 141 the output's reader
-went away (`tickd schedules list ... | head`), said nowhere, as other command-line tools do.
+Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict, or a version
+--if-match did not match (also: a `dead-letters redrive` of many that could not redrive some); 5 invalid
+input (the API's 400/413/415/422, naming the field); 6 unauthorized or forbidden; 7 unavailable or rate
+limited; 141 the output's reader went away (`tickd schedules list ... | head`), said nowhere, as other
+command-line tools do.
 
 Output: -o table (default: a list shows the columns most wanted), -o wide (a list shows every field as a
 column) or -o json (the answer as JSON).
@@ -38,6 +39,7 @@ from tickd_client.errors import (
     Forbidden,
     Invalid,
     NotFound,
+    PreconditionFailed,
     RateLimited,
     TickdError,
     Unauthorized,
@@ -51,6 +53,7 @@ BROKEN_PIPE = 128 + 13  # as a shell reports a process ended by SIGPIPE
 _EXIT_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
     (NotFound, NOT_FOUND),
     (Conflict, CONFLICT),
+    (PreconditionFailed, CONFLICT),  # the schedule changed since --if-match's version was read
     (Invalid, INVALID),
     (Unauthorized, AUTH),
     (Forbidden, AUTH),
@@ -144,15 +147,28 @@ def _schedules_put_by_key(client: Tickd, args: argparse.Namespace) -> Any:
     fields = _schedule_fields(args)
     if "callback" not in fields:
         raise UsageError("give a callback: --callback-url URL, --kafka-topic TOPIC or --callback JSON")
-    schedule = client.put_schedule_by_key(args.key, **fields)
+    schedule = client.put_schedule_by_key(args.key, if_match=_if_match(args), **fields)
     return schedule.schedule_id if args.quiet else schedule
+
+
+def _if_match_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--if-match",
+        type=int,
+        metavar="VERSION",
+        help="change only this version of the schedule (its 'version'); else exit 1 with precondition_failed",
+    )
+
+
+def _if_match(args: argparse.Namespace) -> int | None:
+    return args.if_match if isinstance(args.if_match, int) else None
 
 
 def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
     fields = _schedule_fields(args)
     if args.no_throttle:
         fields["throttle"] = None
-    return client.update_schedule(args.schedule_id, **fields)
+    return client.update_schedule(args.schedule_id, if_match=_if_match(args), **fields)
 
 
 def _schedules_list(client: Tickd, args: argparse.Namespace) -> Any:
@@ -403,18 +419,40 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     update.add_argument("schedule_id")
     _schedule_args(update)
     update.add_argument("--no-throttle", action="store_true", help="remove the throttle policy")
+    _if_match_arg(update)
     listing = _leaf(group, "list", _schedules_list, "schedules due in [--from, --to)", common)
     listing.add_argument("--from", dest="start", help="default: now")
     listing.add_argument("--to", dest="end", help="default: --from + 1 day")
     listing.add_argument("--status", choices=("scheduled", "paused", "succeeded", "failed", "cancelled"))
     listing.add_argument("--page-size", type=int, default=100)
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
-    cancel = _leaf(group, "cancel", lambda c, a: c.cancel_schedule(a.schedule_id), "cancel a schedule", common)
+    cancel = _leaf(
+        group,
+        "cancel",
+        lambda c, a: c.cancel_schedule(a.schedule_id, if_match=_if_match(a)),
+        "cancel a schedule",
+        common,
+    )
     cancel.add_argument("schedule_id")
-    pause = _leaf(group, "pause", lambda c, a: c.pause_schedule(a.schedule_id), "fire nothing until resumed", common)
+    _if_match_arg(cancel)
+    pause = _leaf(
+        group,
+        "pause",
+        lambda c, a: c.pause_schedule(a.schedule_id, if_match=_if_match(a)),
+        "fire nothing until resumed",
+        common,
+    )
     pause.add_argument("schedule_id")
-    resume = _leaf(group, "resume", lambda c, a: c.resume_schedule(a.schedule_id), "resume a paused one", common)
+    _if_match_arg(pause)
+    resume = _leaf(
+        group,
+        "resume",
+        lambda c, a: c.resume_schedule(a.schedule_id, if_match=_if_match(a)),
+        "resume a paused one",
+        common,
+    )
     resume.add_argument("schedule_id")
+    _if_match_arg(resume)
     trigger = _leaf(group, "trigger", _schedules_trigger, "one extra fire now (prints the trigger)", common)
     trigger.add_argument("schedule_id")
     trigger.add_argument("--idempotency-key", help="the same key triggers once")
@@ -423,12 +461,18 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     put.add_argument("key", help="your business key: 1-128 of A-Z a-z 0-9 . _ ~ : @ -")
     _schedule_args(put)
     put.add_argument("--quiet", "-q", action="store_true", help="print only the schedule id")
+    _if_match_arg(put)
     get_key = _leaf(group, "get-by-key", lambda c, a: c.get_schedule_by_key(a.key), "a key's schedule", common)
     get_key.add_argument("key")
     cancel_key = _leaf(
-        group, "cancel-by-key", lambda c, a: c.cancel_schedule_by_key(a.key), "cancel a key's schedule", common
+        group,
+        "cancel-by-key",
+        lambda c, a: c.cancel_schedule_by_key(a.key, if_match=_if_match(a)),
+        "cancel a key's schedule",
+        common,
     )
     cancel_key.add_argument("key")
+    _if_match_arg(cancel_key)
     runs = _leaf(group, "runs", _runs, "a schedule's fires, newest first", common)
     runs.add_argument("schedule_id")
     runs.add_argument("--page-size", type=int, default=100)

@@ -58,6 +58,10 @@ class Conflict(TickdError):
     """409: already exists, already fired or cancelled, fire imminent, a concurrent change."""
 
 
+class PreconditionFailed(TickdError):
+    """412: the schedule is no longer at the version ``if_match`` named; nothing changed. Read it again."""
+
+
 class RateLimited(TickdError):
     """429: over the client's create rate; ``retry_after`` is the wait the API asked for (seconds)."""
 
@@ -72,6 +76,7 @@ _BY_STATUS: dict[int, type[TickdError]] = {
     403: Forbidden,
     404: NotFound,
     409: Conflict,
+    412: PreconditionFailed,
     413: Invalid,
     415: Invalid,
     422: Invalid,

@@ -89,6 +89,8 @@ class Schedule:
     created_at: datetime
     callback: dict[str, Any]
     payload: Any = None
+    # The schedule's version (its ETag): pass it as ``if_match`` to change only this version.
+    version: int | None = None
     recurrence: Recurrence | None = None
     occurrence: int | None = None
     jitter_s: float | None = None
