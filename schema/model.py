@@ -513,6 +513,26 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One change a client or the admin made (``GET /v1/audit``, ``/v1/schedules/{id}/audit``): when, by
+    whom (``admin``, or ``key:<prefix of the API key's hash>``), the action (``schedule.update``...), its
+    target (a schedule id, policy name, client id or dead letter id), the request's fields as JSON text
+    (a payload as its size and sha256), the version the change left, and the request id. ``schedule_id``:
+    the schedule whose own trail the record is also in."""
+
+    client_id: str
+    at: datetime
+    audit_id: str
+    actor: str
+    action: str
+    target: str
+    changes: str
+    request_id: str
+    schedule_id: UUID | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BusinessKey:
     """A client's business key and the one schedule it names (``PUT /v1/schedules/by-key/{key}``),
     pointed at it at ``claimed_at``."""

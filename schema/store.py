@@ -12,6 +12,7 @@ from typing import Protocol
 from uuid import UUID
 
 from tickd.schema.model import (
+    AuditRecord,
     BusinessKey,
     Chained,
     Checkpoint,
@@ -254,7 +255,22 @@ class CoordinationStore(Protocol):
         ...
 
 
-class Store(ClientStore, ScheduleStore, CoordinationStore, Protocol):
+class AuditStore(Protocol):
+    async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int) -> None:
+        """Write each record to its tenant's trail (and its schedule's, if it has one), kept ``ttl_s``."""
+
+    async def page_client_audit(
+        self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int
+    ) -> list[AuditRecord]:
+        """A client-day's records, newest first, strictly before ``before`` (at, audit_id), at most ``max_rows``."""
+
+    async def page_schedule_audit(
+        self, client_id: str, schedule_id: UUID, before: tuple[datetime, str] | None, max_rows: int
+    ) -> list[AuditRecord]:
+        """A schedule's records, newest first, strictly before ``before``, at most ``max_rows``."""
+
+
+class Store(ClientStore, ScheduleStore, CoordinationStore, AuditStore, Protocol):
     """Everything tickd stores."""
 
     async def ping(self) -> None:

@@ -18,7 +18,7 @@ from tickd.schema.cassandra import CassandraStore
 from tickd.schema.settings import StoreSettings
 from tickd.schema.store import Store
 from tickd.schema.traced import traced
-from tickd.service import declare, keys, limits, refusals
+from tickd.service import audit, declare, keys, limits, refusals
 from tickd.service.auth import Authenticator, ClientCache
 from tickd.service.creates import CreateCombiner
 from tickd.service.errors import Handler, error_middleware
@@ -41,6 +41,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     """Bind a request id to every log line of this request; echo it back."""
     given = request.headers.get("X-Request-Id", "")
     request_id = given if _REQUEST_ID.fullmatch(given) else next(_REQUEST_IDS)
+    request[audit.REQUEST_ID] = request_id
     with structlog.contextvars.bound_contextvars(request_id=request_id):
         response = await handler(request)
     response.headers["X-Request-Id"] = request_id

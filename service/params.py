@@ -48,6 +48,15 @@ class RunsQuery(Struct, forbid_unknown_fields=True):
     cursor: Cursor | UnsetType = UNSET
 
 
+class AuditQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    """The client's audit records in [from, to) (default: the last 7 days; at most 31), newest first."""
+
+    start: Moment | UnsetType = UNSET
+    end: Moment | UnsetType = UNSET
+    limit: Limit = 100
+    cursor: Cursor | UnsetType = UNSET
+
+
 class NoQuery(Struct, forbid_unknown_fields=True):
     pass
 

@@ -9,7 +9,18 @@ from uuid import UUID
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from tickd.schema import timing
-from tickd.schema.model import Callback, Client, DeadLetter, Repeat, Run, Schedule, Status, ThrottlePolicy, Try
+from tickd.schema.model import (
+    AuditRecord,
+    Callback,
+    Client,
+    DeadLetter,
+    Repeat,
+    Run,
+    Schedule,
+    Status,
+    ThrottlePolicy,
+    Try,
+)
 from tickd.schema.recurrence import format_duration
 
 T = TypeVar("T")
@@ -157,6 +168,40 @@ class RunView(Struct, omit_defaults=True):
 class RunList(Struct):
     runs: list[RunView]
     next_cursor: str | None
+
+
+class AuditView(Struct, omit_defaults=True):
+    """One change (``service.audit``): when, who, what, on which target, and what it left."""
+
+    audit_id: str
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    # The request's fields: a payload as its size and sha256, a callback's secrets redacted.
+    changes: Raw
+    request_id: str
+    schedule_id: UUID | UnsetType = UNSET
+    version: int | UnsetType = UNSET
+
+
+class AuditList(Struct):
+    records: list[AuditView]
+    next_cursor: str | None
+
+
+def audit_view(r: AuditRecord) -> AuditView:
+    return AuditView(
+        audit_id=r.audit_id,
+        at=r.at,
+        actor=r.actor,
+        action=r.action,
+        target=r.target,
+        changes=Raw(r.changes.encode()),
+        request_id=r.request_id,
+        schedule_id=r.schedule_id if r.schedule_id is not None else UNSET,
+        version=r.version if r.version is not None else UNSET,
+    )
 
 
 class OccurrenceView(Struct):

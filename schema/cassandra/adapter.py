@@ -7,6 +7,7 @@ import asyncio
 from cassandra.cluster import Cluster
 
 from tickd.schema import batchlog
+from tickd.schema.cassandra.audit import Audit
 from tickd.schema.cassandra.bridge import (
     Bridge,
     DriverSubmit,
@@ -28,7 +29,7 @@ from tickd.schema.cassandra.throttle import Throttle
 from tickd.schema.settings import StoreSettings
 
 
-class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination):
+class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination, Audit):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``; on any
     other ``Submit`` connection (``schema.memory.memory_store``), construct it with the connection's
     statements. ``connection`` is public, as procrastinate's ``App.connector``: tests reach a memory

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from tickd.schema.model import Client
-from tickd.service import keys, params
+from tickd.service import audit, keys, params
 from tickd.service.clients import ClientAdmin
 from tickd.service.declare import Routes
 from tickd.service.errors import json_response
@@ -36,8 +36,10 @@ routes = Routes("clients", auth="admin", path_params=(params.ClientPath,))
 )
 async def create_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
-    body = decode(request.app[keys.TYPES].client_create, await read_json(request, _MAX_ADMIN_BODY))
+    raw = await read_json(request, _MAX_ADMIN_BODY)
+    body = decode(request.app[keys.TYPES].client_create, raw)
     made = await _admin(request).register(body.client_id, body.poller_count, body.kafka_topics, now())
+    await audit.changed(request, body.client_id, None, "client.create", body.client_id, raw)
     view = client_view(made.client, made.api_key, made.client.signing_secret)
     return json_response(view, 201, _warned(made.warning))
 
@@ -83,8 +85,10 @@ async def get_client(request: web.Request) -> web.Response:
 async def patch_client(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     client_id = _client_id(request)
-    patch = decode(request.app[keys.TYPES].client_patch, await read_json(request, _MAX_ADMIN_BODY))
+    raw = await read_json(request, _MAX_ADMIN_BODY)
+    patch = decode(request.app[keys.TYPES].client_patch, raw)
     changed = await _admin(request).change(client_id, patch, now())
+    await audit.changed(request, client_id, None, "client.update", client_id, raw)
     return json_response(client_view(changed.client), headers=_warned(changed.warning))
 
 
@@ -97,6 +101,7 @@ async def patch_client(request: web.Request) -> web.Response:
 async def rotate_key(request: web.Request) -> web.Response:
     await request.app[keys.AUTH].admin(request)
     keyed = await _admin(request).rotate_key(_client_id(request), now())
+    await audit.changed(request, keyed.client.client_id, None, "client.rotate_key", keyed.client.client_id)
     return json_response(ApiKeyView(keyed.client.client_id, keyed.api_key), 201)
 
 
@@ -117,4 +122,5 @@ async def rotate_signing_secret(request: web.Request) -> web.Response:
     """A new signing secret, shown once; the previous one keeps signing too for ``signing_overlap_s``."""
     await request.app[keys.AUTH].admin(request)
     rotated = await _admin(request).rotate_signing_secret(_client_id(request), now())
+    await audit.changed(request, rotated.client_id, None, "client.rotate_signing_secret", rotated.client_id)
     return json_response(SigningSecretView(rotated.client_id, rotated.secret, rotated.previous_until), 201)

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
-from tickd.service import idempotency, keys, params, preconditions, recurring
+from tickd.service import audit, idempotency, keys, params, preconditions, recurring
 from tickd.service.declare import Routes
 from tickd.service.routes.common import conflict, now, read_json, schedule_answer
 from tickd.service.routes.schedules import (
@@ -110,10 +110,10 @@ async def put_by_key(request: web.Request) -> web.Response:
     body = decode(request.app[keys.TYPES].schedule_create, raw)
     request.app[keys.LIMITER].take(client.client_id)
     async with request.app[keys.KEY_LOCKS].hold((client.client_id, key)):
-        return await _upsert(request, client, key, body)
+        return await _upsert(request, client, key, body, raw)
 
 
-async def _upsert(request: web.Request, client: Client, key: str, body: ScheduleCreate) -> web.Response:
+async def _upsert(request: web.Request, client: Client, key: str, body: ScheduleCreate, raw: bytes) -> web.Response:
     wanted = preconditions.if_match(request)
     for _ in range(_RETRIES):
         held, current = await _holder(request, client, key)
@@ -124,10 +124,12 @@ async def _upsert(request: web.Request, client: Client, key: str, body: Schedule
                 created = await _create(request, client, key, body, held)
                 if created is not None:
                     log.info("schedule_created", client_id=client.client_id, schedule_id=str(created.schedule_id))
+                    await audit.schedules_changed(request, client, "schedule.put_by_key", [(created, raw)])
                     return schedule_answer(created, 201)
             else:
                 updated = await _replace(request, client, body, current)
                 log.info("schedule_updated", client_id=client.client_id, schedule_id=str(updated.schedule_id))
+                await audit.schedules_changed(request, client, "schedule.put_by_key", [(updated, raw)])
                 return schedule_answer(updated)
         except Conflict as exc:
             if exc.code != Conflict.code:
@@ -164,7 +166,7 @@ async def get_by_key(request: web.Request) -> web.Response:
 async def delete_by_key(request: web.Request) -> web.Response:
     """Cancel the key's schedule (as ``DELETE /v1/schedules/{id}``); the next PUT creates a new one."""
     for attempt in range(_RETRIES):
-        _, current = await _keyed(request)
+        client, current = await _keyed(request)
         wanted = preconditions.if_match(request)
         if wanted is not None:
             wanted.check(current)
@@ -181,5 +183,6 @@ async def delete_by_key(request: web.Request) -> web.Response:
                 raise
             continue
         log.info("schedule_cancelled", client_id=cancelled.client_id, schedule_id=str(cancelled.schedule_id))
+        await audit.schedules_changed(request, client, "schedule.cancel_by_key", [(cancelled, None)])
         return schedule_answer(cancelled)
     raise AssertionError("unreachable")

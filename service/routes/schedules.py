@@ -25,7 +25,7 @@ from tickd.schema import recurrence as rec
 from tickd.schema import timing, tracing, triggers
 from tickd.schema.errors import Conflict, NotFound, TickdError
 from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
-from tickd.service import budgets, idempotency, keys, params, pauses, preconditions, recurring
+from tickd.service import audit, budgets, idempotency, keys, params, pauses, preconditions, recurring
 from tickd.service.confirm import confirmed
 from tickd.service.creates import groups
 from tickd.service.declare import Routes
@@ -204,6 +204,7 @@ async def create_schedule(request: web.Request) -> web.Response:
     await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
+    await audit.schedules_changed(request, client, "schedule.create", [(schedule, raw)])
     return schedule_answer(schedule, 201)
 
 
@@ -268,6 +269,9 @@ async def create_batch(request: web.Request) -> web.Response:
     created = sum(1 for r in results if r.schedule_id is not UNSET)
     request.app[keys.METRICS].schedules_created.inc(created)
     log.info("schedules_created", client_id=client.client_id, created=created, failed=len(results) - created)
+    made = zip(built, body.schedules, results, strict=True)  # a record per schedule made, with its item's fields
+    changes = [(item, bytes(raw)) for item, raw, r in made if isinstance(item, Schedule) and r.schedule_id is not UNSET]
+    await audit.schedules_changed(request, client, "schedule.create", changes)
     return json_response(BatchResult(results))
 
 
@@ -550,9 +554,8 @@ async def patch_schedule(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     _schedule_id(request)  # the path before the body
     settings = request.app[keys.SETTINGS]
-    patch = decode(
-        request.app[keys.TYPES].schedule_patch, await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
-    )
+    raw = await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
+    patch = decode(request.app[keys.TYPES].schedule_patch, raw)
     if all(getattr(patch, name) is UNSET for name in _PATCHABLE):
         raise Invalid(f"give at least one of {', '.join(_PATCHABLE)}", code="missing_field")
     request.app[keys.LIMITER].take(client.client_id)  # a change costs what a create does (DNS lookups too)
@@ -570,6 +573,7 @@ async def patch_schedule(request: web.Request) -> web.Response:
 
     updated = await _retrying_races(request, change)
     log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))
+    await audit.schedules_changed(request, client, "schedule.update", [(updated, raw)])
     return schedule_answer(updated)
 
 
@@ -588,7 +592,9 @@ async def cancel_schedule(request: web.Request) -> web.Response:
         if current.status is Status.CANCELLED:
             return current  # cancelling twice is not an error
         at = now()
-        return await _cancel(request, current, at, _check_mutable(request, current, at, stops=True))
+        cancelled = await _cancel(request, current, at, _check_mutable(request, current, at, stops=True))
+        await audit.schedules_changed(request, client, "schedule.cancel", [(cancelled, None)])
+        return cancelled
 
     cancelled = await _retrying_races(request, cancel)
     client_id, current = cancelled.client_id, cancelled
@@ -613,8 +619,10 @@ async def pause_schedule(request: web.Request) -> web.Response:
             return current
         at = now()
         left_s = _check_mutable(request, current, at, stops=True)
-        paused = request.app[keys.STORE].pause_schedule(current, at)
-        return await _confirmed(request, at, [current.location.due_at], left_s, paused)
+        write = request.app[keys.STORE].pause_schedule(current, at)
+        paused = await _confirmed(request, at, [current.location.due_at], left_s, write)
+        await audit.schedules_changed(request, client, "schedule.pause", [(paused, None)])
+        return paused
 
     paused = await _retrying_races(request, pause)
     log.info("schedule_paused", client_id=paused.client_id, schedule_id=str(paused.schedule_id))
@@ -641,9 +649,13 @@ async def resume_schedule(request: web.Request) -> web.Response:
         if plan.skipped:
             await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
         if plan.resumed is None:
-            return await _cancel(request, current, at, None)  # the rule has nothing left: it ends
-        written = store.resume_schedule(current, plan.resumed, at)
-        return await _confirmed(request, at, [plan.resumed.location.due_at], None, written)
+            ended = await _cancel(request, current, at, None)  # the rule has nothing left: it ends
+            await audit.schedules_changed(request, client, "schedule.resume_ended", [(ended, None)])
+            return ended
+        write = store.resume_schedule(current, plan.resumed, at)
+        resumed = await _confirmed(request, at, [plan.resumed.location.due_at], None, write)
+        await audit.schedules_changed(request, client, "schedule.resume", [(resumed, None)])
+        return resumed
 
     resumed = await _retrying_races(request, resume)
     log.info("schedule_resumed", client_id=resumed.client_id, schedule_id=str(resumed.schedule_id))
@@ -694,6 +706,18 @@ async def trigger_schedule(request: web.Request) -> web.Response:
         schedule_id=str(parent.schedule_id),
         trigger_id=str(trigger.schedule_id),
     )
+    record = audit.record(
+        request,
+        client.client_id,
+        client,
+        "schedule.trigger",
+        str(trigger.schedule_id),
+        at=audit.now(),
+        fields={"trigger_id": str(trigger.schedule_id), "fire_id": trigger.fire_id},
+        schedule_id=parent.schedule_id,
+        version=parent.version,
+    )
+    await audit.write(request, [record])
     return schedule_answer(trigger, 201)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from tickd.schema.model import Client
-from tickd.service import keys, params, policies
+from tickd.service import audit, keys, params, policies
 from tickd.service.declare import Routes
 from tickd.service.errors import json_response
 from tickd.service.routes.common import now, read_json
@@ -49,9 +49,11 @@ async def list_policies(request: web.Request) -> web.Response:
 )
 async def put_policy(request: web.Request) -> web.Response:
     client, name = await _client(request), _name(request)
-    body = decode(request.app[keys.TYPES].policy_put, await read_json(request, _MAX_BODY))
+    raw = await read_json(request, _MAX_BODY)
+    body = decode(request.app[keys.TYPES].policy_put, raw)
     store = request.app[keys.STORE]
     saved = await policies.save(store, client.client_id, name, body.max_in_flight, body.release_timeout_s, at=now())
+    await audit.changed(request, client.client_id, client, "policy.put", name, raw)
     in_flight = 0 if saved.created else None  # a new policy holds nothing; a replaced one is not read again
     return json_response(policy_view(saved.policy, in_flight), 201 if saved.created else 200)
 
@@ -75,6 +77,7 @@ async def get_policy(request: web.Request) -> web.Response:
 async def delete_policy(request: web.Request) -> web.Response:
     client = await _client(request)
     deleted = await policies.delete(request.app[keys.STORE], client.client_id, _name(request))
+    await audit.changed(request, client.client_id, client, "policy.delete", deleted.name)
     return json_response(policy_view(deleted, None))
 
 
