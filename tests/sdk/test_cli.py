@@ -330,3 +330,14 @@ def test_if_match_option(tickd: Run, dev: Dev) -> None:
     assert tickd("schedules", "pause", schedule_id, "--if-match", str(version))[0] == code
     assert tickd("schedules", "cancel", schedule_id, "--if-match", "seven")[0] == cli.USAGE
     assert _json(tickd("schedules", "get", schedule_id, "-o", "json")[1])["payload"] == 2
+
+
+def test_audit_command(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--fire-at", "2030-01-01T00:00:00Z"]
+    schedule_id = tickd("schedules", "create", *hook, "-q")[1].strip()
+    assert tickd("schedules", "pause", schedule_id)[0] == 0
+    code, out, _ = tickd("audit", "--schedule", schedule_id, "-o", "json")
+    assert code == 0 and [r["action"] for r in _json(out)] == ["schedule.pause", "schedule.create"]
+    table = tickd("audit", "--limit", "1")[1]
+    assert table.splitlines()[0].split() == ["at", "actor", "action", "target", "version", "request_id"]
+    assert tickd("audit", "--from", "not-a-time")[0] == cli.INVALID

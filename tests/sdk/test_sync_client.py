@@ -359,3 +359,15 @@ def test_if_match_changes_only_the_version_read(tenant: Tickd, dev: Dev) -> None
     with pytest.raises(PreconditionFailed):
         tenant.cancel_schedule_by_key(key, if_match=first.version)
     assert tenant.cancel_schedule_by_key(key, if_match=second.version).status == "cancelled"
+
+
+def test_audit_trail_of_the_client_and_of_a_schedule(tenant: Tickd, dev: Dev) -> None:
+    made = tenant.create_schedule(delay_s=3600, callback=dev.healthz(), payload={"v": 1})
+    changed = tenant.update_schedule(made.schedule_id, payload={"v": 2})
+    tenant.cancel_schedule(made.schedule_id)
+    records = list(tenant.schedule_audit(made.schedule_id, page_size=1))
+    assert [r.action for r in records] == ["schedule.cancel", "schedule.update", "schedule.create"]
+    assert records[1].version == changed.version and records[1].changes["payload"]["bytes"] == 7
+    assert records[0].actor.startswith("key:") and all(r.schedule_id == made.schedule_id for r in records)
+    mine = [r.audit_id for r in tenant.audit() if r.schedule_id == made.schedule_id]
+    assert mine == [r.audit_id for r in records]

@@ -18,6 +18,7 @@ from tickd_client.errors import (
 )
 from tickd_client.models import (
     ApiKey,
+    AuditRecord,
     BatchItem,
     BatchItemError,
     Client,
@@ -47,6 +48,7 @@ __all__ = [
     "NO_RETRY",
     "ApiKey",
     "AsyncTickd",
+    "AuditRecord",
     "BatchItem",
     "BatchItemError",
     "Call",

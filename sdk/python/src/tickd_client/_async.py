@@ -16,6 +16,7 @@ from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields
 from tickd_client.errors import TickdError
 from tickd_client.models import (
     ApiKey,
+    AuditRecord,
     BatchItem,
     Client,
     Cluster,
@@ -163,6 +164,16 @@ class AsyncTickd:
 
     async def get_schedule(self, schedule_id: str) -> Schedule:
         return await self.send(calls.get_schedule(schedule_id))
+
+    def audit(
+        self, start: calls.Time | None = None, end: calls.Time | None = None, *, page_size: int = 100
+    ) -> AsyncIterator[AuditRecord]:
+        """The client's audit trail (every change by its key or the admin), newest first, page after page."""
+        return self._pages(calls.audit(start, end, page_size=page_size))
+
+    def schedule_audit(self, schedule_id: str, *, page_size: int = 100) -> AsyncIterator[AuditRecord]:
+        """One schedule's changes, newest first (also after it ended)."""
+        return self._pages(calls.schedule_audit(schedule_id, page_size=page_size))
 
     def runs(self, schedule_id: str, *, page_size: int = 100) -> AsyncIterator[Run]:
         """The schedule's fires, newest first, page after page."""

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from tickd_client.models import (
     ApiKey,
+    AuditRecord,
     BatchItem,
     Client,
     Cluster,
@@ -221,6 +222,21 @@ def list_schedules(start: Time, end: Time, *, status: str | None = None, page_si
 
 def get_schedule(schedule_id: str) -> Call[Schedule]:
     return Call("GET", _path("schedules", str(schedule_id)), _one(Schedule))
+
+
+def audit(start: Time | None = None, end: Time | None = None, *, page_size: int = 100) -> Call[Page[AuditRecord]]:
+    """The client's audit trail in [start, end) (default: the last 7 days), newest first."""
+    params: dict[str, str | int] = {"limit": page_size}
+    if start is not None:
+        params["from"] = time_value(start)
+    if end is not None:
+        params["to"] = time_value(end)
+    return Call("GET", _path("audit"), _paged(AuditRecord, "records"), params=params)
+
+
+def schedule_audit(schedule_id: str, *, page_size: int = 100) -> Call[Page[AuditRecord]]:
+    path = _path("schedules", str(schedule_id), "audit")
+    return Call("GET", path, _paged(AuditRecord, "records"), params={"limit": page_size})
 
 
 def runs(schedule_id: str, *, page_size: int = 100) -> Call[Page[Run]]:

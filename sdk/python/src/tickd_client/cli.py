@@ -188,6 +188,14 @@ def _runs(client: Tickd, args: argparse.Namespace) -> Any:
     return list(itertools.islice(client.runs(args.schedule_id, page_size=args.page_size), args.limit))
 
 
+def _audit(client: Tickd, args: argparse.Namespace) -> Any:
+    if args.schedule is not None:
+        records = client.schedule_audit(args.schedule, page_size=args.page_size)
+    else:
+        records = client.audit(_optional_time(args.start), _optional_time(args.end), page_size=args.page_size)
+    return list(itertools.islice(records, args.limit))
+
+
 def _optional_time(text: str | None) -> Time | None:
     return _time(text) if text else None
 
@@ -552,6 +560,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     admin_stats.add_argument("--client", metavar="ID", help="one client's statistics (default: every client's)")
     _leaf(commands, "stats", _stats, "your delivery statistics: last 5 minutes, hour and day", common)
+    trail = _leaf(commands, "audit", _audit, "who changed what, newest first (yours, or one schedule's)", common)
+    trail.add_argument("--schedule", metavar="ID", help="one schedule's changes (also after it ended)")
+    trail.add_argument("--from", dest="start", help="default: 7 days before --to")
+    trail.add_argument("--to", dest="end", help="default: now")
+    trail.add_argument("--page-size", type=int, default=100)
+    trail.add_argument("--limit", type=int, default=None, help="stop after this many")
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
     completion = commands.add_parser("completion", help="print a shell completion script")

@@ -136,6 +136,23 @@ class Run:
 
 
 @dataclass(frozen=True)
+class AuditRecord:
+    """One change to a schedule, policy or client: when, by whom (``admin``, or ``key:`` and 12 hex digits
+    of the API key's sha256), the action (``schedule.update``...), its target, the request's fields, the
+    version it left (schedules) and the request id."""
+
+    audit_id: str
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    changes: dict[str, Any]
+    request_id: str
+    schedule_id: str | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True)
 class Occurrence:
     """One fire time of a previewed rule: in UTC, and on the rule's wall clock."""
 
