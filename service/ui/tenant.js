@@ -303,6 +303,43 @@ function details(s) {
   return h("dl", { class: "details" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 }
 
+// --- changes (the audit trail) ----------------------------------------------------------------------
+
+const CHANGE_WORDS = {
+  "schedule.create": "Created",
+  "schedule.update": "Changed",
+  "schedule.pause": "Paused",
+  "schedule.resume": "Resumed",
+  "schedule.resume_ended": "Resumed (its rule had nothing left: ended)",
+  "schedule.cancel": "Cancelled",
+  "schedule.trigger": "Triggered",
+  "schedule.put_by_key": "Put by key",
+  "schedule.cancel_by_key": "Cancelled by key",
+  "dead_letter.redrive": "Redriven",
+};
+
+// Newest first: when, what, by whom (the admin, or which API key), the version it left, and its fields.
+function changesList(records) {
+  if (!records.length) return h("p", { class: "muted" }, "No changes recorded.");
+  return h(
+    "ol",
+    { class: "changes" },
+    records.map((r) =>
+      h(
+        "li",
+        { "data-action": r.action },
+        when(r.at),
+        " ",
+        h("strong", {}, CHANGE_WORDS[r.action] || r.action),
+        " by ",
+        h("span", { class: "mono" }, r.actor),
+        r.version !== undefined ? ` (version ${r.version})` : "",
+        Object.keys(r.changes || {}).length ? h("pre", { class: "payload" }, JSON.stringify(r.changes, null, 2)) : null,
+      ),
+    ),
+  );
+}
+
 // --- pause, resume, trigger now ---------------------------------------------------------------------
 
 const CHANGED = {
@@ -390,10 +427,12 @@ export async function scheduleView(root, id, ctx) {
   async function refresh() {
     let schedule;
     let runs;
+    let changes;
     try {
-      [schedule, { items: runs }] = await Promise.all([
+      [schedule, { items: runs }, { items: changes }] = await Promise.all([
         api("GET", `/v1/schedules/${seg("schedule", id)}`),
         pages(`/v1/schedules/${seg("schedule", id)}/runs?limit=100`, "runs", null, 100, 1),
+        pages(`/v1/schedules/${seg("schedule", id)}/audit?limit=50`, "records", null, 50, 1),
       ]);
       // A trigger's dead letter is filed under the schedule it is a trigger of.
       if ((looks === 0 || lacking(runs)) && looks < 5 && Date.now() - looked > 2000) {
@@ -405,7 +444,7 @@ export async function scheduleView(root, id, ctx) {
       mount(message, notice(err.message));
       return false;
     }
-    mount(body, scheduleActions(schedule, done), h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs, dead)), h("section", {}, h("h3", {}, "Details"), details(schedule))));
+    mount(body, scheduleActions(schedule, done), h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs, dead)), h("section", {}, h("h3", {}, "Details"), details(schedule), h("h3", {}, "Changes"), changesList(changes))));
     const live = schedule.status === "scheduled" || runs.some((r) => r.status === "scheduled");
     return live || (lacking(runs) && looks < 5);
   }

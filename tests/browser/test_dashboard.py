@@ -332,3 +332,25 @@ async def test_admin_sees_lateness_and_outcomes_across_the_cluster_and_for_one_c
     await page.select_option("#stats-client", "dev")
     await expect(page.locator("#stats")).to_have_attribute("data-client", "dev")
     assert page.url.endswith("#/cluster-stats/dev")
+
+
+async def test_a_schedules_changes_show_who_did_what(
+    open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path
+) -> None:
+    created = await dev.call("POST", "/v1/schedules", dev.api_key, http_schedule(subscriber, delay_s=3600))
+    path = f"/v1/schedules/{created['schedule_id']}"
+    await dev.call("PATCH", path, dev.api_key, {"payload": {"v": 2}})
+    page = await open_page(LAPTOP)
+    await sign_in(page, dev.api_key)
+    await page.goto(f"{dev.url}/ui#/schedules/{created['schedule_id']}")
+    changes = page.locator("ol.changes")
+    await expect(changes.locator("li")).to_have_count(2)
+    await page.locator("button[data-action='pause']").click()
+    await expect(changes.locator("li")).to_have_count(3)  # the pause made here, newest first
+    items = changes.locator("li")
+    await expect(items.nth(0)).to_contain_text("Paused")
+    await expect(items.nth(1)).to_contain_text("Changed")
+    await expect(items.nth(1)).to_contain_text('"bytes": 7')  # the payload as its size, not its content
+    await expect(items.nth(2)).to_contain_text("Created")
+    await expect(items.nth(0)).to_contain_text("by key:")
+    await _shot(page, tmp_path, "laptop-schedule-changes")
