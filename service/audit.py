@@ -39,6 +39,7 @@ from tickd.service.validation import to_ms
 log = structlog.get_logger("tickd.api")
 REQUEST_ID = web.RequestKey("request_id", str)
 ADMIN = "admin"
+CREATE = "schedule.create"
 _DAY = timedelta(days=1)
 _LAST_MS = time(23, 59, 59, 999_000)
 _MS = timedelta(milliseconds=1)
@@ -193,7 +194,10 @@ async def schedule_page(
 async def schedules_changed(
     request: web.Request, by: Client, action: str, changes: Iterable[tuple[Schedule, bytes | None]]
 ) -> None:
-    """Record a confirmed change of each schedule by the client's key, with its request body's fields."""
+    """Record a confirmed change of each schedule by the client's key, with its request body's fields
+    (creates only with TICKD_AUDIT_CREATES, the default)."""
+    if action == CREATE and not request.app[keys.SETTINGS].audit_creates:
+        return
     at = now()
     records = [
         record(

@@ -131,8 +131,10 @@ class ApiSettings:
     store_budget_s: float = 10.0
     # After a signing-secret rotation, how long deliveries stay signed with the previous secret too.
     signing_overlap_s: int = 86400
-    # How long audit records (service.audit) are kept.
+    # How long audit records (service.audit) are kept, and whether creates are recorded too (each record
+    # is one more store write: a create's costs a write as much as the create's own).
     audit_retention_s: int = 30 * 86400
+    audit_creates: bool = True
     # Kafka topics no client may be granted besides Kafka's own ``__*`` (schema.grants): the ack topic,
     # TICKD_KAFKA_ACK_TOPIC, and TICKD_KAFKA_RESERVED_TOPICS (set both as on the pollers).
     reserved_topics: frozenset[str] = frozenset()
@@ -225,6 +227,7 @@ class ApiSettings:
             audit_retention_s=env_int(
                 env, "TICKD_AUDIT_RETENTION_S", cls.audit_retention_s, low=3600, high=10 * 365 * 86400
             ),
+            audit_creates=env_bool(env, "TICKD_AUDIT_CREATES", cls.audit_creates),
             idempotency_takeover_s=takeover_s,
             store_budget_s=store_budget_s,
             reserved_topics=reserved_from_env(env),

@@ -204,7 +204,7 @@ async def create_schedule(request: web.Request) -> web.Response:
     await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
-    await audit.schedules_changed(request, client, "schedule.create", [(schedule, raw)])
+    await audit.schedules_changed(request, client, audit.CREATE, [(schedule, raw)])
     return schedule_answer(schedule, 201)
 
 
@@ -271,7 +271,7 @@ async def create_batch(request: web.Request) -> web.Response:
     log.info("schedules_created", client_id=client.client_id, created=created, failed=len(results) - created)
     made = zip(built, body.schedules, results, strict=True)  # a record per schedule made, with its item's fields
     changes = [(item, bytes(raw)) for item, raw, r in made if isinstance(item, Schedule) and r.schedule_id is not UNSET]
-    await audit.schedules_changed(request, client, "schedule.create", changes)
+    await audit.schedules_changed(request, client, audit.CREATE, changes)
     return json_response(BatchResult(results))
 
 

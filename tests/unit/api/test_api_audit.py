@@ -135,3 +135,17 @@ async def test_bad_cursors_and_ranges_are_refused(api: Api, register: Register) 
         resp = await api.get("/v1/audit", params=query, headers=key)
         assert resp.status in (400, 422), (query, await resp.text())
         assert (await resp.json())["error"]["field"] == field, query
+
+
+async def test_creates_go_unrecorded_when_so_configured(api_settings: Any, store: Any) -> None:
+    from dataclasses import replace
+
+    from tests.integration.api_helpers import serve
+
+    async for api in serve(replace(api_settings, audit_creates=False), store):
+        resp = await api.post("/v1/clients", json={"client_id": "quiet-creates", "poller_count": 2}, headers=ADMIN)
+        key = {"Authorization": f"Bearer {(await ok(resp, 201))['api_key']}"}
+        made = await ok(await api.post("/v1/schedules", json=schedule_body(), headers=key), 201)
+        await ok(await api.post(f"/v1/schedules/{made['schedule_id']}/pause", headers=key))
+        records = await trail(api, key, f"/v1/schedules/{made['schedule_id']}/audit")
+        assert [r["action"] for r in records] == ["schedule.pause"]
