@@ -35,12 +35,14 @@ def list_order(schedule: Schedule) -> tuple[datetime, UUID]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListFilter:
-    """Which rows a listing shows: due in [start, end), not superseded, not an event, past the cursor."""
+    """Which rows a listing shows: due in [start, end), not superseded, not an event, of the status and
+    with the tag asked for, past the cursor."""
 
     start: datetime
     end: datetime
     status: Status | None
     after: ListCursor | None
+    tag: tuple[str, str] | None = None
 
     def __call__(self, s: Schedule) -> bool:
         due = s.location.due_at
@@ -49,6 +51,8 @@ class ListFilter:
         if s.options is not None and (s.options.event is not None or s.options.retry_of is not None):
             return False
         if self.status is not None and s.status is not self.status:
+            return False
+        if self.tag is not None and (s.options is None or self.tag not in s.options.tags):
             return False
         if self.after is None:
             return True
@@ -116,9 +120,10 @@ class Listing:
         status: Status | None,
         after: ListCursor | None,
         limit: int,
+        tag: tuple[str, str] | None = None,
     ) -> Page:
         begin = max(start, after.due_at) if after is not None else start
-        keep = ListFilter(start, end, status, after)
+        keep = ListFilter(start, end, status, after, tag)
         step = max(1, LIST_CONCURRENCY // client.poller_span)
         rows = _Rows(LIST_ROW_BUDGET, max(1, LIST_ROW_BUDGET // (step * client.poller_span)))
         minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()

@@ -139,6 +139,8 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     # The W3C traceparent of the create request (set only when tracing is on): each fire's delivery span
     # links to it (``schema.tracing``).
     traceparent: str | None = None
+    # The client's labels (key, value), sorted by key: shown, listed by, carried to every fire's row.
+    tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def batch(self) -> bool:

@@ -35,10 +35,18 @@ Cursor = Annotated[str, Meta(pattern=CURSOR_PATTERN, description="next_cursor of
 Limit = Annotated[int, Meta(ge=1, le=1000, description="1-1000, default 100")]
 
 
+TAG_FILTER_PATTERN = worded(
+    r"^[a-z0-9][a-z0-9_.-]{0,62}=[\x20-\x7e]{0,128}(?!\n)$", "key=value, as the schedule's tags give them"
+)
+
+
 class ListQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
     start: Moment
     end: Moment
     status: Literal["scheduled", "succeeded", "failed", "cancelled", "paused"] | UnsetType = UNSET
+    tag: Annotated[str, Meta(pattern=TAG_FILTER_PATTERN, description="key=value: only schedules with this tag")] | (
+        UnsetType
+    ) = UNSET
     limit: Limit = 100
     cursor: Cursor | UnsetType = UNSET
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 from tickd.schema import recurrence as rec
@@ -207,6 +208,19 @@ def options_of(
     if repeat is None and not jitter and events == 1 and not window_ms and throttle is None:
         return None
     return Options(repeat=repeat, jitter_ms=jitter, events=events, window_ms=window_ms, throttle=throttle)
+
+
+def with_tags(options: Options | None, tags: dict[str, str] | None) -> Options | None:
+    """``options`` carrying ``tags`` (sorted by key); None when nothing is left to say."""
+    pairs = tuple(sorted((tags or {}).items()))
+    if options is None:
+        return Options(tags=pairs) if pairs else None
+    tagged = msgspec.structs.replace(options, tags=pairs)
+    return None if tagged == Options() else tagged
+
+
+def tags_of(options: Options | None) -> dict[str, str]:
+    return dict(options.tags) if options is not None else {}
 
 
 def batch_shape(

@@ -125,6 +125,14 @@ Cron = Annotated[str, Meta(min_length=1, max_length=256, pattern=CRON_PATTERN)]
 Zone = Annotated[str, Meta(pattern=ZONE_PATTERN)]
 Timeout = Annotated[float, Meta(ge=MIN_TIMEOUT_S, le=MAX_TIMEOUT_S)]
 Count = Annotated[int, Meta(ge=1)]
+MAX_TAGS = 16
+TAG_KEY_PATTERN = worded(
+    r"^[a-z0-9][a-z0-9_.-]{0,62}(?!\n)$", "1-63 characters of a-z, 0-9, _ . -, not starting with _ . -"
+)
+TAG_VALUE_PATTERN = worded(r"^[\x20-\x7e]{0,128}(?!\n)$", "0-128 printable ASCII characters")
+TagKey = Annotated[str, Meta(pattern=TAG_KEY_PATTERN)]
+TagValue = Annotated[str, Meta(pattern=TAG_VALUE_PATTERN)]
+Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=MAX_TAGS, description=f"at most {MAX_TAGS} key: value labels")]
 
 
 class HttpTarget(Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="http"):
@@ -186,6 +194,7 @@ class ScheduleCreate(RepeatFields, forbid_unknown_fields=True, kw_only=True):
     events: Count | UnsetType = UNSET
     window: Duration | UnsetType = UNSET
     throttle: Name | UnsetType = UNSET
+    tags: Tags | UnsetType = UNSET
 
 
 class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
@@ -197,6 +206,8 @@ class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
     events: Count | UnsetType = UNSET
     window: Duration | UnsetType = UNSET
     throttle: Name | UnsetType | None = UNSET
+    # The schedule's tags, all replaced; {} or null removes them.
+    tags: Tags | UnsetType | None = UNSET
 
 
 class PolicyPut(Struct, forbid_unknown_fields=True):

@@ -104,6 +104,7 @@ class ScheduleView(Struct, omit_defaults=True):
     events: int | UnsetType = UNSET
     window_s: float | UnsetType = UNSET
     throttle: str | UnsetType = UNSET
+    tags: dict[str, str] | UnsetType = UNSET
     # A trigger (POST /v1/schedules/{id}/trigger): the schedule it is an extra fire of.
     trigger_of: UUID | UnsetType = UNSET
 
@@ -391,6 +392,7 @@ def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
         events=options.events if options and options.batch else UNSET,
         window_s=options.window_ms / 1000 if options and options.window_ms else UNSET,
         throttle=options.throttle if options and options.throttle else UNSET,
+        tags=dict(options.tags) if options and options.tags else UNSET,
         trigger_of=options.retry_of if options and options.retry_of and not options.repeat else UNSET,
     )
 

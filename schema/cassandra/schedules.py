@@ -86,6 +86,20 @@ def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = No
     return "insert_schedule", values
 
 
+def cleared(insert: Write, new: Schedule, old: Schedule) -> Write:
+    """``insert`` of ``new`` over ``old``'s row (the same location): a column ``new`` leaves empty is
+    written null where ``old`` had a value. Unset, it would keep ``old``'s (options removed by a PATCH,
+    a cleared error): unset is what every other insert writes, so a plain create makes no tombstone."""
+    name, values = insert
+    gone = {
+        "options": new.options is None and old.options is not None,
+        "last_error": new.last_error is None and old.last_error is not None,
+        "seq": not new.seq and bool(old.seq),
+        "tries": not new.tries and bool(old.tries),
+    }
+    return name, {**values, **{column: None for column, empty in gone.items() if empty}}
+
+
 def tries_value(tries: tuple[Try, ...]) -> object:
     """A ``tries`` column's value: unset when there is none (a write keeps what the row had)."""
     return encode_tries(tries) if tries else UNSET_VALUE
@@ -296,6 +310,8 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         retention_s = self.settings.retention_s
         ts = base.write_ts if base is not None else None
         insert = row_insert(new, now, retention_s, ts)
+        if new.location == current.location and new.schedule_id == current.schedule_id:
+            insert = cleared(insert, new, current)
         if keep_status:  # see insert_retry in queries.cql
             insert = ("insert_retry", {k: v for k, v in insert[1].items() if k != "ts"})
         writes = [insert, *self._signals(new.instance, new.location, now)]

@@ -112,6 +112,7 @@ async def _build(
     events, window_ms = recurring.batch_shape(body.events, body.window, None, settings)
     throttle = await _throttle(request, client, body.throttle, None)
     options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms, throttle)
+    options = recurring.with_tags(options, None if isinstance(body.tags, UnsetType) else body.tags)
     payload = payload_bytes(body.payload, settings)
     budgets.check(options, len(payload), settings)
     callback = await _callback(request, client, body.callback)
@@ -393,7 +394,9 @@ async def list_schedules(request: web.Request) -> web.Response:
     start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)
     status = None if isinstance(query.status, UnsetType) else Status(query.status)
     after = params.cursor(query.cursor)
-    page = await request.app[keys.STORE].list_schedules(client, start, end, status, after, query.limit)
+    tag = None if isinstance(query.tag, UnsetType) else query.tag.partition("=")[::2]
+    store = request.app[keys.STORE]
+    page = await store.list_schedules(client, start, end, status, after, query.limit, tag)
     return json_response(ScheduleList([schedule_view(s, payload=False) for s in page.items], page.cursor))
 
 
@@ -520,8 +523,9 @@ def _updated(
 ) -> Schedule:
     fire_at, options, seq = timed
     budgets.check(options, len(changes.get("payload", current.payload)), settings)
-    if (fire_at, options, seq) == (current.fire_at, current.options, current.seq):
-        return dataclasses.replace(current, **changes)
+    untagged = recurring.with_tags(options, None), recurring.with_tags(current.options, None)
+    if (fire_at, untagged[0], seq) == (current.fire_at, untagged[1], current.seq):
+        return dataclasses.replace(current, options=options, **changes)  # a new payload, callback or tags only
     poller_id = current.location.poller_id
     if poller_id >= client.poller_count:  # leave a draining poller when the schedule moves anyway
         poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
@@ -539,7 +543,18 @@ def _updated(
     )
 
 
-_PATCHABLE = ("fire_at", "delay_s", "payload", "callback", "jitter", "events", "window", "throttle", *REPEAT_FIELDS)
+_PATCHABLE = (
+    "fire_at",
+    "delay_s",
+    "payload",
+    "callback",
+    "jitter",
+    "events",
+    "window",
+    "throttle",
+    "tags",
+    *REPEAT_FIELDS,
+)
 
 
 @routes.patch(
@@ -565,7 +580,10 @@ async def patch_schedule(request: web.Request) -> web.Response:
         if current.status is Status.PAUSED:
             raise conflict("the schedule is paused; resume it first", "schedule_paused")
         at = now()
-        updated = _updated(settings, client, current, changes, _timing(request, current, patch, at), at)
+        fire_at, options, seq = _timing(request, current, patch, at)
+        tags = recurring.tags_of(current.options) if isinstance(patch.tags, UnsetType) else patch.tags
+        timed = (fire_at, recurring.with_tags(options, tags), seq)
+        updated = _updated(settings, client, current, changes, timed, at)
         left_s = _check_mutable(request, current, at)
         replace = request.app[keys.STORE].replace_schedule(current, updated, at)
         dues = [current.location.due_at, updated.location.due_at]

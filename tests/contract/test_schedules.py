@@ -199,17 +199,24 @@ async def test_replace_moves_the_row_and_leaves_no_live_copy(
     assert ref is not None and ref.previous == s.location and ref.location == Location(3, new_due)
 
 
-async def test_replace_in_place_keeps_cells_it_does_not_write(
+async def test_replace_in_place_clears_what_the_change_removes(
     env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
-    """A write binds "unset" for absent values: a change that drops options leaves the stored ones."""
-    s = new_schedule(env.later(3600), options=Options(jitter_ms=500), last_error="HTTP 500")
+    """A write binds "unset" for absent values (a plain create writes no null), but a change rewriting the
+    row in place writes null where it removes a value: options a PATCH dropped, an error it cleared. (It
+    used to keep them: PATCH throttle: null left the policy applying.)"""
+    s = new_schedule(env.later(3600), options=Options(jitter_ms=500, tags=(("a", "b"),)), last_error="HTTP 500")
     await store.create_schedule(s, env.now())
     plain = dataclasses.replace(s, options=None, last_error=None, payload=b"{}")
     await store.replace_schedule(s, plain, env.now())
     got = await store.get_schedule(client_id, s.schedule_id)
     assert got is not None and got.payload == b"{}" and got.version == 2
-    assert got.options == Options(jitter_ms=500) and got.last_error == "HTTP 500"
+    assert got.options is None and got.last_error is None
+    # A change that keeps them writes them as they are.
+    kept = dataclasses.replace(got, options=Options(throttle="p"), last_error="HTTP 503", payload=b"[]")
+    await store.replace_schedule(got, kept, env.now())
+    again = await store.get_schedule(client_id, s.schedule_id)
+    assert again is not None and again.options == Options(throttle="p") and again.last_error == "HTTP 503"
 
 
 async def test_a_half_done_move_leaves_the_old_row_live(

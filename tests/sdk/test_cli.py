@@ -341,3 +341,18 @@ def test_audit_command(tickd: Run, dev: Dev) -> None:
     table = tickd("audit", "--limit", "1")[1]
     assert table.splitlines()[0].split() == ["at", "actor", "action", "target", "version", "request_id"]
     assert tickd("audit", "--from", "not-a-time")[0] == cli.INVALID
+
+
+def test_tags_on_create_update_and_list(tickd: Run, dev: Dev) -> None:
+    team = f"t{uuid.uuid4().hex[:8]}"
+    hook = ["--callback-url", f"{dev.url}/healthz", "--fire-at", "2030-01-01T00:00:00Z"]
+    one = tickd("schedules", "create", *hook, "--tag", f"team={team}", "--tag", "env=prod", "-q")[1].strip()
+    tickd("schedules", "create", *hook, "--tag", "team=other", "-q")
+    window = ["--from", "2029-12-31T12:00:00Z", "--to", "2030-01-01T12:00:00Z"]
+    code, out, _ = tickd("schedules", "list", *window, "--tag", f"team={team}", "-o", "json")
+    assert code == 0 and [(s["schedule_id"], s["tags"]) for s in _json(out)] == [(one, {"env": "prod", "team": team})]
+    code, out, _ = tickd("schedules", "update", one, "--no-tags", "-o", "json")
+    assert code == 0 and _json(out)["tags"] is None
+    after = _json(tickd("schedules", "list", *window, "--tag", f"team={team}", "-o", "json")[1])
+    assert after == [], after
+    assert tickd("schedules", "create", *hook, "--tag", "no-equals-sign")[0] == cli.USAGE

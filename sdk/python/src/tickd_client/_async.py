@@ -157,10 +157,11 @@ class AsyncTickd:
         return await self.send(calls.preview(rule, count, after))
 
     def list_schedules(
-        self, start: Time, end: Time, *, status: str | None = None, page_size: int = 100
+        self, start: Time, end: Time, *, status: str | None = None, tag: str | None = None, page_size: int = 100
     ) -> AsyncIterator[Schedule]:
-        """Every schedule due in ``[start, end)``, page after page (pages can be short; this follows them)."""
-        return self._pages(calls.list_schedules(start, end, status=status, page_size=page_size))
+        """Every schedule due in ``[start, end)`` (with ``tag`` ``key=value``, if given), page after page
+        (pages can be short; this follows them)."""
+        return self._pages(calls.list_schedules(start, end, status=status, tag=tag, page_size=page_size))
 
     async def get_schedule(self, schedule_id: str) -> Schedule:
         return await self.send(calls.get_schedule(schedule_id))

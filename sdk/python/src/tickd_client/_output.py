@@ -14,7 +14,7 @@ from tickd_client.models import AuditRecord, BatchItem, Client, DeadLetter, Occu
 # The columns of a list, per kind of row; a single object prints all its fields.
 COLUMNS: dict[type, tuple[str, ...]] = {
     Client: ("client_id", "poller_count", "poller_span", "active", "kafka_topics"),
-    Schedule: ("schedule_id", "status", "fire_at", "attempts", "last_error"),
+    Schedule: ("schedule_id", "status", "fire_at", "attempts", "last_error", "tags"),
     Run: ("fire_id", "nominal_at", "status", "attempts", "lateness_s", "last_error"),
     Policy: ("name", "max_in_flight", "release_timeout_s", "in_flight"),
     BatchItem: ("index", "schedule_id", "status", "fire_at", "error"),

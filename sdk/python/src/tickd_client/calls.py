@@ -63,6 +63,7 @@ class ScheduleFields(RuleFields, total=False):
     events: int
     window: str
     throttle: str
+    tags: Mapping[str, str]
 
 
 class ScheduleChanges(RuleFields, total=False):
@@ -76,6 +77,7 @@ class ScheduleChanges(RuleFields, total=False):
     events: int
     window: str
     throttle: str | None
+    tags: Mapping[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -213,10 +215,15 @@ def preview(rule: RuleFields, count: int = 10, after: Time | None = None) -> Cal
     return Call("POST", _path("schedules", "preview"), _listed(Occurrence, "occurrences"), body)
 
 
-def list_schedules(start: Time, end: Time, *, status: str | None = None, page_size: int = 100) -> Call[Page[Schedule]]:
+def list_schedules(
+    start: Time, end: Time, *, status: str | None = None, tag: str | None = None, page_size: int = 100
+) -> Call[Page[Schedule]]:
+    """``tag``: ``key=value``, only the schedules carrying it."""
     params: dict[str, str | int] = {"from": time_value(start), "to": time_value(end), "limit": page_size}
     if status is not None:
         params["status"] = status
+    if tag is not None:
+        params["tag"] = tag
     return Call("GET", _path("schedules"), _paged(Schedule, "schedules"), params=params)
 
 

@@ -116,7 +116,16 @@ def _schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
     callback = _callback(args)
     if callback is not None:
         fields["callback"] = callback
+    if args.tag:
+        fields["tags"] = dict(_tag(given) for given in args.tag)
     return fields
+
+
+def _tag(given: str) -> tuple[str, str]:
+    key, sep, value = given.partition("=")
+    if not sep:
+        raise UsageError(f"--tag {given!r}: write it as key=value")
+    return key, value
 
 
 # Handlers: (client, args) -> what to print.
@@ -168,13 +177,15 @@ def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
     fields = _schedule_fields(args)
     if args.no_throttle:
         fields["throttle"] = None
+    if args.no_tags:
+        fields["tags"] = None
     return client.update_schedule(args.schedule_id, if_match=_if_match(args), **fields)
 
 
 def _schedules_list(client: Tickd, args: argparse.Namespace) -> Any:
     start = _time(args.start) if args.start else datetime.now(UTC)
     end = _time(args.end) if args.end else _default_end(start)
-    found = client.list_schedules(start, end, status=args.status, page_size=args.page_size)
+    found = client.list_schedules(start, end, status=args.status, tag=args.tag, page_size=args.page_size)
     return list(itertools.islice(found, args.limit))
 
 
@@ -385,6 +396,7 @@ def _schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--callback-timeout-s", type=float, default=5.0)
     parser.add_argument("--kafka-topic", help="Kafka callback topic (granted to the client)")
     parser.add_argument("--callback", help='the callback as JSON: {"type": "http", "url": ...}')
+    parser.add_argument("--tag", action="append", default=[], help="key=value (repeatable; on update: all replaced)")
 
 
 def _clients(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -427,11 +439,13 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     update.add_argument("schedule_id")
     _schedule_args(update)
     update.add_argument("--no-throttle", action="store_true", help="remove the throttle policy")
+    update.add_argument("--no-tags", action="store_true", help="remove every tag")
     _if_match_arg(update)
     listing = _leaf(group, "list", _schedules_list, "schedules due in [--from, --to)", common)
     listing.add_argument("--from", dest="start", help="default: now")
     listing.add_argument("--to", dest="end", help="default: --from + 1 day")
     listing.add_argument("--status", choices=("scheduled", "paused", "succeeded", "failed", "cancelled"))
+    listing.add_argument("--tag", help="key=value: only schedules with this tag")
     listing.add_argument("--page-size", type=int, default=100)
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
     cancel = _leaf(

@@ -97,6 +97,7 @@ class Schedule:
     events: int | None = None
     window_s: float | None = None
     throttle: str | None = None
+    tags: dict[str, str] | None = None
     trigger_of: str | None = None  # a trigger (``trigger_schedule``): the schedule it is an extra fire of
 
 
