@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 from datetime import UTC, datetime
+from functools import lru_cache
 
 import pytest
 from hypothesis import given, settings
@@ -148,6 +149,50 @@ def test_a_join_or_a_leave_moves_little_more_than_the_least(nodes: int, instance
         ratios.append(moved(placed, ring.assign_bounded(keys, [m for m in members if m != gone])) / held)
     assert statistics.median(ratios) <= 1.25, sorted(ratios)
     assert max(ratios) <= 2.0, sorted(ratios)
+
+
+@lru_cache(maxsize=8)  # both tests below read the same draws
+def seeded_moves(nodes: int, instances: int, draws: int) -> list[tuple[str, int, float, int, int]]:
+    """Per seeded membership (``draw``, seed ``nodes * 1000 + instances``): the busiest node over the cap,
+    and the moves of one random join and one random leave over the least that must move (the new node's
+    fair share, instances / (nodes + 1); the instances the leaving node held), as ``make bench-ring`` counts
+    them. Returns (kind, moves, ideal, busiest, cap) rows."""
+    rng = random.Random(nodes * 1000 + instances)
+    rows = []
+    for _ in range(draws):
+        members, keys = draw(rng, nodes, instances)
+        placed = ring.assign_bounded(keys, members)
+        load = Counter(placed.values())
+        cap = math.ceil(1.25 * instances / nodes)
+        joined = ring.assign_bounded(keys, [*members, f"node-{rng.getrandbits(40):010x}"])
+        rows.append(("join", moved(placed, joined), instances / (nodes + 1), max(load.values()), cap))
+        gone = members[rng.randrange(nodes)]
+        left = ring.assign_bounded(keys, [m for m in members if m != gone])
+        rows.append(("leave", moved(placed, left), load[gone], max(load.values()), cap))
+    return rows
+
+
+SEEDED_SIZES = [(3, 12), (6, 48), (10, 160), (30, 480)]
+
+
+@pytest.mark.parametrize(("nodes", "instances"), SEEDED_SIZES)
+def test_the_cap_holds_in_every_seeded_membership(nodes: int, instances: int) -> None:
+    rows = seeded_moves(nodes, instances, draws=40)
+    assert all(busiest <= cap for _, _, _, busiest, cap in rows), [r for r in rows if r[3] > r[4]]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 29's moves bound is not met: rendezvous with bounded loads moves up to 1.67-2.0x the least "
+    "in some seeded joins and leaves (bench-ring: 65 of 1,600 draws over 1.5x); strict, so an algorithm "
+    "that meets it turns this into a failure until the mark is removed",
+)
+@pytest.mark.parametrize(("nodes", "instances"), SEEDED_SIZES)
+def test_no_join_or_leave_moves_more_than_1_5x_the_least(nodes: int, instances: int) -> None:
+    """Issue 29: in EVERY seeded membership, not on average."""
+    rows = seeded_moves(nodes, instances, draws=40)
+    over = [(kind, moves, round(ideal, 2)) for kind, moves, ideal, _, _ in rows if moves > 1.5 * ideal + 1e-9]
+    assert not over, over
 
 
 def test_capacity_never_leaves_an_instance_without_room() -> None:
