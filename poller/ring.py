@@ -51,12 +51,14 @@ def owned_by(
 
 
 def capacity(instances: int, nodes: int, load_factor: float = LOAD_FACTOR) -> int:
-    """The most instances one node may hold: ``ceil(load_factor x instances / nodes)``, never below the
-    average rounded up (so the nodes can hold every instance)."""
+    """The most instances one node may hold: ``load_factor x instances / nodes`` rounded down, so no node
+    holds more than ``load_factor`` times the average where whole instances allow it, and never below the
+    average rounded up (so the nodes can hold every instance). Rounded up instead, 2 instances on 2 nodes
+    could both land on one (a cap of ceil(1.25) = 2), leaving the other idle (acceptance S11)."""
     if nodes <= 0:
         return 0
     average = instances / nodes
-    return max(math.ceil(average), math.ceil(load_factor * average - 1e-9))
+    return max(math.ceil(average - 1e-9), math.floor(load_factor * average + 1e-9))
 
 
 def assign_bounded(
