@@ -41,7 +41,7 @@ class PollerSettings:
     node_ttl_s: int = 10
     fence_margin_s: float = 3.0
     ring_refresh_s: float = 1.0
-    # No node holds more than ceil(this x the average) instances (ring.assign_bounded). Every node must
+    # No node holds more than this x the average instances, rounded down (ring.capacity). Every node must
     # use the same value: it is an input of the placement, which the nodes compute each on their own.
     ring_load_factor: float = ring.LOAD_FACTOR
     clients_refresh_s: float = 5.0
