@@ -173,6 +173,11 @@ def _if_match(args: argparse.Namespace) -> int | None:
     return args.if_match if isinstance(args.if_match, int) else None
 
 
+def _conditional(change: Callable[..., Any]) -> Handler:
+    """A handler calling ``change(client, schedule_id, if_match=...)``: cancel, pause, resume."""
+    return lambda client, args: change(client, args.schedule_id, if_match=_if_match(args))
+
+
 def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
     fields = _schedule_fields(args)
     if args.no_throttle:
@@ -448,33 +453,14 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--tag", help="key=value: only schedules with this tag")
     listing.add_argument("--page-size", type=int, default=100)
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
-    cancel = _leaf(
-        group,
-        "cancel",
-        lambda c, a: c.cancel_schedule(a.schedule_id, if_match=_if_match(a)),
-        "cancel a schedule",
-        common,
-    )
-    cancel.add_argument("schedule_id")
-    _if_match_arg(cancel)
-    pause = _leaf(
-        group,
-        "pause",
-        lambda c, a: c.pause_schedule(a.schedule_id, if_match=_if_match(a)),
-        "fire nothing until resumed",
-        common,
-    )
-    pause.add_argument("schedule_id")
-    _if_match_arg(pause)
-    resume = _leaf(
-        group,
-        "resume",
-        lambda c, a: c.resume_schedule(a.schedule_id, if_match=_if_match(a)),
-        "resume a paused one",
-        common,
-    )
-    resume.add_argument("schedule_id")
-    _if_match_arg(resume)
+    for name, change, help in (
+        ("cancel", Tickd.cancel_schedule, "cancel a schedule"),
+        ("pause", Tickd.pause_schedule, "fire nothing until resumed"),
+        ("resume", Tickd.resume_schedule, "resume a paused one"),
+    ):
+        leaf = _leaf(group, name, _conditional(change), help, common)
+        leaf.add_argument("schedule_id")
+        _if_match_arg(leaf)
     trigger = _leaf(group, "trigger", _schedules_trigger, "one extra fire now (prints the trigger)", common)
     trigger.add_argument("schedule_id")
     trigger.add_argument("--idempotency-key", help="the same key triggers once")
