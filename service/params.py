@@ -134,19 +134,21 @@ class CreateHeaders(Struct, rename={"idempotency_key": "Idempotency-Key"}):
     idempotency_key: Annotated[str, Meta(pattern=IDEMPOTENCY_KEY_PATTERN)] | UnsetType = UNSET
 
 
-_ETAG = r'"[0-9]{1,18}"'
+# An ETag as answered ("7"), or the bare version (7): some clients and tools drop the quotes.
+_ETAG = r'(?:"[0-9]{1,18}"|[0-9]{1,18})'
 ETAGS_PATTERN = worded(
     rf"^(\*|{_ETAG}( *, *{_ETAG}){{0,15}})(?!\n)$",
-    'the ETag of a schedule as answered (with its quotes: "7"), a list of them, or *',
+    'the ETag of a schedule as answered ("7") or its version (7), a list of them, or *',
 )
 
 
 class ChangeHeaders(Struct, rename={"if_match": "If-Match"}):
     """A change of a schedule: ``If-Match`` makes it conditional on its version (``service.preconditions``)."""
 
-    if_match: Annotated[str, Meta(pattern=ETAGS_PATTERN, description='ETags as answered ("7"), or *')] | UnsetType = (
-        UNSET
-    )
+    if_match: (
+        Annotated[str, Meta(pattern=ETAGS_PATTERN, description='ETags as answered ("7") or versions (7), or *')]
+        | UnsetType
+    ) = UNSET
 
 
 _TIME_PARAMS = frozenset({"from", "to", "at"})

@@ -149,3 +149,10 @@ async def test_creates_go_unrecorded_when_so_configured(api_settings: Any, store
         await ok(await api.post(f"/v1/schedules/{made['schedule_id']}/pause", headers=key))
         records = await trail(api, key, f"/v1/schedules/{made['schedule_id']}/audit")
         assert [r["action"] for r in records] == ["schedule.pause"]
+
+
+def test_ids_grow_with_time_so_one_milliseconds_records_list_in_order() -> None:
+    from tickd.service import audit
+
+    ids = [audit._next_id() for _ in range(1000)]  # far more than one millisecond holds apart
+    assert ids == sorted(ids) and len(set(ids)) == 1000 and all(len(i) == 32 for i in ids)
