@@ -55,6 +55,7 @@ async def test_s11_throttle_across_two_nodes(scenario: Scenario, api: Api) -> No
             await call(api, "DELETE", f"/v1/schedules/{created['schedule_id']}", key)
 
     released: dict[str, float] = {}
+    answered: dict[str, bool] = {}  # each release the consumer asked for: released, or already auto-released
     sampled: list[int] = []
 
     async def consumer() -> None:
@@ -75,6 +76,7 @@ async def test_s11_throttle_across_two_nodes(scenario: Scenario, api: Api) -> No
         await asyncio.sleep(max(0.0, arrival + 0.05 - time.time()))
         asked = time.time()  # the consumer lets go here; the token is freed a moment later
         answer = await call(api, "POST", f"/v1/events/{event}/release", key)
+        answered[event] = answer["released"]
         if answer["released"]:
             released[event] = asked
 
@@ -112,6 +114,7 @@ async def test_s11_throttle_across_two_nodes(scenario: Scenario, api: Api) -> No
         max_held_observed=max_overlap(intervals),
         max_in_flight_sampled=max(sampled or [0]),
         released_by_consumer=len(released),
+        asked_after_auto_release=len(answered) - len(released),
         auto_released=auto,
         triggers_expanded=expanded,
         duration_s=round(max(d.arrival for d in firsts.values()) - min(d.arrival for d in firsts.values()), 1),
@@ -122,6 +125,10 @@ async def test_s11_throttle_across_two_nodes(scenario: Scenario, api: Api) -> No
     assert max_overlap(intervals) <= LIMIT
     assert max(sampled) <= LIMIT
     assert all(count >= 1 for count in expanded.values()), expanded  # both nodes served the one policy
-    assert len(released) == RELEASED_BY_CONSUMER
+    # Every release the consumer asked for was answered. One answered "not released" must be one the node
+    # had released itself at the timeout: under load (CI, 2 cores) a release asked 50 ms after arrival can
+    # reach the API after TIMEOUT_S, and both answers are right then.
+    assert len(answered) == RELEASED_BY_CONSUMER
+    assert all(event in timed_out for event, done in answered.items() if not done), answered
     assert auto >= EVENTS - RELEASED_BY_CONSUMER - LIMIT  # the silent consumer's events timed out
     assert all(n.alive for n in nodes) and not any(n.errors() for n in nodes)
