@@ -43,7 +43,8 @@ async def test_records_page_newest_first_per_tenant_and_per_schedule(env: Env, s
     one, two = uuid.uuid4(), uuid.uuid4()
     # Seven records in three milliseconds (several in one), on two schedules and one policy.
     records = [_record(env, client_id, n, [one, two, None][n % 3], ms_ago=[0, 0, 0, 1, 1, 2, 2][n]) for n in range(7)]
-    others = [_record(env, "another-client", 99, one, 0)]
+    other = f"{client_id}-other"
+    others = [_record(env, other, 99, one, 0)]
     await store.record_audit([*records, *others], ttl_s=3600)
     day = records[0].at.date()
 
@@ -57,7 +58,7 @@ async def test_records_page_newest_first_per_tenant_and_per_schedule(env: Env, s
     listed = await _all_pages(lambda b, n: store.page_schedule_audit(client_id, one, b, n), 1)
     assert listed == mine and all(r.version == int(r.request_id[4:]) for r in listed)
     assert await store.page_schedule_audit(client_id, uuid.uuid4(), None, 10) == []
-    assert [r.client_id for r in await store.page_client_audit("another-client", day, None, 10)] == ["another-client"]
+    assert [r.client_id for r in await store.page_client_audit(other, day, None, 10)] == [other]
 
 
 async def test_records_expire_with_their_ttl(env: Env, store: Store, client_id: str) -> None:
@@ -68,3 +69,14 @@ async def test_records_expire_with_their_ttl(env: Env, store: Store, client_id: 
     await env.wait(3)
     assert await store.page_schedule_audit(client_id, schedule_id, None, 10) == []
     assert await store.page_client_audit(client_id, day, None, 10) == []
+
+
+async def test_a_thousand_records_of_one_request_are_all_kept(env: Env, store: Store, client_id: str) -> None:
+    """A batch create's records go in batches of a few dozen rows (tenant rows together, schedule rows
+    apart): every one lands in both trails."""
+    records = [_record(env, client_id, n, uuid.uuid4(), ms_ago=0) for n in range(1000)]
+    await store.record_audit(records, ttl_s=3600)
+    listed = await _all_pages(lambda b, n: store.page_client_audit(client_id, records[0].at.date(), b, n), 400)
+    assert sorted(r.audit_id for r in listed) == sorted(r.audit_id for r in records)
+    for record in records[::97]:
+        assert await store.page_schedule_audit(client_id, record.schedule_id, None, 5) == [record]  # type: ignore[arg-type]
