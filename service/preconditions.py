@@ -11,10 +11,13 @@ never a retry on the newer version (which is what a change without ``If-Match`` 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from tickd.schema.changes import CONDITIONAL
 from tickd.schema.model import Schedule
 from tickd.service import params
 from tickd.service.errors import HttpError
@@ -57,6 +60,17 @@ class IfMatch:
             code="precondition_failed",
             field=HEADER,
         )
+
+
+@contextmanager
+def conditional(wanted: IfMatch | None) -> Iterator[None]:
+    """While a change sent with If-Match runs: the store refuses, rather than takes over, another change of
+    the schedule in flight (``schema.changes.CONDITIONAL``)."""
+    token = CONDITIONAL.set(wanted is not None)
+    try:
+        yield
+    finally:
+        CONDITIONAL.reset(token)
 
 
 def if_match(request: web.Request) -> IfMatch | None:

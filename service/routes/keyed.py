@@ -110,7 +110,8 @@ async def put_by_key(request: web.Request) -> web.Response:
     body = decode(request.app[keys.TYPES].schedule_create, raw)
     request.app[keys.LIMITER].take(client.client_id)
     async with request.app[keys.KEY_LOCKS].hold((client.client_id, key)):
-        return await _upsert(request, client, key, body, raw)
+        with preconditions.conditional(preconditions.if_match(request)):
+            return await _upsert(request, client, key, body, raw)
 
 
 async def _upsert(request: web.Request, client: Client, key: str, body: ScheduleCreate, raw: bytes) -> web.Response:
@@ -175,7 +176,8 @@ async def delete_by_key(request: web.Request) -> web.Response:
         at = now()
         left_s = _check_mutable(request, current, at, stops=True)
         try:
-            cancelled = await _cancel(request, current, at, left_s)
+            with preconditions.conditional(wanted):
+                cancelled = await _cancel(request, current, at, left_s)
         except Conflict as exc:
             if wanted is not None and exc.code == Conflict.code:
                 raise wanted.changed_meanwhile() from None

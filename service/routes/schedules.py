@@ -463,7 +463,8 @@ async def _retrying_races(request: web.Request, change: Callable[[Client, Schedu
         if wanted is not None:
             wanted.check(current)
         try:
-            return await change(client, current)
+            with preconditions.conditional(wanted):
+                return await change(client, current)
         except Conflict as exc:
             if wanted is not None and exc.code == Conflict.code:
                 raise wanted.changed_meanwhile() from None

@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 
 from tests.contract.conftest import Env, Factory, FailOn, make_client, read_all
-from tickd.schema import deadline, timing
+from tickd.schema import changes, deadline, timing
 from tickd.schema.changes import ClientChanges
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
@@ -632,3 +632,26 @@ async def test_nothing_is_sent_once_the_store_budget_is_spent(
     with deadline.budget(30.0):
         await store.create_schedule(s, env.now())
         assert await store.get_schedule(client_id, s.schedule_id) == s
+
+
+async def test_a_conditional_change_refuses_a_change_in_flight_an_unconditional_one_takes_it_over(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """Another change of the version read is in flight (its pointer bumped, its rows not written yet): a
+    change sent with If-Match refuses (Conflict, the API's 412) and writes nothing; one without takes the
+    other over, fencing it (CI at 96c1b95: 2 of 20 concurrent If-Match PATCHes were both answered 200)."""
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    target = dataclasses.replace(s, location=Location(2, env.later(5400)))
+    await store._bump_ref(s, target.location, 2, env.now())  # type: ignore[attr-defined]
+    moved = dataclasses.replace(s, location=Location(1, env.later(7200)), payload=b'"mine"')
+    token = changes.CONDITIONAL.set(True)
+    try:
+        with pytest.raises(Conflict):
+            await store.replace_schedule(s, moved, env.now())
+    finally:
+        changes.CONDITIONAL.reset(token)
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and ref.version == 2 and ref.location == target.location  # nothing written
+    taken = await store.replace_schedule(s, moved, env.now())
+    assert taken.version == 3 and await store.get_schedule(client_id, s.schedule_id) == taken
