@@ -142,3 +142,23 @@ def literal_is_blocked(host: str) -> bool:
     except BadHost:
         return True
     return not isinstance(parsed, str) and not is_public(parsed)
+
+
+# A URL inside an error's text: a scheme, then everything up to a space or a quote that ends the quoting.
+_URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,15}://)([^\s'\"<>]*)")
+
+
+def redacted(text: str) -> str:
+    """``text`` with each URL in it cut to its scheme, host, port and path: a callback URL's credentials
+    (``user:password@``) and its query string and fragment (where tokens usually travel) never reach
+    ``last_error``, logs or dead letters. aiohttp names the URL in several of its errors."""
+    return _URL_IN_TEXT.sub(_redact_url, text)
+
+
+def _redact_url(match: re.Match[str]) -> str:
+    scheme, rest = match.group(1), match.group(2)
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    authority, slash, path = rest[:cut].partition("/")
+    host = authority.rpartition("@")[2]
+    credentials = "[redacted]@" if "@" in authority else ""
+    return f"{scheme}{credentials}{host}{slash}{path}{'?[redacted]' if cut < len(rest) else ''}"

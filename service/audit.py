@@ -24,13 +24,13 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from time import time_ns
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import structlog
 from aiohttp import web
 
 from tickd.schema import timing
+from tickd.schema.addresses import redacted
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import AuditRecord, Client, Schedule
 from tickd.schema.store import Store
@@ -55,24 +55,12 @@ def actor(client: Client | None) -> str:
     return ADMIN if client is None else f"key:{client.api_key_hash[:12]}"
 
 
-def _redacted_url(url: Any) -> Any:
-    if not isinstance(url, str):
-        return url
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-    except ValueError:
-        return "[unparsable]"
-    return urlunsplit((parts.scheme, netloc, parts.path, "[redacted]" if parts.query else "", ""))
-
-
 def _callback(callback: Any) -> Any:
     if not isinstance(callback, dict):
         return callback
     shown = {k: v for k, v in callback.items() if k != "headers"}
-    if "url" in shown:
-        shown["url"] = _redacted_url(shown["url"])
+    if isinstance(shown.get("url"), str):
+        shown["url"] = redacted(shown["url"])  # as an attempt's error names it: no credentials, no query
     if isinstance(callback.get("headers"), dict):
         shown["headers"] = {name: "[redacted]" for name in callback["headers"]}
     return shown

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -46,6 +45,7 @@ from tickd.poller.callbacks.guard import BlockedAddressError, GuardedResolver, l
 from tickd.poller.callbacks.retry import Retrier, fire_logger
 from tickd.poller.delivery import DeliveryResult, encode_body, http_headers
 from tickd.schema import tracing
+from tickd.schema.addresses import redacted
 from tickd.schema.errors import ConfigError
 from tickd.schema.model import HttpCallback, Schedule
 from tickd.schema.ports import DEFAULT_POLICY, PortPolicy
@@ -125,26 +125,6 @@ def _bounded(error: str) -> str:
     ``last_error``, logs and letters."""
     error = redacted(error)
     return error if len(error) <= _MAX_ERROR_CHARS else error[: _MAX_ERROR_CHARS - 3] + "..."
-
-
-# A URL inside an error's text: a scheme, then everything up to a space or a quote that ends the quoting.
-_URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,15}://)([^\s'\"<>]*)")
-
-
-def redacted(text: str) -> str:
-    """``text`` with each URL in it cut to its scheme, host, port and path: a callback URL's credentials
-    (``user:password@``) and its query string and fragment (where tokens usually travel) never reach
-    ``last_error``, logs or dead letters. aiohttp names the URL in several of its errors."""
-    return _URL_IN_TEXT.sub(_redact_url, text)
-
-
-def _redact_url(match: re.Match[str]) -> str:
-    scheme, rest = match.group(1), match.group(2)
-    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
-    authority, slash, path = rest[:cut].partition("/")
-    host = authority.rpartition("@")[2]
-    credentials = "[redacted]@" if "@" in authority else ""
-    return f"{scheme}{credentials}{host}{slash}{path}{'?[redacted]' if cut < len(rest) else ''}"
 
 
 @lru_cache(maxsize=64)
