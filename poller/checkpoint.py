@@ -21,12 +21,12 @@ from datetime import datetime, timedelta
 
 from structlog.typing import FilteringBoundLogger
 
-from tickd.poller import minutes, recurring
+from tickd.poller import minutes
 from tickd.poller.errors import InstanceCrashed, InstanceDrained
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import FiringPlan
 from tickd.poller.settings import PollerSettings
-from tickd.schema.model import Claim, Client, FireOutcome, Status
+from tickd.schema.model import Claim, Client, FireOutcome, Status, next_occurrence
 from tickd.schema.store import Store
 from tickd.schema.timing import minute_bucket
 
@@ -102,7 +102,7 @@ class Checkpointer:
             for r in live:
                 if r.repeat is not None and r.attempts == 0:
                     # A recurring schedule lives on: its timeline resumes at the first occurrence after now.
-                    following = recurring.following(r, r.repeat, now, now, self._client().poller_count)
+                    following = next_occurrence(r, r.repeat, now, now, self._client().poller_count)
                     await self._store.chain_schedule(r, following, now)
             await self._store.record_skipped(self._instance, minute, reason, len(live))
             self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)

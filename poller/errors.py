@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tickd.schema.errors import TickdError
+
 
 class Lease(Protocol):
     """Whether the node holds its lease (``Node.lease_held``); with ``since`` (loop time), whether it has
@@ -23,3 +25,8 @@ class LeaseLost(Exception):
 
 class InstanceCrashed(Exception):
     """Raised inside an instance's task group when a fire ended without a stored outcome."""
+
+
+# What still stops the instance when a fire's send or settle raises it: the node lost the instance, or
+# storage failed past ``durably``'s retries. Any other error is that fire's own outcome.
+STOPS = (LeaseLost, TickdError)

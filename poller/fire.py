@@ -1,33 +1,91 @@
 """A fire: one due row taken off the firing plan, carried as one object through the pipeline's fixed steps
-(``poller.pipeline``), and the context each step reads.
+(``poller.pipeline``), and those steps, in the order the fire meets them:
 
-The steps fill a fire in: the pipeline takes it (its row, its open minute) and guards its writes with the
-lease it fires under; the sender (``poller.send``) gives it its throttle token, its send time and
-lateness, and the result of its delivery; the settler (``poller.settle``) ends it in one of three ways
-(outcome recorded, retry stored, dead letter) and marks it ``settled``. A fire whose steps raise stays
-unsettled: its minute is poisoned in the plan and the next owner fires it again.
+- ``Fire``: the fire itself, which each step fills in; ``FireContext``: what every step reads;
+- ``Sender``: its throttle token, the node's send slots, the lease check, its delivery;
+- ``Settler``: what it writes before it goes out (a durable retry's re-read, a recurring occurrence's
+  next one, a batch trigger's events), and the one way it ends;
+- ``OutcomeWriter``: its outcome made durable, in one batch per partition per flush, the fire waiting on it.
+
+Sending. A fire holds the node's send slots (``poller.slots``: its client's channel slot, then the node's)
+only from when it can go out, its throttle token in hand, until it is out: a fire waiting for a token or
+for its client's turn holds nothing another tenant needs. A pass's group goes out together
+(``Sender.send_many``) with the slots ``poller.pipeline`` took for it. Every send checks the node's lease
+right before: a fire whose lease is gone raises ``LeaseLost`` and is left to the next owner (an unused
+token goes back first). An exception a send raises that is not the instance's to stop on (a bug in a
+dispatcher, a value nobody foresaw) is that fire's failed attempt, logged with its traceback
+(``fire_failed_unexpectedly``): see ``_ContainedRouter``.
+
+Settling. A fire ends in exactly one of three ways, each written by the settler and retried in place while
+storage is unavailable (``durably``), with the fire still in flight so its minute cannot close:
+- delivered: its outcome is recorded (through the ``OutcomeWriter``, which it waits on);
+- retried later: a retry row is stored (``callback_retry_scheduled``); when the schedule changed
+  meanwhile, its row is recorded MOVED instead, or keeps the client's CANCELLED or PAUSED;
+- dead-lettered: its row FAILED, and a dead letter (``callback_dead_lettered``).
+The settler marks it ``settled``. An error while settling that is not ``LeaseLost`` nor a storage error (a
+bug, a value nobody foresaw) ends the fire as a dead letter naming it (``fire_settle_failed``): stopping
+the instance would have its next owner fire the row again and fail the same way, in a loop. A fire whose
+steps raise stays unsettled: its minute is poisoned in the plan and the next owner fires it again.
+
+Before a durable retry of a one-time schedule is sent, its schedule is read again (``still_wanted``): a
+cancel, pause or change accepted while the fire was in retry drops the fire, its row marked as the change
+left it. An attempt already on the wire when the change lands may still arrive.
+
+Recording. A fire hands its outcome to ``OutcomeWriter.record`` and waits until it is stored. On
+``StoreUnavailable`` a flush keeps the batch for the next one, so the waiting fires stay in flight and no
+minute closes over them; any other storage error propagates out of the flush (stopping the instance's task
+group, or its drain, loudly) and the waiting fires stay unrecorded for the next owner.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
 
 from tickd.poller import stats
-from tickd.poller.delivery import DeliveryResult
-from tickd.poller.errors import Lease, LeaseLost
+from tickd.poller.callbacks.backoff import clamp_wait_s
+from tickd.poller.delivery import CallbackRouter, DeliveryResult
+from tickd.poller.durable import durably
+from tickd.poller.errors import STOPS, Lease, LeaseLost
+from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
-from tickd.poller.plan import OpenMinute
+from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
+from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
-from tickd.schema.model import Client, Schedule, Token, callback_type
+from tickd.poller.throttle import ThrottleGate
+from tickd.schema import guard, timing
+from tickd.schema.errors import Conflict, StoreUnavailable
+from tickd.schema.model import (
+    Chain,
+    Client,
+    DeadLetter,
+    EventOf,
+    FireOutcome,
+    Location,
+    Options,
+    Schedule,
+    Status,
+    Token,
+    Try,
+    add_tries,
+    callback_type,
+    next_occurrence,
+)
+from tickd.schema.store import Store
 
 Clock = Callable[[], datetime]
+
+
+# -- the fire -----------------------------------------------------------------------------------------
 
 
 @dataclass(eq=False, slots=True)
@@ -115,3 +173,504 @@ def _outcome(result: DeliveryResult) -> str:
     if result.ok:
         return "succeeded"
     return "retry" if result.retriable else "failed"
+
+
+# -- sending ------------------------------------------------------------------------------------------
+
+
+class Sender:
+    def __init__(self, ctx: FireContext, router: CallbackRouter, slots: SendSlots, gate: ThrottleGate) -> None:
+        self._ctx = ctx
+        self._router = _ContainedRouter(router, ctx.settings.retry.max_attempts, ctx.log)
+        self._slots = slots
+        self._gate = gate
+
+    async def throttle(self, fire: Fire) -> None:
+        """An event of a throttled schedule waits here for a token of its policy (in due-time order)."""
+        row = fire.row
+        options = row.options
+        if options is None or options.throttle is None or options.event is None:
+            return
+        event_id = row.event_id
+        assert event_id is not None
+        fire.token = await self._gate.acquire(row.client_id, options.throttle, event_id, row.location.due_at)
+
+    async def send(self, fire: Fire) -> None:
+        """Send one fire, holding its send slots only while it goes out; then its token is kept (out, or
+        maybe out) or given back."""
+        await self._take_slots(fire)
+        try:
+            await self._go_out(fire)
+        finally:
+            self._slots.give_back(fire.row)
+        token, result = fire.token, fire.delivery
+        if token is not None:
+            if result.ok or result.maybe_received:
+                # Out, or maybe out (a timeout): the subscriber may be working on it, so the token stays
+                # held until released or timed out (a retry of the event waits for a slot of its own).
+                self._gate.delivered(token)
+            else:
+                await self._gate.not_delivered(token)
+
+    async def send_many(self, fires: Sequence[Fire]) -> None:
+        """Send a pass's group together (its send slots are held already)."""
+        fired_at = self._ctx.clock()
+        for fire in fires:
+            fire.went_out(fired_at)
+            self._ctx.observe_lateness(fire)
+        if not self._ctx.lease():
+            raise LeaseLost(f"the node's lease ran out before {len(fires)} fires went out")
+        results = await self._router.deliver_many([fire.row for fire in fires], fired_at)
+        for fire, result in zip(fires, results, strict=True):
+            fire.result = result
+
+    async def _go_out(self, fire: Fire) -> None:
+        fire.went_out(self._ctx.clock())
+        self._ctx.observe_lateness(fire)
+        row = fire.row
+        if not self._ctx.lease():
+            if fire.token is not None:
+                await self._gate.not_delivered(fire.token)
+            raise LeaseLost(f"the node's lease ran out before {row.fire_id} went out")
+        fire.result = await self._router.deliver(row, row.attempts + 1, fire.sent_at)
+
+    async def _take_slots(self, fire: Fire) -> None:
+        """Wait for the fire's send slots; cancelled meanwhile (a drain deadline), its unused token goes back."""
+        try:
+            await self._slots.take(fire.row)
+        except asyncio.CancelledError:
+            if fire.token is not None:
+                await asyncio.shield(self._gate.not_delivered(fire.token))
+            raise
+
+
+class _ContainedRouter:
+    """The router as a fire is sent through it: an exception a send raises that is not the instance's to
+    stop on (a bug in a dispatcher, a value nobody foresaw) is that fire's failed attempt, logged with its
+    traceback (``fire_failed_unexpectedly``). It is retriable until ``max_attempts``, then final: a bug
+    neither stops the instance (whose next owner would send the row again at the same attempt, in a loop)
+    nor retries for ever."""
+
+    def __init__(self, router: CallbackRouter, max_attempts: int, log: FilteringBoundLogger) -> None:
+        self._router = router
+        self._max_attempts = max_attempts
+        self._log = log
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: datetime) -> DeliveryResult:
+        try:
+            return await self._router.deliver(schedule, attempt, fired_at)
+        except STOPS:
+            raise
+        except Exception as exc:
+            self._log.exception("fire_failed_unexpectedly", schedule_id=str(schedule.schedule_id), attempt=attempt)
+            return self._failed(attempt, exc)
+
+    async def deliver_many(self, schedules: Sequence[Schedule], fired_at: datetime) -> list[DeliveryResult]:
+        """A pass's group, each fire sent as a group of its own, all at once: an error one of them raises
+        is that fire's alone. Sent as one group, an error would leave the group's outcomes unknown and
+        every fire of it sent again (the others already out: twice from one owner). The Kafka dispatcher's
+        batch sender still puts concurrent records into the same producer batches."""
+        return list(await asyncio.gather(*(self._one_of_many(schedule, fired_at) for schedule in schedules)))
+
+    async def _one_of_many(self, schedule: Schedule, fired_at: datetime) -> DeliveryResult:
+        attempt = schedule.attempts + 1
+        try:
+            (result,) = await self._router.deliver_many([schedule], fired_at)
+        except STOPS:
+            raise
+        except Exception as exc:
+            self._log.exception("fire_failed_unexpectedly", schedule_id=str(schedule.schedule_id), attempt=attempt)
+            return self._failed(attempt, exc)
+        return result
+
+    def _failed(self, attempt: int, exc: Exception) -> DeliveryResult:
+        # Maybe sent: the error may have come after the request went out.
+        reason = f"internal error: {type(exc).__name__}"
+        retriable = attempt < self._max_attempts
+        return DeliveryResult.failed(attempt, reason, retriable=retriable, maybe_received=True)
+
+
+# -- settling -----------------------------------------------------------------------------------------
+
+
+class Settler:
+    def __init__(
+        self, ctx: FireContext, store: Store, plan: FiringPlan, outcomes: OutcomeWriter, loader: MinuteLoader
+    ) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._plan = plan
+        self._outcomes = outcomes
+        self._loader = loader
+        self._metrics = ctx.metrics
+        self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
+
+    # -- ending a fire --------------------------------------------------------------------------------
+
+    async def settle(self, fire: Fire) -> None:
+        """Make the fire's end durable: delivered, retried later, or dead-lettered.
+
+        Any other error while settling (a bug, a value nobody foresaw) ends this fire as a dead letter
+        naming it, logged with its traceback. ``LeaseLost`` and storage errors still stop the instance."""
+        row, result, fired_at = fire.row, fire.delivery, fire.sent_at
+        try:
+            await self._settle_as_told(row, result, fired_at)
+        except STOPS:
+            raise
+        except Exception as exc:
+            self._ctx.log.exception("fire_settle_failed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+            reason = f"internal error while settling: {type(exc).__name__}"
+            await self._bury(row, DeliveryResult.failed(result.attempts, reason, retriable=False), fired_at)
+
+    async def settle_many(self, fires: Sequence[Fire]) -> None:
+        """Settle a group sent together: the delivered ones' outcomes in one write, then each other fire
+        on its own (``settle``, in a task each under the group's lease guard). One that raises leaves only
+        its own fire unsettled; the first such error is raised once every fire has ended."""
+        delivered = [fire for fire in fires if fire.delivery.ok]
+        if delivered:
+            await self._outcomes.record_many([(f.row, Status.SUCCEEDED, f.delivery, f.sent_at) for f in delivered])
+            for fire in delivered:
+                fire.settled = True
+        failed = [fire for fire in fires if not fire.delivery.ok]
+        if not failed:
+            return
+
+        async def settle(fire: Fire) -> None:
+            # A task of its own (gather): its writes are the fire's too, under the same guard (seed
+            # 1109: unguarded, a paused node's durable retry landed after the next owner's delivery).
+            assert fire.guard is not None
+            guard.set_guard(fire.guard)
+            await self.settle(fire)
+            fire.settled = True
+
+        errors = await asyncio.gather(*(settle(fire) for fire in failed), return_exceptions=True)
+        first_error = next((e for e in errors if isinstance(e, BaseException)), None)
+        if first_error is not None:
+            raise first_error
+
+    async def settle_delivered_before(self, fire: Fire) -> None:
+        """A fire this owner delivered already (a stale owner's retry of it landed late, simulation seed
+        8702): recorded as the success it was, not delivered twice."""
+        row = fire.row
+        self._ctx.log.info("fire_already_delivered", schedule_id=str(row.schedule_id), fire_id=fire.key)
+        await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts), self._ctx.clock())
+
+    async def _settle_as_told(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+        if result.ok:  # delivered
+            await self._outcomes.record(row, Status.SUCCEEDED, result, fired_at)
+        elif not self._ctx.lease():
+            # Paused or cut off while delivering: the next owner may have fired it by now. A retry or a
+            # dead letter written from here would repeat (or bury) that fire; it is left to the next owner.
+            raise LeaseLost(
+                f"the node's lease ran out while {row.fire_id} was out; its retry is left to the next owner"
+            )
+        elif result.retriable:  # retried later
+            # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
+            due = self._ctx.clock() + timedelta(seconds=self._retry_wait_s(result))
+            retry = tried(row, result, fired_at)  # the retry row carries the fire's attempts so far
+            if not await durably(
+                self._ctx.log, "requeue", lambda: self._retry_later(retry, result, due), self._metrics
+            ):
+                # The client changed the schedule since (or a change of theirs half-landed): this fire
+                # of the old version ends here, and its row must say so, not stay "scheduled" (a cancel
+                # or pause keeps its own mark).
+                await self._superseded(row, result)
+        else:  # dead-lettered
+            await self._bury(row, result, fired_at)
+
+    def _retry_wait_s(self, result: DeliveryResult) -> float:
+        """Seconds until a durable retry: the server's wait clamped to the policy's cap (whoever read it,
+        a value beyond it would park the fire for years, or overflow the due time), else the backoff."""
+        policy = self._ctx.settings.retry
+        asked = None if result.retry_after_s is None else clamp_wait_s(result.retry_after_s, policy.cap_s)
+        return max(asked or policy.delay_s(result.attempts, self._ctx.rng), 0.05)
+
+    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> bool:
+        """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
+        it again with the same ``due`` after a storage error is safe (the store finishes its own move).
+        Whether a retry was stored (False: the schedule changed meanwhile)."""
+        log = self._ctx.log
+        try:
+            retry = await self._store.requeue_schedule(
+                row, due, result.attempts, result.error or "retry", self._ctx.clock()
+            )
+        except Conflict:
+            log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
+            return False
+        self._plan.consider(retry)  # planned at once if its minute is open here (else read when it opens)
+        log.info(
+            "callback_retry_scheduled",
+            schedule_id=str(row.schedule_id),
+            attempts=result.attempts,
+            due_at=due.isoformat(),
+            error=result.error,
+        )
+        return True
+
+    async def _bury(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+        """A fire that failed for good: its row FAILED, and a dead letter dated when its last attempt
+        failed (now: in-memory retries may have taken a while since the first went out) that carries
+        every attempt of the fire."""
+        failed_at = self._letter_time(row, self._ctx.clock())
+        await self._outcomes.record(row, Status.FAILED, result, fired_at)
+        letter_row = tried(row, result, fired_at)
+        await durably(
+            self._ctx.log, "dead_letter", lambda: self._dead_letter(letter_row, result, failed_at), self._metrics
+        )
+
+    def _letter_time(self, row: Schedule, failed_at: datetime) -> datetime:
+        """A dead letter's key is (failed_at in ms, schedule id): the events of one batch fire share the
+        schedule id, so an event's letter is moved on by a millisecond past the last one this instance
+        wrote for the same schedule, rather than overwrite it (found by the SDK's tests)."""
+        at = timing.truncate_ms(failed_at)
+        if row.event_id is None:
+            return at
+        last = self._event_letters.get(row.public_id)
+        if last is not None and at <= last:
+            at = last + timedelta(milliseconds=1)
+        if len(self._event_letters) >= 10_000:
+            self._event_letters.clear()
+        self._event_letters[row.public_id] = at
+        return at
+
+    async def _dead_letter(self, row: Schedule, result: DeliveryResult, failed_at: datetime) -> None:
+        # An event's letter carries the event id (<fire id>:<index>), the id its deliveries were sent with.
+        letter = DeadLetter(
+            row.client_id,
+            row.public_id,
+            row.event_id or row.fire_id,
+            failed_at,
+            result.attempts,
+            result.error or "failed",
+            row.callback,
+            row.payload,
+            tries=row.tries,
+        )
+        await self._store.add_dead_letter(letter)
+        self._metrics.dead_letters.labels(callback_type(row.callback)).inc()
+        self._ctx.log.warning(
+            "callback_dead_lettered",
+            schedule_id=str(row.schedule_id),
+            fire_id=letter.fire_id,
+            attempts=result.attempts,
+            error=result.error,
+        )
+
+    # -- before it goes out ---------------------------------------------------------------------------
+
+    async def still_wanted(self, fire: Fire) -> bool:
+        """Before a durable retry's attempt of a one-time schedule: whether the schedule still stands as
+        this row. A cancel, pause or change of a schedule in retry is accepted at any time (the API's
+        mutation guard does not apply to it), so it may land after the plan's last re-read of hot marks;
+        this read is what honours it. The dropped fire is recorded as ``_superseded`` records it. An
+        attempt already on the wire when the change lands may still arrive (at-least-once), and its
+        outcome is then recorded as it ended."""
+        row = fire.row
+        if not rechecked(row):
+            return True
+        current = await self._current(row)
+        if current is not None and current.location == row.location and current.status is Status.SCHEDULED:
+            return True
+        self._ctx.log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+        await self._mark_superseded(row, current, None)
+        return False
+
+    async def chain(self, fire: Fire) -> bool:
+        """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
+        (computed from this one's nominal time, so a late fire never shifts the timeline). False if the
+        client changed or cancelled the schedule since this row was written: then it must not fire."""
+        row, now = fire.row, self._ctx.clock
+        if row.repeat is None or row.attempts != 0:
+            return True
+        following = next_occurrence(row, row.repeat, row.fire_at, now(), self._ctx.client().poller_count)
+        chained = await durably(
+            self._ctx.log, "chain", lambda: self._store.chain_schedule(row, following, now()), self._metrics
+        )
+        if chained.outcome is Chain.CHANGED:
+            self._ctx.log.info(
+                "occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id
+            )
+            await self._superseded(row)
+            return False
+        if chained.following is not None:
+            self._plan.consider(chained.following)
+        return True
+
+    async def expand(self, fire: Fire) -> None:
+        """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the
+        window, each then fired (and retried, and dead-lettered) like any row. The fire itself counts
+        as succeeded once its events are stored."""
+        row = fire.row
+        options = row.options
+        assert options is not None
+        fired_at = self._ctx.clock()
+        events = _events_of(row, options)
+        await durably(self._ctx.log, "events", lambda: self._store.add_events(events, self._ctx.clock()), self._metrics)
+        # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
+        # in a crash), some events went out already and their rows say so.
+        earliest: dict[datetime, datetime] = {}
+        for event in events:
+            minute, due = event.location.minute, event.location.due_at
+            earliest[minute] = min(due, earliest.get(minute, due))
+        for minute, due in sorted(earliest.items()):
+            await self._loader.read(minute, due)
+        self._ctx.log.info("fire_expanded", fire_id=row.fire_id, events=len(events), window_ms=options.window_ms)
+        await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
+
+    # -- a schedule changed under its fire --------------------------------------------------------------
+
+    async def _superseded(self, row: Schedule, result: DeliveryResult | None = None) -> None:
+        """A fire dropped because the client changed the schedule ends with its row MOVED, unless the
+        change already marked it (a cancel keeps the row CANCELLED, a pause PAUSED). A change that half-landed
+        (its pointer swapped, its rows not written) marks nothing, and the row must not stay "scheduled"."""
+        await self._mark_superseded(row, await self._current(row), result)
+
+    async def _current(self, row: Schedule) -> Schedule | None:
+        """The schedule's current row as stored (through its pointer), read durably."""
+        return await durably(
+            self._ctx.log,
+            "read_schedule",
+            lambda: self._store.get_schedule(row.client_id, row.schedule_id),
+            self._metrics,
+        )
+
+    async def _mark_superseded(self, row: Schedule, current: Schedule | None, result: DeliveryResult | None) -> None:
+        if current is not None and current.location == row.location and current.status is not Status.SCHEDULED:
+            return
+        if result is None:
+            result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
+        await self._outcomes.record(row, Status.MOVED, result, self._ctx.clock())
+
+
+def rechecked(row: Schedule) -> bool:
+    """Whether a row is read again before it fires: a durable retry of a one-time schedule (the rows a
+    client's pointer names; a recurring schedule's occurrences and events are kept by the chain's
+    compare-and-set and their parent instead)."""
+    return row.attempts > 0 and row.repeat is None and row.event_id is None
+
+
+def _events_of(row: Schedule, options: Options) -> list[Schedule]:
+    """A batch trigger's fire as its events' rows: one per event, spread over the window."""
+    fire_id = row.fire_id
+    events: list[Schedule] = []
+    for index in range(options.events):
+        offset = timing.event_offset(f"{fire_id}:{index}", index, options.events, options.window_ms)
+        # From the fire's own due time, not the expansion's moment: a fire expanded again after a crash
+        # must put each event on the same row, or an event delivered already goes out twice.
+        due = timing.truncate_ms(timing.due_time(row.fire_at + offset, row.location.due_at))
+        events.append(
+            dataclasses.replace(
+                row,
+                schedule_id=uuid.uuid5(row.schedule_id, f"{fire_id}:{index}"),
+                location=Location(row.location.poller_id, due),
+                options=Options(event=EventOf(row.schedule_id, index, options.events), throttle=options.throttle),
+                version=1,
+                status=Status.SCHEDULED,
+                attempts=0,
+                fired_at=None,
+                last_error=None,
+                tries=(),
+            )
+        )
+    return events
+
+
+# -- recording its outcome ----------------------------------------------------------------------------
+
+
+def tries_of(row: Schedule, result: DeliveryResult, sent_at: datetime) -> tuple[Try, ...]:
+    """The attempts one delivery call made of ``row``'s fire, the first sent at ``sent_at``: the first due
+    at the row's due time, an in-memory retry due when it went out (its backoff ended then); the last
+    ended as the call did, the others were retried. None if the call made no attempt (not sent)."""
+    notes = result.sent or (((result.attempts, 0.0, result.error),) if result.attempts > row.attempts else ())
+    final = "delivered" if result.ok else "retry" if result.retriable else "failed"
+    tries = []
+    for index, (attempt, after_s, error) in enumerate(notes):
+        at = timing.truncate_ms(sent_at + timedelta(seconds=after_s))
+        due = row.location.due_at if index == 0 else at
+        tries.append(Try(attempt, due, at, final if index == len(notes) - 1 else "retry", error))
+    return tuple(tries)
+
+
+def tried(row: Schedule, result: DeliveryResult, sent_at: datetime) -> Schedule:
+    """``row`` with the attempts of this call added to those it carries (bounded)."""
+    return dataclasses.replace(row, tries=add_tries(row.tries, tries_of(row, result, sent_at)))
+
+
+def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> FireOutcome:
+    """What storage records of one fire of ``row``."""
+    options = row.options
+    events, window_ms = options.expansion if options is not None else (0, 0)
+    return FireOutcome(
+        row.client_id,
+        row.schedule_id,
+        row.location,
+        status,
+        result.attempts,
+        fired_at,
+        result.error,
+        nominal_at=row.fire_at if options is not None and options.in_runs else None,
+        seq=row.seq,
+        event=options.event if options is not None else None,
+        events=events,
+        window_ms=window_ms,
+        run_of=options.retry_of if options is not None else None,
+        tries=add_tries(row.tries, tries_of(row, result, fired_at)),
+    )
+
+
+class OutcomeWriter:
+    def __init__(self, store: Store, flush_s: float, log: FilteringBoundLogger) -> None:
+        self._store = store
+        self._flush_s = flush_s
+        self._log = log
+        # Outcomes waiting for the next batch write, each with the future its fire waits on.
+        self._waiting: list[tuple[FireOutcome, asyncio.Future[None]]] = []
+        self._queued = asyncio.Event()
+
+    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
+        """Queue the outcome for the next per-partition batch and wait until it is durable."""
+        outcome = (outcome_of(row, status, result, fired_at), asyncio.get_running_loop().create_future())
+        self._waiting.append(outcome)
+        self._queued.set()
+        await asyncio.shield(outcome[1])
+
+    async def record_many(self, outcomes: Sequence[tuple[Schedule, Status, DeliveryResult, datetime]]) -> None:
+        """``record`` for a group of fires that wait together: queued at once (so one flush writes them
+        all), one future for the group."""
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.extend((outcome_of(*outcome), done) for outcome in outcomes)
+        self._queued.set()
+        await asyncio.shield(done)
+
+    @property
+    def waiting(self) -> int:
+        """Outcomes queued and not written yet."""
+        return len(self._waiting)
+
+    async def run(self) -> None:
+        """Flush ``flush_s`` after the first outcome queued since the last flush (the others queued
+        meanwhile go in the same batches), until cancelled; idle, it does not wake up."""
+        while True:
+            await self._queued.wait()
+            await asyncio.sleep(self._flush_s)
+            self._queued.clear()
+            await self.flush()
+            if self._waiting:  # not written (storage unavailable), or queued during the write
+                self._queued.set()
+
+    async def flush(self) -> None:
+        """Write the waiting outcomes (one batch per partition); on a storage error they wait for the next
+        flush, their fires still in flight, so no minute closes over them."""
+        if not self._waiting:
+            return
+        batch, self._waiting = self._waiting, []
+        try:
+            await self._store.record_outcomes([outcome for outcome, _ in batch])
+        except StoreUnavailable as exc:
+            self._log.warning("outcomes_not_written", rows=len(batch), error=str(exc))
+            self._waiting = batch + self._waiting
+            return
+        for _, done in batch:
+            if not done.done():
+                done.set_result(None)

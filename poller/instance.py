@@ -3,8 +3,8 @@
 - ``plan.FiringPlan``: the rows of the open minutes by due time, what is in flight, when a row may fire;
 - ``loader.MinuteLoader``: reads each minute ``preload_s`` before it, re-reads hot minutes;
 - ``pipeline.FirePipeline``: moves each due row, as a ``fire.Fire``, through its steps (chain, expand,
-  throttle, send, settle), with ``send.Sender`` and ``settle.Settler``;
-- ``outcomes.OutcomeWriter``: writes outcomes in per-partition batches, each fire waiting on its own;
+  throttle, send, settle), with ``fire.Sender`` and ``fire.Settler``;
+- ``fire.OutcomeWriter``: writes outcomes in per-partition batches, each fire waiting on its own;
 - ``checkpoint.Checkpointer``: resumes from the checkpoint, closes minutes, advances it (fenced by the
   claim's epoch).
 
@@ -27,15 +27,12 @@ import structlog
 from tickd.poller.checkpoint import Checkpointer
 from tickd.poller.delivery import CallbackRouter
 from tickd.poller.errors import InstanceCrashed, InstanceDrained, Lease, LeaseLost
-from tickd.poller.fire import FireContext
+from tickd.poller.fire import FireContext, OutcomeWriter, Sender, Settler
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
-from tickd.poller.outcomes import OutcomeWriter
 from tickd.poller.pipeline import FirePipeline
 from tickd.poller.plan import FiringPlan, OpenMinute
-from tickd.poller.send import Sender
 from tickd.poller.settings import PollerSettings
-from tickd.poller.settle import Settler
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate

@@ -7,8 +7,9 @@ through fixed steps, in this order:
 
 A pass's plain Kafka rows (nothing to do before they go out) take the same steps together: ``_fire_group``
 is ``_fire`` for many, the steps they skip being those such rows have none of. The parts, each with one
-job: ``slots.FireLanes`` (fires in flight, the instance's HTTP workers), ``send.Sender`` (throttle token,
-the node's send slots, lease check, delivery), ``settle.Settler`` (what a fire writes, and its end).
+job: ``slots.FireLanes`` (fires in flight, the instance's HTTP workers), and in ``poller.fire``, beside the
+fire itself, ``Sender`` (throttle token, the node's send slots, lease check, delivery) and ``Settler`` (what
+a fire writes, and its end).
 
 Each fire ends in exactly one of three ways, all written by the settler: delivered (its outcome recorded),
 retried later (a retry row stored; or, when the schedule changed meanwhile, its row MOVED, CANCELLED or
@@ -24,10 +25,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from tickd.poller.fire import Fire, FireContext
+from tickd.poller.fire import Fire, FireContext, Sender, Settler, rechecked
 from tickd.poller.plan import FiringPlan
-from tickd.poller.send import Sender
-from tickd.poller.settle import Settler, rechecked
 from tickd.poller.slots import FireLanes, SendSlots
 from tickd.schema import guard
 from tickd.schema.model import HttpCallback, KafkaCallback, Schedule

@@ -411,7 +411,7 @@ def _check_mutable(request: web.Request, schedule: Schedule, at: datetime, *, st
 
     ``stops``: the change stops the schedule (cancel, pause). A schedule whose fire is in retry takes such
     a change at any time, so a failing endpoint can always be stopped: the poller reads the schedule again
-    before each retry's attempt (``poller.settle``), though an attempt already on the wire may arrive."""
+    before each retry's attempt (``poller.fire.Settler``), though an attempt already on the wire may arrive."""
     if schedule.status is Status.CANCELLED:
         raise conflict("the schedule is cancelled", "already_cancelled")
     if schedule.status in (Status.SUCCEEDED, Status.FAILED):

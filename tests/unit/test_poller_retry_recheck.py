@@ -14,11 +14,10 @@ import pytest
 import structlog
 
 from tickd.poller.delivery import DeliveryResult
-from tickd.poller.fire import Fire, FireContext
+from tickd.poller.fire import Fire, FireContext, Settler
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
-from tickd.poller.settle import Settler
 from tickd.schema import timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.memory import memory_store

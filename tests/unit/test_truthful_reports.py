@@ -17,12 +17,10 @@ import structlog
 from msgspec import UnsetType
 
 from tickd.poller.delivery import DeliveryResult
-from tickd.poller.fire import Fire, FireContext
+from tickd.poller.fire import Fire, FireContext, Settler, outcome_of
 from tickd.poller.metrics import Metrics
-from tickd.poller.outcomes import outcome_of
 from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
-from tickd.poller.settle import Settler
 from tickd.poller.stats import TenantStats
 from tickd.schema import redrives, stats, timing
 from tickd.schema.cassandra import CassandraStore
