@@ -11,9 +11,8 @@ from uuid import UUID
 from cassandra.query import UNSET_VALUE
 
 from tickd.schema import aio
-from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
+from tickd.schema.cassandra.bridge import Part, Row, Write, unset_if_none, utc
 from tickd.schema.model import AuditRecord
-from tickd.schema.settings import StoreSettings
 
 # Records written at once by one request (a batch create writes one per schedule it made).
 AUDIT_WRITES_IN_FLIGHT = 8
@@ -58,11 +57,8 @@ def _record(client_id: str, row: Row, schedule_id: UUID | None) -> AuditRecord:
     )
 
 
-class Audit:
+class Audit(Part):
     """``schema.store.AuditStore`` on the adapter's connection."""
-
-    settings: StoreSettings
-    _db: Bridge
 
     async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int) -> None:
         """Each record's rows, one unlogged batch per record (two partitions at most), a few at once."""

@@ -6,14 +6,12 @@ from datetime import datetime
 
 import structlog
 
-from tickd.schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
+from tickd.schema.cassandra.bridge import Part, Row, Values, unset_if_none, utc
 from tickd.schema.model import Client
 
 
-class ClientRows:
+class ClientRows(Part):
     """``schema.store.ClientStore`` on Cassandra."""
-
-    _db: Bridge
 
     async def create_client(self, client: Client) -> bool:
         values = {

@@ -9,9 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from tickd.schema import timing
-from tickd.schema.cassandra.bridge import Bridge, Write, utc
+from tickd.schema.cassandra.bridge import Part, Write, utc
 from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo, SkippedMinute
-from tickd.schema.settings import StoreSettings
 
 
 def hot_mark(instance: InstanceKey, loc: Location, now: datetime, hot_window_s: float) -> list[Write]:
@@ -49,11 +48,8 @@ def new_row_signals(
     return hot_mark(instance, loc, now, hot_window_s) + horizons.raise_to(instance, loc)
 
 
-class Coordination:
+class Coordination(Part):
     """``schema.store.CoordinationStore`` on Cassandra."""
-
-    settings: StoreSettings
-    _db: Bridge
 
     async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
         values = {

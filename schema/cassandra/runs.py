@@ -10,7 +10,7 @@ from uuid import UUID
 from cassandra.query import UNSET_VALUE
 
 from tickd.schema import aio
-from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
+from tickd.schema.cassandra.bridge import Part, Row, Write, unset_if_none, utc
 from tickd.schema.model import FireOutcome, Run, Schedule, Status, decode_tries, encode_tries
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
@@ -77,10 +77,8 @@ def run_writes(outcomes: Sequence[FireOutcome], ttl_s: int) -> list[Write]:
     return writes
 
 
-class Runs:
+class Runs(Part):
     """Reading a schedule's runs."""
-
-    _db: Bridge
 
     async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
         """A recurring schedule's fires, newest first, with nominal time before ``before`` (exclusive)."""

@@ -20,9 +20,7 @@ from cassandra.query import UNSET_VALUE, PreparedStatement
 from tickd.schema import aio, batchlog, changes, listing, moves, timing
 from tickd.schema.cassandra import runs
 from tickd.schema.cassandra.bridge import (
-    WALL_CLOCK,
-    Bridge,
-    Clock,
+    Part,
     Row,
     Statements,
     Values,
@@ -156,15 +154,11 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, obje
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
+class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part):
     """``schema.store.ScheduleStore`` on Cassandra, but for throttle policies and runs."""
 
-    settings: StoreSettings
-    _db: Bridge
     _horizons: Horizons
     _unlogged: batchlog.Fallbacks
-    # The clocks of the connection (the real one unless the store was built on another: schema.memory).
-    _clock: Clock = WALL_CLOCK
 
     def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
         return new_row_signals(self._horizons, instance, loc, now, self.settings.hot_window_s)

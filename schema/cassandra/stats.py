@@ -6,14 +6,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from tickd.schema import aio, stats
-from tickd.schema.cassandra.bridge import Bridge, utc
+from tickd.schema.cassandra.bridge import Part, utc
 from tickd.schema.stats import RETENTION_S, MinuteStats
 
 
-class Stats:
+class Stats(Part):
     """The statistics methods of ``schema.store.ScheduleStore`` on Cassandra."""
-
-    _db: Bridge
 
     async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
         await aio.gather(*(self._db.write("write_stats", _values(row)) for row in rows))
