@@ -31,6 +31,7 @@ from tickd.schema.cassandra.bridge import (
 )
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from tickd.schema.cassandra.dead_letters import dead_letter_of
+from tickd.schema.cassandra.runs import run_write
 from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
 from tickd.schema.model import (
     DeadLetter,
@@ -473,26 +474,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
 
     async def add_runs(self, client_id: str, schedule_id: UUID, runs: Sequence[Run]) -> None:
         """Runs as given, in one single-partition batch (the runs of one schedule share a partition)."""
-        writes: list[Write] = [
-            (
-                "record_run",
-                {
-                    "client_id": client_id,
-                    "schedule_id": schedule_id,
-                    "nominal_at": r.nominal_at,
-                    "seq": r.seq or UNSET_VALUE,
-                    "status": r.status.value,
-                    "attempts": r.attempts,
-                    "fired_at": unset_if_none(r.fired_at),
-                    "last_error": unset_if_none(r.last_error),
-                    "events": UNSET_VALUE,
-                    "window_ms": UNSET_VALUE,
-                    "tries": tries_value(r.tries),
-                    "ttl": self.settings.retention_s,
-                },
-            )
-            for r in runs
-        ]
+        writes = [run_write(client_id, schedule_id, r, 0, self.settings.retention_s) for r in runs]
         if writes:
             await self._db.batch(writes, logged=False)
 
