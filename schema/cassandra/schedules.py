@@ -12,7 +12,7 @@ import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
@@ -30,7 +30,6 @@ from tickd.schema.cassandra.bridge import (
     write_bytes,
 )
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
-from tickd.schema.cassandra.dead_letters import dead_letter_of
 from tickd.schema.cassandra.runs import run_write
 from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
 from tickd.schema.model import (
@@ -477,13 +476,6 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         writes = [run_write(client_id, schedule_id, r, 0, self.settings.retention_s) for r in runs]
         if writes:
             await self._db.batch(writes, logged=False)
-
-    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
-        return [
-            dead_letter_of(client_id, row)
-            async for page in self._db.pages("read_dead_letters", {"client_id": client_id, "day": day})
-            for row in page
-        ]
 
 
 def _minute_range(
