@@ -122,6 +122,21 @@ def status_write(
     return "set_status", values
 
 
+def outcome_write(o: FireOutcome, retention_s: int) -> Write:
+    """What became of a fire, on its row (``record_outcome``)."""
+    loc = o.location
+    values = {
+        **_row_key(o.client_id, o.schedule_id, loc),
+        "ttl": timing.row_ttl_s(loc.due_at, o.fired_at, retention_s),  # expires with the row, see status_write
+        "status": o.status.value,
+        "attempts": o.attempts,
+        "fired_at": o.fired_at,
+        "last_error": unset_if_none(o.last_error),
+        "tries": tries_value(o.tries),
+    }
+    return "record_outcome", values
+
+
 def creation(
     s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons, clock_us: int | None = None
 ) -> list[Write]:
@@ -347,19 +362,11 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
                 await self._db.write(*run)
             return new
         new = await self._move_for_retry(current, retry, now)
-        await self._db.write("record_outcome", self._moved_outcome(current, attempts, last_error, now))
+        moved = FireOutcome(
+            current.client_id, current.schedule_id, current.location, Status.MOVED, attempts, now, last_error
+        )
+        await self._db.write(*outcome_write(moved, self.settings.retention_s))
         return new
-
-    def _moved_outcome(self, current: Schedule, attempts: int, last_error: str, now: datetime) -> Values:
-        return {
-            **_row_key(current.client_id, current.schedule_id, current.location),
-            "ttl": timing.row_ttl_s(current.location.due_at, now, self.settings.retention_s),
-            "status": Status.MOVED.value,
-            "attempts": attempts,
-            "fired_at": now,
-            "last_error": last_error,
-            "tries": UNSET_VALUE,
-        }
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
@@ -433,17 +440,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         ttl = self.settings.retention_s
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
         for o in outcomes:
-            loc = o.location
-            values = {
-                **_row_key(o.client_id, o.schedule_id, loc),
-                "ttl": timing.row_ttl_s(loc.due_at, o.fired_at, ttl),  # expires with the row, see status_write
-                "status": o.status.value,
-                "attempts": o.attempts,
-                "fired_at": o.fired_at,
-                "last_error": unset_if_none(o.last_error),
-                "tries": tries_value(o.tries),
-            }
-            by_partition[(o.client_id, loc.poller_id, loc.minute)].append(("record_outcome", values))
+            by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(outcome_write(o, ttl))
         batches = [self._db.batch(writes, logged=False) for writes in by_partition.values()]
         await aio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, ttl)))
 
