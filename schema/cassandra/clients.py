@@ -28,7 +28,7 @@ class ClientRows(Part):
         return _client(rows[0]) if rows else None
 
     async def list_clients(self) -> list[Client]:
-        found = [_client(row) async for page in self._db.pages("list_clients", {}) for row in page]
+        found = [_client(row) for row in await self._db.rows("list_clients", {})]
         return [client for client in found if client is not None]
 
     async def update_client(self, client: Client) -> None:

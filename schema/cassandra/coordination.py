@@ -75,11 +75,8 @@ class Coordination(Part):
         return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
 
     async def list_claims(self) -> list[Claim]:
-        return [
-            Claim(InstanceKey(r.client_id, r.poller_id), r.owner, r.epoch)
-            async for page in self._db.pages("list_claims", {})
-            for r in page
-        ]
+        rows = await self._db.rows("list_claims", {})
+        return [Claim(InstanceKey(r.client_id, r.poller_id), r.owner, r.epoch) for r in rows]
 
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
         if seen is None:

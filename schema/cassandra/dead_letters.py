@@ -40,10 +40,8 @@ class DeadLetters(Part):
     """The reads and the redrive mark of ``schema.store.ScheduleStore``'s dead letters."""
 
     async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
-        values = {"client_id": client_id, "day": day}
-        return [
-            dead_letter_of(client_id, row) async for page in self._db.pages("list_dead_letters", values) for row in page
-        ]
+        rows = await self._db.rows("list_dead_letters", {"client_id": client_id, "day": day})
+        return [dead_letter_of(client_id, row) for row in rows]
 
     async def page_dead_letters(
         self, client_id: str, day: date, since: datetime, until: datetime, max_rows: int

@@ -20,20 +20,20 @@ class Stats(Part):
         found: list[MinuteStats] = []
         for day in stats.days(since, until):
             values = {"client_id": client_id, "day": day, "since": since, "until": until}
-            async for page in self._db.pages("read_stats", values):
-                found.extend(
-                    MinuteStats(
-                        client_id,
-                        utc(r.minute),
-                        r.writer,
-                        r.delivered,
-                        r.retried,
-                        r.failed,
-                        tuple(r.lateness or ()),
-                        r.lateness_max,
-                    )
-                    for r in page
+            rows = await self._db.rows("read_stats", values)
+            found.extend(
+                MinuteStats(
+                    client_id,
+                    utc(r.minute),
+                    r.writer,
+                    r.delivered,
+                    r.retried,
+                    r.failed,
+                    tuple(r.lateness or ()),
+                    r.lateness_max,
                 )
+                for r in rows
+            )
         return found
 
 
