@@ -197,8 +197,6 @@ class ScheduleStore(Protocol):
 
     async def add_dead_letter(self, letter: DeadLetter) -> None: ...
 
-    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]: ...
-
     async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
         """The client's dead letters of one UTC day (``failed_at``'s), newest first, with their redrive
         marks (``redriven_at``, ``redriven_due_at``)."""

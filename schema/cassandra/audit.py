@@ -11,9 +11,8 @@ from uuid import UUID
 from cassandra.query import UNSET_VALUE
 
 from tickd.schema import aio
-from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc, write_bytes
+from tickd.schema.cassandra.bridge import Part, Row, Write, unset_if_none, utc, write_bytes
 from tickd.schema.model import AuditRecord
-from tickd.schema.settings import StoreSettings
 
 # Rows per unlogged batch (a few hundred bytes each: well under Cassandra's 50 KiB batch_size_fail_threshold),
 # and batches one request writes at once (a batch create writes a record per schedule it made).
@@ -60,11 +59,8 @@ def _record(client_id: str, row: Row, schedule_id: UUID | None) -> AuditRecord:
     )
 
 
-class Audit:
+class Audit(Part):
     """``schema.store.AuditStore`` on the adapter's connection."""
-
-    settings: StoreSettings
-    _db: Bridge
 
     async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int) -> None:
         """The records' rows in unlogged batches of at most ``AUDIT_BATCH_ROWS``, a few at once. A request's

@@ -546,3 +546,12 @@ class Bridge:
                 if is_unavailable(exc):
                     raise unavailable(what, exc) from exc
                 raise
+
+
+class Part:
+    """What each part of ``CassandraStore`` (one per aggregate, mixed in) reads of the store, which sets it."""
+
+    settings: StoreSettings
+    _db: Bridge
+    # The clocks of the connection (the real one unless the store was built on another: schema.memory).
+    _clock: Clock = WALL_CLOCK

@@ -6,14 +6,12 @@ from datetime import datetime
 
 import structlog
 
-from tickd.schema.cassandra.bridge import Bridge, Row, Values, unset_if_none, utc
+from tickd.schema.cassandra.bridge import Part, Row, Values, unset_if_none, utc
 from tickd.schema.model import Client
 
 
-class ClientRows:
+class ClientRows(Part):
     """``schema.store.ClientStore`` on Cassandra."""
-
-    _db: Bridge
 
     async def create_client(self, client: Client) -> bool:
         values = {
@@ -30,7 +28,7 @@ class ClientRows:
         return _client(rows[0]) if rows else None
 
     async def list_clients(self) -> list[Client]:
-        found = [_client(row) async for page in self._db.pages("list_clients", {}) for row in page]
+        found = [_client(row) for row in await self._db.rows("list_clients", {})]
         return [client for client in found if client is not None]
 
     async def update_client(self, client: Client) -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from tickd.schema import timing
-from tickd.schema.cassandra.bridge import Bridge, Write, utc
+from tickd.schema.cassandra.bridge import Part, Write, utc
 from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo, SkippedMinute
-from tickd.schema.settings import StoreSettings
 
 
 def hot_mark(instance: InstanceKey, loc: Location, now: datetime, hot_window_s: float) -> list[Write]:
@@ -49,11 +48,8 @@ def new_row_signals(
     return hot_mark(instance, loc, now, hot_window_s) + horizons.raise_to(instance, loc)
 
 
-class Coordination:
+class Coordination(Part):
     """``schema.store.CoordinationStore`` on Cassandra."""
-
-    settings: StoreSettings
-    _db: Bridge
 
     async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
         values = {
@@ -79,11 +75,8 @@ class Coordination:
         return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
 
     async def list_claims(self) -> list[Claim]:
-        return [
-            Claim(InstanceKey(r.client_id, r.poller_id), r.owner, r.epoch)
-            async for page in self._db.pages("list_claims", {})
-            for r in page
-        ]
+        rows = await self._db.rows("list_claims", {})
+        return [Claim(InstanceKey(r.client_id, r.poller_id), r.owner, r.epoch) for r in rows]
 
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
         if seen is None:

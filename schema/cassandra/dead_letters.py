@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from uuid import UUID
 
-from tickd.schema.cassandra.bridge import Bridge, Row, utc
+from tickd.schema.cassandra.bridge import Part, Row, utc
 from tickd.schema.model import DeadLetter, decode_callback, decode_tries
-from tickd.schema.settings import StoreSettings
 
 
 def _key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, object]:
@@ -37,17 +36,12 @@ def dead_letter_of(client_id: str, row: Row) -> DeadLetter:
     )
 
 
-class DeadLetters:
+class DeadLetters(Part):
     """The reads and the redrive mark of ``schema.store.ScheduleStore``'s dead letters."""
 
-    settings: StoreSettings
-    _db: Bridge
-
     async def list_dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
-        values = {"client_id": client_id, "day": day}
-        return [
-            dead_letter_of(client_id, row) async for page in self._db.pages("list_dead_letters", values) for row in page
-        ]
+        rows = await self._db.rows("list_dead_letters", {"client_id": client_id, "day": day})
+        return [dead_letter_of(client_id, row) for row in rows]
 
     async def page_dead_letters(
         self, client_id: str, day: date, since: datetime, until: datetime, max_rows: int

@@ -3,14 +3,12 @@ with lightweight transactions."""
 
 from __future__ import annotations
 
-from tickd.schema.cassandra.bridge import Bridge, utc
+from tickd.schema.cassandra.bridge import Part, utc
 from tickd.schema.model import BusinessKey
 
 
-class BusinessKeys:
+class BusinessKeys(Part):
     """The business-key methods of ``schema.store.ScheduleStore`` on Cassandra."""
-
-    _db: Bridge
 
     async def get_business_key(self, client_id: str, key: str) -> BusinessKey | None:
         rows = await self._db.rows("get_business_key", {"client_id": client_id, "key": key})

@@ -10,49 +10,42 @@ from uuid import UUID
 from cassandra.query import UNSET_VALUE
 
 from tickd.schema import aio
-from tickd.schema.cassandra.bridge import Bridge, Row, Write, unset_if_none, utc
+from tickd.schema.cassandra.bridge import Part, Row, Write, unset_if_none, utc
 from tickd.schema.model import FireOutcome, Run, Schedule, Status, decode_tries, encode_tries
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
 
-def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: str | None, ttl_s: int) -> Write:
-    """The run of the fire ``s`` (its nominal time is ``s.fire_at``) as it stands now."""
-    events, window_ms = s.options.expansion if s.options is not None else (0, 0)
+def run_write(client_id: str, schedule_id: UUID, run: Run, window_ms: int, ttl_s: int) -> Write:
+    """A run's row (``record_run``): what is none, zero or empty is left unset (a write keeps what the row had)."""
     values = {
-        "client_id": s.client_id,
-        "schedule_id": s.public_id,
-        "nominal_at": s.fire_at,
-        "seq": s.seq or UNSET_VALUE,
-        "status": status.value,
-        "attempts": s.attempts,
-        "fired_at": fired_at if fired_at is not None else UNSET_VALUE,
-        "last_error": unset_if_none(error),
-        "events": events or UNSET_VALUE,
+        "client_id": client_id,
+        "schedule_id": schedule_id,
+        "nominal_at": run.nominal_at,
+        "seq": run.seq or UNSET_VALUE,
+        "status": run.status.value,
+        "attempts": run.attempts,
+        "fired_at": unset_if_none(run.fired_at),
+        "last_error": unset_if_none(run.last_error),
+        "events": run.events or UNSET_VALUE,
         "window_ms": window_ms or UNSET_VALUE,
-        "tries": encode_tries(s.tries) if s.tries else UNSET_VALUE,
+        "tries": encode_tries(run.tries) if run.tries else UNSET_VALUE,
         "ttl": ttl_s,
     }
     return "record_run", values
+
+
+def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: str | None, ttl_s: int) -> Write:
+    """The run of the fire ``s`` (its nominal time is ``s.fire_at``) as it stands now."""
+    events, window_ms = s.options.expansion if s.options is not None else (0, 0)
+    run = Run(s.fire_at, status, s.attempts, fired_at, error, s.seq, events, tries=s.tries)
+    return run_write(s.client_id, s.public_id, run, window_ms, ttl_s)
 
 
 def outcome_run(o: FireOutcome, nominal_at: datetime, ttl_s: int) -> Write:
     """The run a fire's outcome ends in."""
-    values = {
-        "client_id": o.client_id,
-        "schedule_id": o.run_id,
-        "nominal_at": nominal_at,
-        "seq": o.seq or UNSET_VALUE,
-        "status": o.status.value,
-        "attempts": o.attempts,
-        "fired_at": o.fired_at,
-        "last_error": unset_if_none(o.last_error),
-        "events": o.events or UNSET_VALUE,
-        "window_ms": o.window_ms or UNSET_VALUE,
-        "tries": encode_tries(o.tries) if o.tries else UNSET_VALUE,
-        "ttl": ttl_s,
-    }
-    return "record_run", values
+    run = Run(nominal_at, o.status, o.attempts, o.fired_at, o.last_error, o.seq, o.events, tries=o.tries)
+    return run_write(o.client_id, o.run_id, run, o.window_ms, ttl_s)
 
 
 def run_writes(outcomes: Sequence[FireOutcome], ttl_s: int) -> list[Write]:
@@ -77,10 +70,8 @@ def run_writes(outcomes: Sequence[FireOutcome], ttl_s: int) -> list[Write]:
     return writes
 
 
-class Runs:
+class Runs(Part):
     """Reading a schedule's runs."""
-
-    _db: Bridge
 
     async def list_runs(self, client_id: str, schedule_id: UUID, before: datetime | None, limit: int) -> list[Run]:
         """A recurring schedule's fires, newest first, with nominal time before ``before`` (exclusive)."""

@@ -12,7 +12,7 @@ import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
@@ -20,9 +20,7 @@ from cassandra.query import UNSET_VALUE, PreparedStatement
 from tickd.schema import aio, batchlog, changes, listing, moves, timing
 from tickd.schema.cassandra import runs
 from tickd.schema.cassandra.bridge import (
-    WALL_CLOCK,
-    Bridge,
-    Clock,
+    Part,
     Row,
     Statements,
     Values,
@@ -32,7 +30,7 @@ from tickd.schema.cassandra.bridge import (
     write_bytes,
 )
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
-from tickd.schema.cassandra.dead_letters import dead_letter_of
+from tickd.schema.cassandra.runs import run_write
 from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
 from tickd.schema.model import (
     DeadLetter,
@@ -138,6 +136,21 @@ def status_write(
     return "set_status", values
 
 
+def outcome_write(o: FireOutcome, retention_s: int) -> Write:
+    """What became of a fire, on its row (``record_outcome``)."""
+    loc = o.location
+    values = {
+        **_row_key(o.client_id, o.schedule_id, loc),
+        "ttl": timing.row_ttl_s(loc.due_at, o.fired_at, retention_s),  # expires with the row, see status_write
+        "status": o.status.value,
+        "attempts": o.attempts,
+        "fired_at": o.fired_at,
+        "last_error": unset_if_none(o.last_error),
+        "tries": tries_value(o.tries),
+    }
+    return "record_outcome", values
+
+
 def creation(
     s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons, clock_us: int | None = None
 ) -> list[Write]:
@@ -170,15 +183,11 @@ def _row_key(client_id: str, schedule_id: UUID, loc: Location) -> dict[str, obje
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
+class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part):
     """``schema.store.ScheduleStore`` on Cassandra, but for throttle policies and runs."""
 
-    settings: StoreSettings
-    _db: Bridge
     _horizons: Horizons
     _unlogged: batchlog.Fallbacks
-    # The clocks of the connection (the real one unless the store was built on another: schema.memory).
-    _clock: Clock = WALL_CLOCK
 
     def _signals(self, instance: InstanceKey, loc: Location, now: datetime) -> list[Write]:
         return new_row_signals(self._horizons, instance, loc, now, self.settings.hot_window_s)
@@ -369,19 +378,11 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
                 await self._db.write(*run)
             return new
         new = await self._move_for_retry(current, retry, now)
-        await self._db.write("record_outcome", self._moved_outcome(current, attempts, last_error, now))
+        moved = FireOutcome(
+            current.client_id, current.schedule_id, current.location, Status.MOVED, attempts, now, last_error
+        )
+        await self._db.write(*outcome_write(moved, self.settings.retention_s))
         return new
-
-    def _moved_outcome(self, current: Schedule, attempts: int, last_error: str, now: datetime) -> Values:
-        return {
-            **_row_key(current.client_id, current.schedule_id, current.location),
-            "ttl": timing.row_ttl_s(current.location.due_at, now, self.settings.retention_s),
-            "status": Status.MOVED.value,
-            "attempts": attempts,
-            "fired_at": now,
-            "last_error": last_error,
-            "tries": UNSET_VALUE,
-        }
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
@@ -455,17 +456,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
         ttl = self.settings.retention_s
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
         for o in outcomes:
-            loc = o.location
-            values = {
-                **_row_key(o.client_id, o.schedule_id, loc),
-                "ttl": timing.row_ttl_s(loc.due_at, o.fired_at, ttl),  # expires with the row, see status_write
-                "status": o.status.value,
-                "attempts": o.attempts,
-                "fired_at": o.fired_at,
-                "last_error": unset_if_none(o.last_error),
-                "tries": tries_value(o.tries),
-            }
-            by_partition[(o.client_id, loc.poller_id, loc.minute)].append(("record_outcome", values))
+            by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(outcome_write(o, ttl))
         batches = [self._db.batch(writes, logged=False) for writes in by_partition.values()]
         await aio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, ttl)))
 
@@ -495,35 +486,9 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing):
 
     async def add_runs(self, client_id: str, schedule_id: UUID, runs: Sequence[Run]) -> None:
         """Runs as given, in one single-partition batch (the runs of one schedule share a partition)."""
-        writes: list[Write] = [
-            (
-                "record_run",
-                {
-                    "client_id": client_id,
-                    "schedule_id": schedule_id,
-                    "nominal_at": r.nominal_at,
-                    "seq": r.seq or UNSET_VALUE,
-                    "status": r.status.value,
-                    "attempts": r.attempts,
-                    "fired_at": unset_if_none(r.fired_at),
-                    "last_error": unset_if_none(r.last_error),
-                    "events": UNSET_VALUE,
-                    "window_ms": UNSET_VALUE,
-                    "tries": tries_value(r.tries),
-                    "ttl": self.settings.retention_s,
-                },
-            )
-            for r in runs
-        ]
+        writes = [run_write(client_id, schedule_id, r, 0, self.settings.retention_s) for r in runs]
         if writes:
             await self._db.batch(writes, logged=False)
-
-    async def dead_letters(self, client_id: str, day: date) -> list[DeadLetter]:
-        return [
-            dead_letter_of(client_id, row)
-            async for page in self._db.pages("read_dead_letters", {"client_id": client_id, "day": day})
-            for row in page
-        ]
 
 
 def _minute_range(

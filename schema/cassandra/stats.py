@@ -6,14 +6,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from tickd.schema import aio, stats
-from tickd.schema.cassandra.bridge import Bridge, utc
+from tickd.schema.cassandra.bridge import Part, utc
 from tickd.schema.stats import RETENTION_S, MinuteStats
 
 
-class Stats:
+class Stats(Part):
     """The statistics methods of ``schema.store.ScheduleStore`` on Cassandra."""
-
-    _db: Bridge
 
     async def write_stats(self, rows: Sequence[MinuteStats]) -> None:
         await aio.gather(*(self._db.write("write_stats", _values(row)) for row in rows))
@@ -22,20 +20,20 @@ class Stats:
         found: list[MinuteStats] = []
         for day in stats.days(since, until):
             values = {"client_id": client_id, "day": day, "since": since, "until": until}
-            async for page in self._db.pages("read_stats", values):
-                found.extend(
-                    MinuteStats(
-                        client_id,
-                        utc(r.minute),
-                        r.writer,
-                        r.delivered,
-                        r.retried,
-                        r.failed,
-                        tuple(r.lateness or ()),
-                        r.lateness_max,
-                    )
-                    for r in page
+            rows = await self._db.rows("read_stats", values)
+            found.extend(
+                MinuteStats(
+                    client_id,
+                    utc(r.minute),
+                    r.writer,
+                    r.delivered,
+                    r.retried,
+                    r.failed,
+                    tuple(r.lateness or ()),
+                    r.lateness_max,
                 )
+                for r in rows
+            )
         return found
 
 

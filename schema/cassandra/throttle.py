@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from tickd.schema.cassandra.bridge import Bridge, Row, utc
+from tickd.schema.cassandra.bridge import Part, Row, utc
 from tickd.schema.model import ThrottlePolicy, Token
 
 
-class Throttle:
+class Throttle(Part):
     """The throttle part of ``schema.store.ScheduleStore`` on Cassandra."""
-
-    _db: Bridge
 
     async def put_policy(self, policy: ThrottlePolicy) -> None:
         values = {

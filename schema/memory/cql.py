@@ -533,7 +533,7 @@ def compile_statement(name: str, cql: str) -> tuple[Plan, tuple[str, ...]]:
 
 
 def compile_for(schema: Schema, name: str, cql: str) -> tuple[Plan, tuple[str, ...]]:
-    cursor = _MarkerCursor(cql, f"queries.cql statement {name}")
+    cursor = Cursor(cql, f"queries.cql statement {name}")
     if cursor.accept("select"):
         plan: Plan = _select(cursor, schema)
     elif cursor.accept("insert", "into"):
@@ -545,23 +545,7 @@ def compile_for(schema: Schema, name: str, cql: str) -> tuple[Plan, tuple[str, .
     else:
         cursor.refuse(f"the statement {cursor.peek()} (only SELECT, INSERT, UPDATE and DELETE)")
     cursor.end()
-    return plan, tuple(dict.fromkeys(cursor.markers))
-
-
-class _MarkerCursor(Cursor):
-    """A cursor that also lists the bind markers it passes, in order."""
-
-    def __init__(self, text: str, where: str) -> None:
-        super().__init__(text, where)
-        self.markers: list[str] = []
-
-    def next(self) -> Any:
-        token = super().next()
-        if token.kind == "marker":
-            self.markers.append(token.text)
-        elif token.text == "?":
-            self.refuse("positional ? markers (bind by :name)")
-        return token
+    return plan, cursor.markers()
 
 
 def _table(cursor: Cursor, schema: Schema) -> TableDef:

@@ -34,7 +34,8 @@ _TOKEN = re.compile(
     | (?P<marker>:[A-Za-z_]\w*)
     | (?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
     | (?P<name>[A-Za-z_]\w*)
-    | (?P<op><=|>=|!=|[=<>(),;.*{}:\[\]+?-])
+    | (?P<op><=|>=|!=|[=<>(),;.*{}:\[\]+-])
+    | (?P<positional>\?)
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -52,6 +53,8 @@ def tokenize(text: str) -> list[Token]:
         raw = match.group()
         if kind == "space":
             continue
+        if kind == "positional":
+            raise UnsupportedCql("positional ? markers (bind by :name)")
         if kind == "string":
             tokens.append(Token("string", raw[1:-1].replace("''", "'")))
         elif kind == "quoted":
@@ -84,6 +87,10 @@ class Cursor:
         return self._at >= len(self._tokens) or (
             self._tokens[self._at].text == ";" and self._at + 1 == len(self._tokens)
         )
+
+    def markers(self) -> tuple[str, ...]:
+        """The names of the bind markers, each once, in order of first use."""
+        return tuple(dict.fromkeys(token.text for token in self._tokens if token.kind == "marker"))
 
     def next(self) -> Token:
         token = self.peek()

@@ -21,25 +21,6 @@ from tickd.schema.memory.cql_lexer import Cursor
 
 Convert = Callable[[Any], Any]
 
-_SCALARS = {
-    "text": str,
-    "varchar": str,
-    "ascii": str,
-    "int": int,
-    "bigint": int,
-    "smallint": int,
-    "tinyint": int,
-    "varint": int,
-    "boolean": bool,
-    "double": float,
-    "float": float,
-    "uuid": UUID,
-    "timeuuid": UUID,
-    "blob": bytes,
-    "timestamp": datetime,
-    "date": date,
-}
-
 
 @dataclass(frozen=True, slots=True)
 class CqlType:
@@ -83,23 +64,7 @@ def parse_type(cursor: Cursor) -> CqlType:
 
 
 def _binder(t: CqlType) -> Convert:
-    if t.name == "timestamp":
-        return _bind_timestamp
-    if t.name == "date":
-        return _bind_date
-    if t.name in ("set", "list", "tuple"):
-        return _bind_collection(t)
-    python = _SCALARS[t.name]
-    if python is float:
-        return _bind_float
-    if python is bytes:
-        return _bind_blob
-    if t.name in _INT_BITS:
-        return _bind_int(t.name, _INT_BITS[t.name])
-    return _checked(python, t.name)
-
-
-_INT_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+    return _bind_collection(t) if t.name in ("set", "list", "tuple") else _SCALARS[t.name]
 
 
 def _bind_int(name: str, bits: int) -> Convert:
@@ -149,6 +114,27 @@ def _bind_blob(value: Any) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     raise TypeError(f"Received an argument of invalid type for a blob column: {type(value).__name__}")
+
+
+# Each scalar type by name, with its binder (a type not named here is refused: ``parse_type``).
+_SCALARS: dict[str, Convert] = {
+    "text": _checked(str, "text"),
+    "varchar": _checked(str, "varchar"),
+    "ascii": _checked(str, "ascii"),
+    "int": _bind_int("int", 32),
+    "bigint": _bind_int("bigint", 64),
+    "smallint": _bind_int("smallint", 16),
+    "tinyint": _bind_int("tinyint", 8),
+    "varint": _checked(int, "varint"),
+    "boolean": _checked(bool, "boolean"),
+    "double": _bind_float,
+    "float": _bind_float,
+    "uuid": _checked(UUID, "uuid"),
+    "timeuuid": _checked(UUID, "timeuuid"),
+    "blob": _bind_blob,
+    "timestamp": _bind_timestamp,
+    "date": _bind_date,
+}
 
 
 def _bind_collection(t: CqlType) -> Convert:

@@ -201,14 +201,6 @@ class Tables:
         values = row.values(self.now_s()) if row is not None else None
         return None if values is None else _with_key(table, partition, clustering, values)
 
-    def written_us(self, table: Table, key: Mapping[str, Any]) -> int | None:
-        """The highest write timestamp among the cells (and marker) stored at a full primary key, live
-        or not (None: nothing stored there)."""
-        partition, clustering = table.split(key)
-        row = self._data.get(table.name, {}).get(partition, {}).get(clustering)
-        cells = [] if row is None else [*row.cells.values(), *([row.marker] if row.marker is not None else [])]
-        return max((cell.ts for cell in cells), default=None)
-
     def partition(self, table: Table, key: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], Values]]:
         """The live rows of one partition in clustering order, each with its sort key."""
         partition = tuple(norm(key[c]) for c in table.partition)

@@ -573,8 +573,8 @@ async def test_dead_letters_round_trip(env: Env, store: Store, client_id: str) -
     ]
     for letter in letters:
         await store.add_dead_letter(letter)
-    assert await store.dead_letters(client_id, now.date()) == letters[::-1]  # newest first
-    assert await store.dead_letters(client_id, now.date() - timedelta(days=1)) == []
+    assert await store.list_dead_letters(client_id, now.date()) == letters[::-1]  # newest first
+    assert await store.list_dead_letters(client_id, now.date() - timedelta(days=1)) == []
 
 
 async def test_clients_create_once_update_list(env: Env, store: Store, client_id: str) -> None:

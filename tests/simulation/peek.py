@@ -27,5 +27,10 @@ def tokens(tables: Tables, client_id: str, policy: str) -> list[Token]:
 
 
 def written_us(tables: Tables, table_name: str, key: dict[str, Any]) -> int | None:
-    """The highest write timestamp among the cells of the row at ``key`` (None: nothing stored)."""
-    return tables.written_us(table(table_name), key)
+    """The highest write timestamp among the cells (and marker) stored at the row's full primary key,
+    live or not (None: nothing stored there)."""
+    t = table(table_name)
+    partition, clustering = t.split(key)
+    row = tables._data.get(t.name, {}).get(partition, {}).get(clustering)
+    cells = [] if row is None else [*row.cells.values(), *([row.marker] if row.marker is not None else [])]
+    return max((cell.ts for cell in cells), default=None)

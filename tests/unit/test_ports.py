@@ -200,7 +200,7 @@ async def test_a_schedule_accepted_before_its_port_was_denied_ends_as_a_dead_let
     task = asyncio.create_task(node.run(stop))
     try:
         async with asyncio.timeout(20):
-            while not (letters := await store.dead_letters("ports", datetime.now(UTC).date())):
+            while not (letters := await store.list_dead_letters("ports", datetime.now(UTC).date())):
                 await asyncio.sleep(0.05)
     finally:
         stop.set()

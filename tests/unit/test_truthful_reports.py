@@ -162,7 +162,7 @@ async def test_a_dead_letter_is_dated_when_its_last_attempt_failed_and_keeps_eve
     )
     failed_at = sent + timedelta(seconds=7)
     await node.fire(row, sent, result, failed_at)
-    (letter,) = await node.store.dead_letters("c1", failed_at.date())
+    (letter,) = await node.store.list_dead_letters("c1", failed_at.date())
     assert letter.failed_at == failed_at  # not the first attempt's time
     view = dead_letter_view(letter)
     assert isinstance(view.tries, list)
@@ -179,7 +179,7 @@ async def test_a_redriven_fire_is_late_from_its_redriven_due_time(node: Node) ->
     row = await node.create()
     sent = row.location.due_at
     await node.fire(row, sent, DeliveryResult.failed(1, "HTTP 410", retriable=False), sent)
-    (letter,) = await node.store.dead_letters("c1", sent.date())
+    (letter,) = await node.store.list_dead_letters("c1", sent.date())
     node.clock.now = row.fire_at + timedelta(seconds=103)
     await redrives.redrive(node.store, letter, node.clock.now, node.clock.now, late_s=5.0)
     redriven = await node.current(row)
