@@ -57,6 +57,7 @@ from tickd.poller.durable import durably
 from tickd.poller.errors import STOPS, Lease, LeaseLost
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
+from tickd.poller.notify import FailureNotices
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import SendSlots
@@ -303,6 +304,7 @@ class Settler:
         self._outcomes = outcomes
         self._loader = loader
         self._metrics = ctx.metrics
+        self._failures = FailureNotices(store, ctx.metrics, ctx.log)
         self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
 
     # -- ending a fire --------------------------------------------------------------------------------
@@ -417,6 +419,7 @@ class Settler:
         await durably(
             self._ctx.log, "dead_letter", lambda: self._dead_letter(letter_row, result, failed_at), self._metrics
         )
+        await self._failures.dead_lettered(self._ctx.client(), row, result, failed_at)
 
     def _letter_time(self, row: Schedule, failed_at: datetime) -> datetime:
         """A dead letter's key is (failed_at in ms, schedule id): the events of one batch fire share the

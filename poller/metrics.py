@@ -92,6 +92,12 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
+        self.notices = Counter(
+            "tickd_notices_total",
+            "Notices written to clients' feeds (and sent where a client set a target), by kind",
+            ["kind"],
+            registry=self.registry,
+        )
         self.throttle_wait = Histogram(
             "tickd_throttle_wait_seconds",
             "How long a throttled event waited for its policy's token",

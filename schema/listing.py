@@ -35,8 +35,8 @@ def list_order(schedule: Schedule) -> tuple[datetime, UUID]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListFilter:
-    """Which rows a listing shows: due in [start, end), not superseded, not an event, of the status and
-    with the tag asked for, past the cursor."""
+    """Which rows a listing shows: due in [start, end), not superseded, not an event, retry or notification,
+    of the status and with the tag asked for, past the cursor."""
 
     start: datetime
     end: datetime
@@ -48,8 +48,9 @@ class ListFilter:
         due = s.location.due_at
         if s.status is Status.MOVED or not self.start <= due < self.end:
             return False
-        if s.options is not None and (s.options.event is not None or s.options.retry_of is not None):
-            return False
+        options = s.options
+        if options is not None and (options.event is not None or options.retry_of is not None or options.notice):
+            return False  # the rows of a fire (its events and retries) and notifications on their way
         if self.status is not None and s.status is not self.status:
             return False
         if self.tag is not None and (s.options is None or self.tag not in s.options.tags):

@@ -142,6 +142,11 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     traceparent: str | None = None
     # The client's labels (key, value), sorted by key: shown, listed by, carried to every fire's row.
     tags: tuple[tuple[str, str], ...] = ()
+    # A recurring schedule is paused after this many fires in a row ended dead-lettered (0: never; None:
+    # the client's default, ``ClientSettings.pause_after_failures``).
+    pause_after_failures: int | None = None
+    # The row delivers one of the client's notifications (``schema.notices``): it never notifies itself.
+    notice: bool = False
 
     @property
     def batch(self) -> bool:
@@ -209,6 +214,26 @@ def decode_tries(raw: str | bytes | None) -> tuple[Try, ...]:
     return _tries_decoder.decode(raw) if raw else ()
 
 
+class ClientSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a client sets for itself (``PATCH /v1/settings``), stored as JSON in its row: its recurring
+    schedules' default for pausing after failed fires (0: never), and where its notifications go (none:
+    kept in the feed only)."""
+
+    pause_after_failures: int = 0
+    notify: Callback | None = None
+
+
+_settings_decoder: msgspec.json.Decoder[ClientSettings] = msgspec.json.Decoder(ClientSettings)
+
+
+def encode_client_settings(settings: ClientSettings) -> str:
+    return _encoder.encode(settings).decode()
+
+
+def decode_client_settings(raw: str | None) -> ClientSettings:
+    return _settings_decoder.decode(raw) if raw else ClientSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class Client:
     client_id: str
@@ -228,6 +253,7 @@ class Client:
     signing_secret: str = field(default="", repr=False)
     signing_secret_previous: str = field(default="", repr=False)
     signing_previous_until: datetime | None = None
+    settings: ClientSettings = field(default_factory=ClientSettings)
 
     def __post_init__(self) -> None:
         if self.poller_span < self.poller_count:

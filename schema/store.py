@@ -18,6 +18,7 @@ from tickd.schema.model import (
     Checkpoint,
     Claim,
     Client,
+    ClientSettings,
     DeadLetter,
     FireOutcome,
     HotMark,
@@ -48,6 +49,9 @@ class ClientStore(Protocol):
 
     async def update_client(self, client: Client) -> None:
         """Overwrite a client's mutable fields with those of ``client`` (not its ack or signing secrets)."""
+
+    async def set_client_settings(self, client_id: str, settings: ClientSettings) -> None:
+        """Replace the client's own settings (``update_client`` leaves them as they are)."""
 
     async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
         """The client's ack secret; a client without one gets ``candidate`` unless another writer's
@@ -268,6 +272,14 @@ class AuditStore(Protocol):
         self, client_id: str, schedule_id: UUID, before: tuple[datetime, str] | None, max_rows: int
     ) -> list[AuditRecord]:
         """A schedule's records, newest first, strictly before ``before``, at most ``max_rows``."""
+
+    async def record_notice(self, notice: AuditRecord) -> None:
+        """Write a notice to its client's feed (by day), kept ``TICKD_RETENTION_S`` as runs are."""
+
+    async def page_notices(
+        self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int
+    ) -> list[AuditRecord]:
+        """A client-day's notices, as ``page_client_audit`` pages records."""
 
 
 class Store(ClientStore, ScheduleStore, CoordinationStore, AuditStore, Protocol):

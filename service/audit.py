@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from time import time_ns
 from typing import Any
 
 import msgspec
 import structlog
 from aiohttp import web
 
-from tickd.schema import timing
+from tickd.schema import notices, timing
 from tickd.schema.addresses import redacted
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import AuditRecord, Client, Schedule
@@ -95,18 +93,6 @@ def body_fields(raw: bytes | None) -> dict[str, Any]:
         return {}
 
 
-_last_ns = 0
-
-
-def _next_id() -> str:
-    """32 hex digits that grow with time in this process (nanoseconds, then 16 random digits), so records of
-    one millisecond list in the order they were made (newest first). Across replicas, ties within a
-    millisecond fall in any order."""
-    global _last_ns
-    _last_ns = max(time_ns(), _last_ns + 1)
-    return f"{_last_ns:016x}{secrets.token_hex(8)}"
-
-
 def record(
     request: web.Request,
     client_id: str,
@@ -122,7 +108,7 @@ def record(
     return AuditRecord(
         client_id=client_id,
         at=at,
-        audit_id=_next_id(),
+        audit_id=notices.record_id(),
         actor=actor(by),
         action=action,
         target=target,
@@ -157,16 +143,20 @@ def parse_cursor(text: str) -> Position:
         raise Invalid("cursor is not one this API handed out", field="cursor") from None
 
 
+DayPage = Callable[[str, date, "Position | None", int], Awaitable[list[AuditRecord]]]
+
+
 async def client_page(
-    store: Store, client_id: str, start: datetime, end: datetime, after: tuple[datetime, str] | None, limit: int
+    read: DayPage, client_id: str, start: datetime, end: datetime, after: tuple[datetime, str] | None, limit: int
 ) -> tuple[list[AuditRecord], str | None]:
     """Up to ``limit`` of the client's records in [start, end), newest first, past ``after``; and the
-    next page's cursor. Reads the range's days from the newest down (31 partitions at most)."""
+    next page's cursor. Reads the range's days from the newest down (31 partitions at most) with ``read``
+    (``Store.page_client_audit``, or ``Store.page_notices`` for the client's notifications)."""
     top = after if after is not None else (end - _MS, "~")  # "~" sorts after every hex id
     found: list[AuditRecord] = []
     day = top[0].date()
     while day >= start.date():
-        page = await store.page_client_audit(client_id, day, _at_most(top, day), limit + 1 - len(found))
+        page = await read(client_id, day, _at_most(top, day), limit + 1 - len(found))
         found += [r for r in page if r.at >= start]
         if len(found) > limit:
             return found[:limit], cursor_of(found[limit - 1])
@@ -223,6 +213,20 @@ async def changed(
 ) -> None:
     """Record a confirmed change of a policy, a client or a dead letter."""
     await write(request, [record(request, client_id, by, action, target, at=now(), fields=body_fields(raw))])
+
+
+async def notify(request: web.Request, client: Client, kind: str, schedule: Schedule) -> None:
+    """A notice of a change a request made (``schema.notices``, e.g. a resume), for the client's feed and
+    target; a failure is logged, never the change's answer."""
+    fields = {"version": schedule.version, "actor": actor(client)}
+    at = now()
+    record = notices.notice(
+        client.client_id, kind, str(schedule.schedule_id), at, fields, schedule.schedule_id, request.get(REQUEST_ID, "")
+    )
+    try:
+        await notices.notify(request.app[keys.STORE], client, record)
+    except StoreUnavailable as exc:
+        log.warning("notice_write_failed", kind=kind, schedule_id=str(schedule.schedule_id), error=str(exc))
 
 
 def now() -> datetime:

@@ -210,17 +210,29 @@ def options_of(
     return Options(repeat=repeat, jitter_ms=jitter, events=events, window_ms=window_ms, throttle=throttle)
 
 
-def with_tags(options: Options | None, tags: dict[str, str] | None) -> Options | None:
-    """``options`` carrying ``tags`` (sorted by key); None when nothing is left to say."""
+def with_extras(options: Options | None, tags: dict[str, str] | None, pause_after: int | None) -> Options | None:
+    """``options`` carrying ``tags`` (sorted by key) and ``pause_after_failures``, what a schedule says beyond
+    its timing (changing them moves no fire); None when nothing is left to say."""
     pairs = tuple(sorted((tags or {}).items()))
-    if options is None:
-        return Options(tags=pairs) if pairs else None
-    tagged = msgspec.structs.replace(options, tags=pairs)
-    return None if tagged == Options() else tagged
+    extended = msgspec.structs.replace(options or Options(), tags=pairs, pause_after_failures=pause_after)
+    return None if extended == Options() else extended
 
 
 def tags_of(options: Options | None) -> dict[str, str]:
     return dict(options.tags) if options is not None else {}
+
+
+def pause_after(given: int | UnsetType | None, current: Options | None, repeat: Repeat | None) -> int | None:
+    """A create's or patch's ``pause_after_failures``: given (null: the client's default), else the current
+    one; refused for a one-time schedule (it has one fire)."""
+    if isinstance(given, UnsetType):
+        return current.pause_after_failures if current is not None and repeat is not None else None
+    if given is not None and repeat is None:
+        raise Invalid(
+            "pause_after_failures applies to recurring schedules only (give cron or every)",
+            field="pause_after_failures",
+        )
+    return given
 
 
 def batch_shape(

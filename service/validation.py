@@ -82,6 +82,8 @@ MAX_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z
 MAX_FIRES = 1_000_000_000
 MAX_PREVIEW = 100
 MAX_RELEASE_TIMEOUT_S = 86400
+# Fires in a row that pause a recurring schedule (0: never).
+MAX_PAUSE_AFTER_FAILURES = 1000
 # Hop-by-hop headers, and those the poller sets itself.
 FORBIDDEN_HEADERS = frozenset(
     {
@@ -125,6 +127,7 @@ Cron = Annotated[str, Meta(min_length=1, max_length=256, pattern=CRON_PATTERN)]
 Zone = Annotated[str, Meta(pattern=ZONE_PATTERN)]
 Timeout = Annotated[float, Meta(ge=MIN_TIMEOUT_S, le=MAX_TIMEOUT_S)]
 Count = Annotated[int, Meta(ge=1)]
+PauseAfter = Annotated[int, Meta(ge=0, le=MAX_PAUSE_AFTER_FAILURES)]
 MAX_TAGS = 16
 TAG_KEY_PATTERN = worded(
     r"^[a-z0-9][a-z0-9_.-]{0,62}(?!\n)$", "1-63 characters of a-z, 0-9, _ . -, not starting with _ . -"
@@ -195,6 +198,8 @@ class ScheduleCreate(RepeatFields, forbid_unknown_fields=True, kw_only=True):
     window: Duration | UnsetType = UNSET
     throttle: Name | UnsetType = UNSET
     tags: Tags | UnsetType = UNSET
+    # Recurring only: pause after this many fires in a row dead-lettered (0: never; absent: the client's default).
+    pause_after_failures: PauseAfter | UnsetType = UNSET
 
 
 class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
@@ -208,6 +213,15 @@ class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
     throttle: Name | UnsetType | None = UNSET
     # The schedule's tags, all replaced; {} or null removes them.
     tags: Tags | UnsetType | None = UNSET
+    # null: back to the client's default.
+    pause_after_failures: PauseAfter | UnsetType | None = UNSET
+
+
+class SettingsPatch(Struct, forbid_unknown_fields=True):
+    """The client's own settings: each given field replaces its value; ``notify: null`` removes the target."""
+
+    pause_after_failures: PauseAfter | UnsetType = UNSET
+    notify: Target | UnsetType | None = UNSET
 
 
 class PolicyPut(Struct, forbid_unknown_fields=True):

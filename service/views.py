@@ -13,6 +13,7 @@ from tickd.schema.model import (
     AuditRecord,
     Callback,
     Client,
+    ClientSettings,
     DeadLetter,
     Repeat,
     Run,
@@ -105,6 +106,10 @@ class ScheduleView(Struct, omit_defaults=True):
     window_s: float | UnsetType = UNSET
     throttle: str | UnsetType = UNSET
     tags: dict[str, str] | UnsetType = UNSET
+    # Recurring: paused after this many fires in a row dead-lettered (0: never); absent: the client's default.
+    pause_after_failures: int | UnsetType = UNSET
+    # A notification of the client's (schema.notices) on its way to the client's notify target.
+    notice: bool | UnsetType = UNSET
     # A trigger (POST /v1/schedules/{id}/trigger): the schedule it is an extra fire of.
     trigger_of: UUID | UnsetType = UNSET
 
@@ -203,6 +208,39 @@ def audit_view(r: AuditRecord) -> AuditView:
         schedule_id=r.schedule_id if r.schedule_id is not None else UNSET,
         version=r.version if r.version is not None else UNSET,
     )
+
+
+class NoticeView(Struct):
+    """One notice of the client's feed (``schema.notices``): its kind (schedule.auto_paused,
+    fire.dead_lettered, schedule.resumed), what it is about and its details."""
+
+    notice_id: str
+    at: datetime
+    kind: str
+    target: str
+    detail: Raw
+    schedule_id: UUID | UnsetType = UNSET
+
+
+class NoticeList(Struct):
+    notices: list[NoticeView]
+    next_cursor: str | None
+
+
+def notice_view(r: AuditRecord) -> NoticeView:
+    schedule_id = r.schedule_id if r.schedule_id is not None else UNSET
+    return NoticeView(r.audit_id, r.at, r.action, r.target, Raw(r.changes.encode()), schedule_id)
+
+
+class SettingsView(Struct):
+    """The client's own settings (``PATCH /v1/settings``)."""
+
+    pause_after_failures: int
+    notify: Callback | None
+
+
+def settings_view(settings: ClientSettings) -> SettingsView:
+    return SettingsView(settings.pause_after_failures, settings.notify)
 
 
 class OccurrenceView(Struct):
@@ -370,6 +408,10 @@ def _completed(run: Run) -> bool | None:
     return False if datetime.now(UTC) > end + _WINDOW_GRACE else None
 
 
+def _or_unset(value: int | None) -> int | UnsetType:
+    return UNSET if value is None else value
+
+
 def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
     """``payload`` False: a listing's item, read without its payload (``Store.list_minute``)."""
     options = s.options
@@ -393,6 +435,8 @@ def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
         window_s=options.window_ms / 1000 if options and options.window_ms else UNSET,
         throttle=options.throttle if options and options.throttle else UNSET,
         tags=dict(options.tags) if options and options.tags else UNSET,
+        pause_after_failures=_or_unset(options.pause_after_failures if options else None),
+        notice=True if options and options.notice else UNSET,
         trigger_of=options.retry_of if options and options.retry_of and not options.repeat else UNSET,
     )
 

@@ -1,5 +1,6 @@
 """The audit trail: each record written to its tenant's day and, for a schedule, to the schedule's own trail;
-read newest first, a page at a time (the cursor is the last record's (at, audit_id))."""
+read newest first, a page at a time (the cursor is the last record's (at, audit_id)). A client's
+notifications (``schema.notices``) are records of the same shape in a feed of their own, by day."""
 
 from __future__ import annotations
 
@@ -81,12 +82,27 @@ class Audit(Part):
 
         await aio.gather_limited([functools.partial(write, g) for g in groups if g], AUDIT_WRITES_IN_FLIGHT)
 
+    async def record_notice(self, notice: AuditRecord) -> None:
+        """One notice in its client's feed (the client-day row an audit record has, in ``notices``)."""
+        _, values = _writes(notice, self.settings.retention_s)[0]
+        await self._db.write("insert_notice", values)
+
     async def page_client_audit(
         self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int
     ) -> list[AuditRecord]:
+        return await self._page_day("page_client_audit", client_id, day, before, max_rows)
+
+    async def page_notices(
+        self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int
+    ) -> list[AuditRecord]:
+        return await self._page_day("page_notices", client_id, day, before, max_rows)
+
+    async def _page_day(
+        self, statement: str, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int
+    ) -> list[AuditRecord]:
         at, audit_id = before or _TOP
         values = {"client_id": client_id, "day": day, "at": at, "audit_id": audit_id, "max_rows": max_rows}
-        return [_record(client_id, row, None) for row in await self._db.rows("page_client_audit", values)]
+        return [_record(client_id, row, None) for row in await self._db.rows(statement, values)]
 
     async def page_schedule_audit(
         self, client_id: str, schedule_id: UUID, before: tuple[datetime, str] | None, max_rows: int

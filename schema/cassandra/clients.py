@@ -7,7 +7,7 @@ from datetime import datetime
 import structlog
 
 from tickd.schema.cassandra.bridge import Part, Row, Values, unset_if_none, utc
-from tickd.schema.model import Client
+from tickd.schema.model import Client, ClientSettings, decode_client_settings, encode_client_settings
 
 
 class ClientRows(Part):
@@ -33,6 +33,10 @@ class ClientRows(Part):
 
     async def update_client(self, client: Client) -> None:
         await self._db.write("update_client", _fields(client))
+
+    async def set_client_settings(self, client_id: str, settings: ClientSettings) -> None:
+        values = {"client_id": client_id, "settings": encode_client_settings(settings)}
+        await self._db.write("set_client_settings", values)
 
     async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
         return await self._ensure_secret(client_id, "ack_secret", candidate)
@@ -91,4 +95,5 @@ def _client(row: Row) -> Client | None:
         signing_secret=row.signing_secret or "",
         signing_secret_previous=row.signing_secret_previous or "",
         signing_previous_until=utc(row.signing_previous_until) if row.signing_previous_until else None,
+        settings=decode_client_settings(row.settings),
     )

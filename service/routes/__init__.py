@@ -4,10 +4,22 @@
 from __future__ import annotations
 
 from tickd.service.declare import Operation
-from tickd.service.routes import admin, audit, clients, dead_letters, keyed, ops, schedules, stats, throttle, ui
+from tickd.service.routes import (
+    admin,
+    audit,
+    clients,
+    dead_letters,
+    keyed,
+    notices,
+    ops,
+    schedules,
+    stats,
+    throttle,
+    ui,
+)
 
 # The order of the API reference (and of bench-isolation's rows): the client API, then operations.
-_MODULES = (clients, schedules, keyed, stats, dead_letters, throttle, audit, admin, ui, ops)
+_MODULES = (clients, schedules, keyed, stats, dead_letters, throttle, audit, notices, admin, ui, ops)
 
 
 def operations() -> tuple[Operation, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from msgspec import UnsetType
 
+from tickd.schema.model import AuditRecord
 from tickd.service import audit, dead_letters, keys, params
 from tickd.service.declare import Routes
 from tickd.service.errors import json_response
@@ -31,13 +32,19 @@ def _after(cursor: str | UnsetType) -> audit.Position | None:
 )
 async def client_audit(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
+    found, cursor = await client_page(request, request.app[keys.STORE].page_client_audit, client.client_id)
+    return json_response(AuditList([audit_view(r) for r in found], cursor))
+
+
+async def client_page(
+    request: web.Request, read: audit.DayPage, client_id: str
+) -> tuple[list[AuditRecord], str | None]:
+    """The page of the client's records (or notices: ``read``) the query string asks for."""
     query = params.query(params.AuditQuery, request)
     start = None if isinstance(query.start, UnsetType) else parse_time(query.start, "from")
     end = None if isinstance(query.end, UnsetType) else parse_time(query.end, "to")
     start, end = dead_letters.time_range(start, end, now())  # the same range rules as dead letters
-    store = request.app[keys.STORE]
-    found, cursor = await audit.client_page(store, client.client_id, start, end, _after(query.cursor), query.limit)
-    return json_response(AuditList([audit_view(r) for r in found], cursor))
+    return await audit.client_page(read, client_id, start, end, _after(query.cursor), query.limit)
 
 
 @routes.get(

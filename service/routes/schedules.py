@@ -21,8 +21,8 @@ import structlog
 from aiohttp import web
 from msgspec import UNSET, UnsetType
 
+from tickd.schema import notices, timing, tracing, triggers
 from tickd.schema import recurrence as rec
-from tickd.schema import timing, tracing, triggers
 from tickd.schema.errors import Conflict, NotFound, TickdError
 from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
 from tickd.service import audit, budgets, idempotency, keys, params, pauses, preconditions, recurring
@@ -73,18 +73,19 @@ routes = Routes(
 _REPLAYED = {200: "Replayed (Idempotency-Key)"}
 
 
-async def _callback(request: web.Request, client: Client, target: Target) -> Callback:
+async def checked_callback(request: web.Request, client: Client, target: Target, field: str = "callback") -> Callback:
+    """A callback (or a client's notify target, ``field``) as stored, once its destination is allowed."""
     if isinstance(target, HttpTarget):
-        checked, host = check_http_shape(target, "callback.", request.app[keys.SETTINGS])
-        await request.app[keys.TARGETS].check(host, "callback.url", client.client_id)
+        checked, host = check_http_shape(target, f"{field}.", request.app[keys.SETTINGS])
+        await request.app[keys.TARGETS].check(host, f"{field}.url", client.client_id)
         return checked
     if not request.app[keys.SETTINGS].kafka_enabled:
         raise Invalid(
             "this tickd has no Kafka: Kafka callbacks are off (tickd-dev without --kafka)",
-            field="callback.type",
+            field=f"{field}.type",
             code="kafka_disabled",
         )
-    return check_kafka(target, client.kafka_topics, "callback.")
+    return check_kafka(target, client.kafka_topics, f"{field}.")
 
 
 async def _build(
@@ -112,10 +113,11 @@ async def _build(
     events, window_ms = recurring.batch_shape(body.events, body.window, None, settings)
     throttle = await _throttle(request, client, body.throttle, None)
     options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms, throttle)
-    options = recurring.with_tags(options, None if isinstance(body.tags, UnsetType) else body.tags)
+    pause_after = recurring.pause_after(body.pause_after_failures, None, repeat)
+    options = recurring.with_extras(options, None if isinstance(body.tags, UnsetType) else body.tags, pause_after)
     payload = payload_bytes(body.payload, settings)
     budgets.check(options, len(payload), settings)
-    callback = await _callback(request, client, body.callback)
+    callback = await checked_callback(request, client, body.callback)
     return _placed(client, schedule_id or uuid.uuid4(), fire_at, payload, callback, at, _traced(options))
 
 
@@ -483,7 +485,7 @@ async def _changes(request: web.Request, client: Client, patch: SchedulePatch) -
     if patch.payload is not UNSET:
         changes["payload"] = payload_bytes(patch.payload, settings)
     if not isinstance(patch.callback, UnsetType):
-        changes["callback"] = await _callback(request, client, patch.callback)
+        changes["callback"] = await checked_callback(request, client, patch.callback)
     return changes
 
 
@@ -524,9 +526,10 @@ def _updated(
 ) -> Schedule:
     fire_at, options, seq = timed
     budgets.check(options, len(changes.get("payload", current.payload)), settings)
-    untagged = recurring.with_tags(options, None), recurring.with_tags(current.options, None)
-    if (fire_at, untagged[0], seq) == (current.fire_at, untagged[1], current.seq):
-        return dataclasses.replace(current, options=options, **changes)  # a new payload, callback or tags only
+    timing_only = recurring.with_extras(options, None, None), recurring.with_extras(current.options, None, None)
+    if (fire_at, timing_only[0], seq) == (current.fire_at, timing_only[1], current.seq):
+        # a new payload, callback, tags or pause_after_failures only
+        return dataclasses.replace(current, options=options, **changes)
     poller_id = current.location.poller_id
     if poller_id >= client.poller_count:  # leave a draining poller when the schedule moves anyway
         poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
@@ -554,6 +557,7 @@ _PATCHABLE = (
     "window",
     "throttle",
     "tags",
+    "pause_after_failures",
     *REPEAT_FIELDS,
 )
 
@@ -583,7 +587,9 @@ async def patch_schedule(request: web.Request) -> web.Response:
         at = now()
         fire_at, options, seq = _timing(request, current, patch, at)
         tags = recurring.tags_of(current.options) if isinstance(patch.tags, UnsetType) else patch.tags
-        timed = (fire_at, recurring.with_tags(options, tags), seq)
+        repeat = options.repeat if options is not None else None
+        pause_after = recurring.pause_after(patch.pause_after_failures, current.options, repeat)
+        timed = (fire_at, recurring.with_extras(options, tags, pause_after), seq)
         updated = _updated(settings, client, current, changes, timed, at)
         left_s = _check_mutable(request, current, at)
         replace = request.app[keys.STORE].replace_schedule(current, updated, at)
@@ -674,6 +680,7 @@ async def resume_schedule(request: web.Request) -> web.Response:
         write = store.resume_schedule(current, plan.resumed, at)
         resumed = await _confirmed(request, at, [plan.resumed.location.due_at], None, write)
         await audit.schedules_changed(request, client, "schedule.resume", [(resumed, None)])
+        await audit.notify(request, client, notices.RESUMED, resumed)
         return resumed
 
     resumed = await _retrying_races(request, resume)

@@ -25,7 +25,18 @@ from tickd.poller.stats import TenantStats
 from tickd.schema import redrives, stats, timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.memory import memory_store
-from tickd.schema.model import MAX_TRIES, HttpCallback, Location, Options, Repeat, Schedule, Status, Try, add_tries
+from tickd.schema.model import (
+    MAX_TRIES,
+    Client,
+    HttpCallback,
+    Location,
+    Options,
+    Repeat,
+    Schedule,
+    Status,
+    Try,
+    add_tries,
+)
 from tickd.service import recurring
 from tickd.service.views import dead_letter_view, run_view
 
@@ -62,8 +73,9 @@ class Node:
         self.clock = Clock()
         self.store = memory_store(self.clock)
         self.stats = TenantStats(self.store, "n0", self.clock, structlog.get_logger())
+        client = Client("c1", 1, True, "", START, START)
         self.ctx = FireContext(
-            client=lambda: None,  # type: ignore[arg-type,return-value]
+            client=lambda: client,
             settings=PollerSettings(node_id="n0", metrics_port=0),
             metrics=Metrics(),
             clock=self.clock,

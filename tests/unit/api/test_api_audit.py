@@ -152,7 +152,7 @@ async def test_creates_go_unrecorded_when_so_configured(api_settings: Any, store
 
 
 def test_ids_grow_with_time_so_one_milliseconds_records_list_in_order() -> None:
-    from tickd.service import audit
+    from tickd.schema import notices
 
-    ids = [audit._next_id() for _ in range(1000)]  # far more than one millisecond holds apart
+    ids = [notices.record_id() for _ in range(1000)]  # far more than one millisecond holds apart
     assert ids == sorted(ids) and len(set(ids)) == 1000 and all(len(i) == 32 for i in ids)
