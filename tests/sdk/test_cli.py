@@ -356,3 +356,22 @@ def test_tags_on_create_update_and_list(tickd: Run, dev: Dev) -> None:
     after = _json(tickd("schedules", "list", *window, "--tag", f"team={team}", "-o", "json")[1])
     assert after == [], after
     assert tickd("schedules", "create", *hook, "--tag", "no-equals-sign")[0] == cli.USAGE
+
+
+def test_settings_and_notifications_commands(tickd: Run, dev: Dev) -> None:
+    code, out, _ = tickd("settings", "-o", "json")
+    assert code == 0 and _json(out)["pause_after_failures"] == 0
+    code, out, _ = tickd("settings", "--pause-after-failures", "4", "--notify-url", f"{dev.url}/healthz", "-o", "json")
+    assert code == 0 and _json(out)["pause_after_failures"] == 4 and _json(out)["notify"]["url"].endswith("/healthz")
+    code, out, _ = tickd("settings", "--no-notify", "-o", "json")
+    assert code == 0 and _json(out) == {"pause_after_failures": 4, "notify": None}
+    assert tickd("settings", "--notify-url", "http://x/", "--no-notify")[0] == cli.USAGE
+    assert tickd("settings", "--pause-after-failures", "-3")[0] == cli.INVALID
+    rule = ["--callback-url", f"{dev.url}/healthz", "--every", "1h", "--pause-after-failures", "3", "-o", "json"]
+    code, out, _ = tickd("schedules", "create", *rule)
+    assert code == 0 and _json(out)["pause_after_failures"] == 3
+    schedule_id = _json(out)["schedule_id"]
+    assert tickd("schedules", "pause", schedule_id)[0] == 0 and tickd("schedules", "resume", schedule_id)[0] == 0
+    code, out, _ = tickd("notifications", "-o", "json")
+    assert code == 0 and [n["kind"] for n in _json(out) if n.get("schedule_id") == schedule_id] == ["schedule.resumed"]
+    assert tickd("notifications", "--from", "not-a-time")[0] == cli.INVALID

@@ -371,3 +371,33 @@ def test_audit_trail_of_the_client_and_of_a_schedule(tenant: Tickd, dev: Dev) ->
     assert records[0].actor.startswith("key:") and all(r.schedule_id == made.schedule_id for r in records)
     mine = [r.audit_id for r in tenant.audit() if r.schedule_id == made.schedule_id]
     assert mine == [r.audit_id for r in records]
+
+
+def test_a_schedule_failing_twice_in_a_row_is_auto_paused_and_the_feed_says_so(tenant: Tickd, dev: Dev) -> None:
+    """End to end on tickd-dev: every second, a callback refused for good, pause_after_failures=2."""
+    assert tenant.get_settings().pause_after_failures == 0
+    created = tenant.create_schedule(every="1s", callback=dev.refusing(), pause_after_failures=2)
+    assert created.pause_after_failures == 2
+    _wait_for_status(tenant, created.schedule_id, "paused")
+    runs = [r.status for r in tenant.runs(created.schedule_id)]
+    assert runs[:2] == ["failed", "failed"], runs
+    kinds = [n.kind for n in tenant.notices() if n.schedule_id == created.schedule_id]
+    assert kinds.count("schedule.auto_paused") == 1, kinds  # a fire already out may still end after it
+    assert kinds.count("fire.dead_lettered") >= 2, kinds
+    paused = next(n for n in tenant.notices() if n.kind == "schedule.auto_paused")
+    assert paused.target == created.schedule_id and paused.detail["failed_in_a_row"] == 2
+    tenant.resume_schedule(created.schedule_id)
+    resumed = [n for n in tenant.notices() if n.kind == "schedule.resumed"]
+    assert [n.schedule_id for n in resumed] == [created.schedule_id]
+
+
+def test_settings_are_read_and_changed_field_by_field(tenant: Tickd, dev: Dev) -> None:
+    changed = tenant.patch_settings(pause_after_failures=5)
+    assert changed.pause_after_failures == 5 and changed.notify is None
+    hook = tenant.patch_settings(notify={"type": "http", "url": f"{dev.url}/healthz", "method": "GET"})
+    assert hook.pause_after_failures == 5 and hook.notify is not None and hook.notify["url"].endswith("/healthz")
+    assert tenant.get_settings() == hook
+    assert tenant.patch_settings(notify=None).notify is None
+    with pytest.raises(Invalid) as bad:
+        tenant.patch_settings(pause_after_failures=-1)
+    assert bad.value.field == "pause_after_failures"

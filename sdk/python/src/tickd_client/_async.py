@@ -19,8 +19,10 @@ from tickd_client.models import (
     AuditRecord,
     BatchItem,
     Client,
+    ClientSettings,
     Cluster,
     DeadLetter,
+    Notice,
     Occurrence,
     Page,
     Policy,
@@ -171,6 +173,23 @@ class AsyncTickd:
     ) -> AsyncIterator[AuditRecord]:
         """The client's audit trail (every change by its key or the admin), newest first, page after page."""
         return self._pages(calls.audit(start, end, page_size=page_size))
+
+    def notices(
+        self, start: calls.Time | None = None, end: calls.Time | None = None, *, page_size: int = 100
+    ) -> AsyncIterator[Notice]:
+        """Your notifications (auto-pauses, dead letters, resumes), newest first, page after page."""
+        return self._pages(calls.notices(start, end, page_size=page_size))
+
+    async def get_settings(self) -> ClientSettings:
+        """Your own settings: ``pause_after_failures`` (your recurring schedules' default) and ``notify``."""
+        return await self.send(calls.get_settings())
+
+    async def patch_settings(
+        self, *, pause_after_failures: int | None = None, notify: Any = calls._UNCHANGED
+    ) -> ClientSettings:
+        """Change your settings: ``pause_after_failures`` (0: never), ``notify`` (a callback dict, e.g.
+        ``{"type": "http", "url": ...}``; None removes it). Only what is given changes."""
+        return await self.send(calls.patch_settings(pause_after_failures=pause_after_failures, notify=notify))
 
     def schedule_audit(self, schedule_id: str, *, page_size: int = 100) -> AsyncIterator[AuditRecord]:
         """One schedule's changes, newest first (also after it ended)."""

@@ -16,10 +16,12 @@ from tickd_client.models import (
     AuditRecord,
     BatchItem,
     Client,
+    ClientSettings,
     Cluster,
     DeadLetter,
     HttpCallback,
     KafkaCallback,
+    Notice,
     Occurrence,
     Page,
     Policy,
@@ -64,6 +66,7 @@ class ScheduleFields(RuleFields, total=False):
     window: str
     throttle: str
     tags: Mapping[str, str]
+    pause_after_failures: int
 
 
 class ScheduleChanges(RuleFields, total=False):
@@ -78,6 +81,7 @@ class ScheduleChanges(RuleFields, total=False):
     window: str
     throttle: str | None
     tags: Mapping[str, str] | None
+    pause_after_failures: int | None
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,33 @@ def audit(start: Time | None = None, end: Time | None = None, *, page_size: int 
     if end is not None:
         params["to"] = time_value(end)
     return Call("GET", _path("audit"), _paged(AuditRecord, "records"), params=params)
+
+
+def notices(start: Time | None = None, end: Time | None = None, *, page_size: int = 100) -> Call[Page[Notice]]:
+    """Your notifications in [start, end) (default: the last 7 days), newest first."""
+    params: dict[str, str | int] = {"limit": page_size}
+    if start is not None:
+        params["from"] = time_value(start)
+    if end is not None:
+        params["to"] = time_value(end)
+    return Call("GET", _path("notifications"), _paged(Notice, "notices"), params=params)
+
+
+def get_settings() -> Call[ClientSettings]:
+    return Call("GET", _path("settings"), _one(ClientSettings))
+
+
+_UNCHANGED: Any = object()
+
+
+def patch_settings(*, pause_after_failures: int | None = None, notify: Any = _UNCHANGED) -> Call[ClientSettings]:
+    """Change your settings; only what is given changes (``notify=None`` removes the target)."""
+    body: dict[str, Any] = {}
+    if pause_after_failures is not None:
+        body["pause_after_failures"] = pause_after_failures
+    if notify is not _UNCHANGED:
+        body["notify"] = notify
+    return Call("PATCH", _path("settings"), _one(ClientSettings), body=body)
 
 
 def schedule_audit(schedule_id: str, *, page_size: int = 100) -> Call[Page[AuditRecord]]:

@@ -110,7 +110,8 @@ def _callback(args: argparse.Namespace) -> CallbackSpec | None:
 
 
 def _schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
-    fields = _given(args, (*_RULE, "fire_at", "delay_s", "jitter", "events", "window", "throttle"))
+    named = (*_RULE, "fire_at", "delay_s", "jitter", "events", "window", "throttle", "pause_after_failures")
+    fields = _given(args, named)
     if args.payload is not None:
         fields["payload"] = _json_arg(args.payload, "--payload")
     callback = _callback(args)
@@ -210,6 +211,28 @@ def _audit(client: Tickd, args: argparse.Namespace) -> Any:
     else:
         records = client.audit(_optional_time(args.start), _optional_time(args.end), page_size=args.page_size)
     return list(itertools.islice(records, args.limit))
+
+
+def _notices(client: Tickd, args: argparse.Namespace) -> Any:
+    found = client.notices(_optional_time(args.start), _optional_time(args.end), page_size=args.page_size)
+    return list(itertools.islice(found, args.limit))
+
+
+def _settings(client: Tickd, args: argparse.Namespace) -> Any:
+    """Shown as they are, or changed: only the options given change."""
+    change: dict[str, Any] = {}
+    if args.pause_after_failures is not None:
+        change["pause_after_failures"] = args.pause_after_failures
+    given = [args.notify_url is not None, args.notify_topic is not None, args.no_notify]
+    if sum(given) > 1:
+        raise UsageError("give one of --notify-url, --notify-topic and --no-notify")
+    if args.notify_url is not None:
+        change["notify"] = {"type": "http", "url": args.notify_url}
+    elif args.notify_topic is not None:
+        change["notify"] = {"type": "kafka", "topic": args.notify_topic}
+    elif args.no_notify:
+        change["notify"] = None
+    return client.patch_settings(**change) if change else client.get_settings()
 
 
 def _optional_time(text: str | None) -> Time | None:
@@ -402,6 +425,13 @@ def _schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka-topic", help="Kafka callback topic (granted to the client)")
     parser.add_argument("--callback", help='the callback as JSON: {"type": "http", "url": ...}')
     parser.add_argument("--tag", action="append", default=[], help="key=value (repeatable; on update: all replaced)")
+    parser.add_argument(
+        "--pause-after-failures",
+        dest="pause_after_failures",
+        type=int,
+        metavar="N",
+        help="recurring: pause after N fires in a row dead-lettered (0: never; default: your settings')",
+    )
 
 
 def _clients(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -566,6 +596,16 @@ def build_parser() -> argparse.ArgumentParser:
     trail.add_argument("--to", dest="end", help="default: now")
     trail.add_argument("--page-size", type=int, default=100)
     trail.add_argument("--limit", type=int, default=None, help="stop after this many")
+    feed = _leaf(commands, "notifications", _notices, "auto-pauses, dead letters and resumes, newest first", common)
+    feed.add_argument("--from", dest="start", help="default: 7 days before --to")
+    feed.add_argument("--to", dest="end", help="default: now")
+    feed.add_argument("--page-size", type=int, default=100)
+    feed.add_argument("--limit", type=int, default=None, help="stop after this many")
+    own = _leaf(commands, "settings", _settings, "show your settings, or change the ones given", common)
+    own.add_argument("--pause-after-failures", type=int, metavar="N", help="your recurring schedules' default")
+    own.add_argument("--notify-url", metavar="URL", help="deliver your notifications to this HTTP endpoint")
+    own.add_argument("--notify-topic", metavar="TOPIC", help="... or to this Kafka topic (granted to you)")
+    own.add_argument("--no-notify", action="store_true", help="keep notifications in the feed only")
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
     completion = commands.add_parser("completion", help="print a shell completion script")

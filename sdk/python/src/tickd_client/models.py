@@ -98,6 +98,9 @@ class Schedule:
     window_s: float | None = None
     throttle: str | None = None
     tags: dict[str, str] | None = None
+    # Recurring: paused after this many fires in a row dead-lettered (0: never); None: the client's default.
+    pause_after_failures: int | None = None
+    notice: bool | None = None  # a notification of yours on its way to your notify target
     trigger_of: str | None = None  # a trigger (``trigger_schedule``): the schedule it is an extra fire of
 
 
@@ -134,6 +137,28 @@ class Run:
     events_delivered: int | None = None
     last_event_at: datetime | None = None
     completed_in_window: bool | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notification (``GET /v1/notifications``): ``kind`` is ``schedule.auto_paused``,
+    ``fire.dead_lettered`` or ``schedule.resumed``; ``target`` the schedule or fire it is about."""
+
+    notice_id: str
+    at: datetime
+    kind: str
+    target: str
+    detail: dict[str, Any]
+    schedule_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Your own settings: the default of ``pause_after_failures`` for your recurring schedules (0: never),
+    and the target your notifications are delivered to (None: the feed only)."""
+
+    pause_after_failures: int
+    notify: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
