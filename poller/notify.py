@@ -10,6 +10,7 @@ and an auto-pause lost to a crash before it was written is made by the next fail
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from structlog.typing import FilteringBoundLogger
@@ -74,6 +75,9 @@ class FailureNotices:
         )
         detail = {"failed_in_a_row": threshold, "fire_id": row.fire_id, "version": paused.version}
         record = notices.notice(row.client_id, notices.AUTO_PAUSED, str(schedule_id), at, detail, schedule_id)
+        # A change of the schedule's too: in its audit trail, by tickd, with the version it left.
+        change = dataclasses.replace(record, action="schedule.auto_pause", version=paused.version)
+        await durably(self._log, "audit", lambda: self._store.record_audit([change]), self._metrics)
         await self._notify(client, record)
 
     async def _notify(self, client: Client, record: AuditRecord) -> None:

@@ -125,6 +125,8 @@ class StoreSettings:
     speculative_s: float = 0.5
     page_size: int = 5000
     retention_s: int = 7 * 24 * 3600
+    # How long audit records are kept (schema.cassandra.audit): the API's and tickd's own (an auto-pause).
+    audit_retention_s: int = 30 * 86400
     cluster_name: str = "default"
     # A write due sooner than this may land in a minute a poller has already loaded, so it leaves a
     # hot mark. Must exceed the pollers' look-ahead plus clock skew; API and pollers must agree.
@@ -171,6 +173,9 @@ class StoreSettings:
             speculative_s=env_float(env, "TICKD_CASSANDRA_SPECULATIVE_S", cls.speculative_s, low=0, high=60),
             page_size=env_int(env, "TICKD_PAGE_SIZE", cls.page_size, low=10, high=100_000),
             retention_s=env_int(env, "TICKD_RETENTION_S", cls.retention_s, low=60, high=10 * 365 * 86400),
+            audit_retention_s=env_int(
+                env, "TICKD_AUDIT_RETENTION_S", cls.audit_retention_s, low=3600, high=10 * 365 * 86400
+            ),
             cluster_name=env_str(env, "TICKD_CLUSTER_NAME", cls.cluster_name),
             hot_window_s=hot_window_s(env),
             hot_write_deadline_s=hot_write_deadline_s(env),

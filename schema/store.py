@@ -260,8 +260,9 @@ class CoordinationStore(Protocol):
 
 
 class AuditStore(Protocol):
-    async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int) -> None:
-        """Write each record to its tenant's trail (and its schedule's, if it has one), kept ``ttl_s``."""
+    async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int | None = None) -> None:
+        """Write each record to its tenant's trail (and its schedule's, if it has one), kept ``ttl_s`` (by
+        default ``TICKD_AUDIT_RETENTION_S``)."""
 
     async def page_client_audit(
         self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int

@@ -124,7 +124,7 @@ async def write(request: web.Request, records: Sequence[AuditRecord]) -> None:
     if not records:
         return
     try:
-        await request.app[keys.STORE].record_audit(records, request.app[keys.SETTINGS].audit_retention_s)
+        await request.app[keys.STORE].record_audit(records)
     except StoreUnavailable as exc:
         log.warning("audit_write_failed", records=len(records), action=records[0].action, error=str(exc))
 

@@ -131,9 +131,8 @@ class ApiSettings:
     store_budget_s: float = 10.0
     # After a signing-secret rotation, how long deliveries stay signed with the previous secret too.
     signing_overlap_s: int = 86400
-    # How long audit records (service.audit) are kept, and whether creates are recorded too (each record
-    # is one more store write: a create's costs a write as much as the create's own).
-    audit_retention_s: int = 30 * 86400
+    # Whether creates are recorded in the audit trail too (each record is one more store write: a create's
+    # costs a write as much as the create's own). How long records are kept is the store's setting.
     audit_creates: bool = True
     # Kafka topics no client may be granted besides Kafka's own ``__*`` (schema.grants): the ack topic,
     # TICKD_KAFKA_ACK_TOPIC, and TICKD_KAFKA_RESERVED_TOPICS (set both as on the pollers).
@@ -224,9 +223,6 @@ class ApiSettings:
             keepalive_s=env_float(env, "TICKD_KEEPALIVE_S", cls.keepalive_s, low=1, high=3600),
             idempotency_wait_s=env_float(env, "TICKD_IDEMPOTENCY_WAIT_S", cls.idempotency_wait_s, low=0, high=30),
             signing_overlap_s=env_int(env, "TICKD_SIGNING_OVERLAP_S", cls.signing_overlap_s, low=0, high=30 * 86400),
-            audit_retention_s=env_int(
-                env, "TICKD_AUDIT_RETENTION_S", cls.audit_retention_s, low=3600, high=10 * 365 * 86400
-            ),
             audit_creates=env_bool(env, "TICKD_AUDIT_CREATES", cls.audit_creates),
             idempotency_takeover_s=takeover_s,
             store_budget_s=store_budget_s,

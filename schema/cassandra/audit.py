@@ -63,13 +63,14 @@ def _record(client_id: str, row: Row, schedule_id: UUID | None) -> AuditRecord:
 class Audit(Part):
     """``schema.store.AuditStore`` on the adapter's connection."""
 
-    async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int) -> None:
+    async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int | None = None) -> None:
         """The records' rows in unlogged batches of at most ``AUDIT_BATCH_ROWS``, a few at once. A request's
         records share their tenant's partition (client, day), so its tenant rows go together, and its
         schedules' rows (a partition each) apart: a 1,000-item batch create writes 50 batches, not 1,000
         (CI at 8dd3d8d: one write per record outlasted the request's store budget). A batch also stays under
         ``TICKD_BATCH_MAX_BYTES``."""
-        rows = [write for record in records for write in _writes(record, ttl_s)]
+        ttl = ttl_s if ttl_s is not None else self.settings.audit_retention_s
+        rows = [write for record in records for write in _writes(record, ttl)]
         groups: list[list[Write]] = [[]]
         for row in sorted(rows, key=lambda write: write[0]):  # the tenant's rows, then the schedules'
             group = groups[-1]

@@ -298,6 +298,7 @@ function details(s) {
     ["Callback", h("span", { class: "wrap" }, callbackText(s.callback))],
     s.throttle ? ["Throttle", s.throttle] : null,
     s.events ? ["Events per fire", String(s.events)] : null,
+    s.pause_after_failures !== undefined ? ["Pause after failures", s.pause_after_failures ? `${s.pause_after_failures} in a row` : "never"] : null,
     ["Payload", h("pre", { class: "payload" }, JSON.stringify(s.payload, null, 2))],
   ].filter(Boolean);
   return h("dl", { class: "details" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
@@ -310,6 +311,7 @@ const CHANGE_WORDS = {
   "schedule.update": "Changed",
   "schedule.pause": "Paused",
   "schedule.resume": "Resumed",
+  "schedule.auto_pause": "Auto-paused after failed fires",
   "schedule.resume_ended": "Resumed (its rule had nothing left: ended)",
   "schedule.cancel": "Cancelled",
   "schedule.trigger": "Triggered",

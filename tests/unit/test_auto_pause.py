@@ -135,6 +135,10 @@ async def test_two_failed_fires_in_a_row_pause_the_schedule_and_say_so(notify: C
     await inst.occurrence(row, FAILED)
     assert await inst.status(row) is Status.PAUSED
     assert await inst.feed() == [notices.DEAD_LETTERED, notices.DEAD_LETTERED, notices.AUTO_PAUSED]
+    [change] = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
+    paused = await inst.store.get_schedule("c1", row.schedule_id)
+    assert (change.action, change.actor) == ("schedule.auto_pause", "tickd")
+    assert paused is not None and change.version == paused.version
     sent = await inst.deliveries()
     assert len(sent) == 3 and all(r.callback == TARGET and r.options == Options(notice=True) for r in sent)
     assert sum(b'"schedule.auto_paused"' in r.payload for r in sent) == 1
