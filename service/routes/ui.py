@@ -21,6 +21,7 @@ ASSETS: dict[str, tuple[str, str]] = {
     "/ui/dom.js": ("dom.js", "text/javascript"),
     "/ui/tenant.js": ("tenant.js", "text/javascript"),
     "/ui/letters.js": ("letters.js", "text/javascript"),
+    "/ui/notices.js": ("notices.js", "text/javascript"),
     "/ui/stats.js": ("stats.js", "text/javascript"),
     "/ui/admin.js": ("admin.js", "text/javascript"),
     "/ui/app.js": ("app.js", "text/javascript"),

@@ -298,10 +298,16 @@ function details(s) {
     ["Callback", h("span", { class: "wrap" }, callbackText(s.callback))],
     s.throttle ? ["Throttle", s.throttle] : null,
     s.events ? ["Events per fire", String(s.events)] : null,
-    s.pause_after_failures !== undefined ? ["Pause after failures", s.pause_after_failures ? `${s.pause_after_failures} in a row` : "never"] : null,
+    s.recurrence ? ["Pause after failures", pauseAfter(s.pause_after_failures)] : null,
     ["Payload", h("pre", { class: "payload" }, JSON.stringify(s.payload, null, 2))],
   ].filter(Boolean);
   return h("dl", { class: "details" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+}
+
+// A recurring schedule's own pause_after_failures, or the client's default (set under Notifications).
+function pauseAfter(n) {
+  if (n === undefined) return h("a", { href: "#/notifications" }, "your default");
+  return n ? `${n} failed fires in a row` : "never";
 }
 
 // --- changes (the audit trail) ----------------------------------------------------------------------
