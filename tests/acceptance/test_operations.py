@@ -6,7 +6,8 @@ with a 4xx, and an occurrence of a recurring one that ran out of attempts); a se
 nothing. O2 a paused recurring schedule fires nothing once the pause is answered, shows what it skipped,
 and goes on from the resume time. O3 twenty concurrent upserts of one business key leave one schedule
 and only the last answered version fires. O4 a trigger fires now with its own fire id and leaves the
-schedule's time as it was.
+schedule's time as it was. O6 a recurring schedule failing with pause_after_failures=3 is auto-paused
+once across a SIGKILL of its owner, and the client is notified once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import itertools
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +26,17 @@ import pytest
 from aiohttp import web
 
 from tests.acceptance.api_client import Api, call, register
-from tests.acceptance.harness import Delivery, PollerProcess, Receiver, Scenario, report, wait_placement, wait_until
+from tests.acceptance.harness import (
+    Delivery,
+    PollerProcess,
+    Receiver,
+    Scenario,
+    gather_status,
+    report,
+    wait_placement,
+    wait_until,
+)
+from tickd.schema import timing
 
 pytestmark = pytest.mark.acceptance
 
@@ -509,3 +521,76 @@ async def test_o5_slowput_last_answered_fires(
     assert live["payload"] == {"put": last[0]}, f"PUT {last[0]} was answered 200 last, but the live version is {live}"
     assert delivered[0].body["payload"] == {"put": last[0]} and delivered[0].fire_id == last[3]["fire_id"]
     assert not errors(nodes), errors(nodes)[:3]
+
+
+# --------------------------------------------------------------------------- O6 auto-pause across a kill
+
+
+@pytest.mark.timeout(180)
+async def test_o6_auto_pause_after_failures_notifies_once_across_a_node_kill(
+    scenario: Scenario, api: Api, sub: Subscriber
+) -> None:
+    """An every-2s schedule whose subscriber answers 503 (3 attempts, then a dead letter), with
+    pause_after_failures=3 and the client's notifications sent to another endpoint of the subscriber. After
+    its first dead letter the node owning its instance is killed with SIGKILL; the other node takes the
+    instance over, and the streak goes on across the handover: the schedule is paused after three dead
+    letters in a row, one auto_paused notice is in the feed and reaches the notify endpoint once, the
+    audit trail names tickd, and nothing fires after the pause."""
+    sc = scenario
+    key, nodes = await setup(sc, api, "o6", ["n1", "n2"])
+    await call(api, "PATCH", "/v1/settings", key, {"notify": {"type": "http", "url": sub.endpoint("notices")}})
+    url = sub.refuse("failing", 503)
+    body = {"every": "2s", "pause_after_failures": 3, "callback": {"type": "http", "url": url}}
+    made = await call(api, "POST", "/v1/schedules", key, body)
+    sid = made["schedule_id"]
+    instance = f"o6/{timing.poller_id_for(uuid.UUID(sid), 2)}"
+
+    await wait_letter(api, key, sid)
+    owner = (await gather_status(nodes, "o6/"))[instance][0]
+    victim = next(n for n in nodes if n.node_id == owner)
+    killed_at = victim.kill9()
+    survivor = next(n for n in nodes if n is not victim)
+
+    async def status() -> str:
+        return str((await call(api, "GET", f"/v1/schedules/{sid}", key))["status"])
+
+    deadline = time.monotonic() + 120
+    while (now := await status()) != "paused":
+        assert time.monotonic() < deadline, f"not auto-paused within 120 s of the kill (still {now})"
+        await asyncio.sleep(0.5)
+    paused_seen = time.time()
+    await asyncio.sleep(8)  # then check nothing new fired after the pause (by nominal time)
+
+    feed = (await call(api, "GET", "/v1/notifications?limit=1000", key))["notices"]
+    paused_notices = [n for n in feed if n["kind"] == "schedule.auto_paused" and n["schedule_id"] == sid]
+    letters = await dead_letters(api, key, sid)
+    delivered_notices = {
+        d.body["payload"]["notice_id"] for d in sub.ok("notices") if d.body["payload"]["kind"] == "schedule.auto_paused"
+    }
+    trail = (await call(api, "GET", f"/v1/schedules/{sid}/audit", key))["records"]
+    the_pause = [r for r in trail if r["action"] == "schedule.auto_pause"]
+    run_list = sorted(await runs(api, key, sid), key=lambda r: r["nominal_at"])
+    tried = sorted({d.fire_id for d in sub.signed("failing")}, key=nominal_ts)
+    paused_at = ts(paused_notices[0]["at"]) if paused_notices else paused_seen
+
+    report(
+        "O6 auto-pause: every 2s answered 503, pause_after_failures=3, owner killed after the first dead letter",
+        killed_after_first_letter_s=round(killed_at - ts(letters[-1]["failed_at"]), 3) if letters else None,
+        pause_after_kill_s=round(paused_at - killed_at, 3),
+        dead_letters=len(letters),
+        auto_paused_notices=len(paused_notices),
+        delivered_to_notify=len(delivered_notices),
+        occurrences_tried=len(tried),
+    )
+
+    assert len(paused_notices) == 1, feed
+    assert delivered_notices == {paused_notices[0]["notice_id"]}, sub.ok("notices")
+    assert paused_notices[0]["detail"]["failed_in_a_row"] == 3
+    assert len(the_pause) == 1 and the_pause[0]["actor"] == "tickd", trail
+    # The three occurrences before the pause, the last of them its trigger, all failed.
+    trigger = paused_notices[0]["detail"]["fire_id"]
+    streak = [r for r in run_list if nominal_ts(r["fire_id"]) <= nominal_ts(trigger)][-3:]
+    assert [r["status"] for r in streak] == ["failed"] * 3 and streak[-1]["fire_id"] == trigger, run_list
+    # A paused schedule fires nothing new: an occurrence already out when it landed may still be tried.
+    assert not [f for f in tried if nominal_ts(f) > paused_at + GUARD_S], (tried, paused_at)
+    assert survivor.alive and not survivor.errors(), survivor.errors()[:3]

@@ -53,6 +53,13 @@ class Promise:
     # Fire ids of versions a change not acknowledged may have kept or made (allowed, not required), each
     # until a later change was acknowledged (virtual seconds; None: none yet): not long after that.
     maybe: dict[str, float | None] = field(default_factory=dict)
+    # Recurring: pause after this many fires in a row dead-lettered (0: never); and, read from the store
+    # at the end, when it was auto-paused (``paused_at``, store clock) and by which fire's dead letter
+    # (None: the pause landed but its audit record did not, a node killed in between).
+    pause_after: int = 0
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_notices: int = 0
 
     def unsure(self, *fire_ids: str) -> None:
         """A change was not acknowledged: these versions may fire, or not."""
@@ -168,12 +175,42 @@ class Oracle:
         wanted = {timing.to_epoch_ms(n) for n in expected}
         if stray := sorted(ms for ms in delivered - wanted if ms < timing.to_epoch_ms(p.until)):
             problems.append(f"{p.schedule_id}: occurrences not on its timeline were delivered: {stray[:5]}")
+        if p.paused_at is not None:
+            problems += self._check_auto_pause(p, expected, delivered)
+            # Due: the occurrences up to the one whose dead letter paused it (the later ones may have been
+            # out already, or not: a paused schedule fires nothing new).
+            last = _nominal_ms(p.paused_by) if p.paused_by is not None else timing.to_epoch_ms(p.paused_at)
+            expected = [n for n in expected if timing.to_epoch_ms(n) <= last]
         if p.uncertain:
             return problems
         for nominal in expected:
             key = timing.fire_id(p.schedule_id, nominal)
             if not all(self._done(k, seen) for k in _keys(key, p.events)):
                 problems.append(f"{p.schedule_id}: occurrence {nominal} skipped (never delivered)")
+        return problems
+
+    def _check_auto_pause(self, p: Promise, expected: list[datetime], delivered: set[int]) -> list[str]:
+        """An auto-pause follows ``pause_after`` dead letters in a row, the last one its trigger; after it
+        nothing new fires (an occurrence out already may still land, within the guard); it is one
+        notice, never two."""
+        assert p.paused_at is not None
+        problems = []
+        if p.pause_after < 1:
+            problems.append(f"{p.schedule_id}: paused, but it never asked to be (pause_after_failures 0)")
+        if p.paused_by is not None:
+            nominals = [timing.to_epoch_ms(n) for n in expected]
+            at = nominals.index(_nominal_ms(p.paused_by)) if _nominal_ms(p.paused_by) in nominals else -1
+            streak = nominals[at - p.pause_after + 1 : at + 1] if at >= p.pause_after - 1 else []
+            keys = [f"{p.schedule_id}:{ms}" for ms in streak]
+            if len(keys) != p.pause_after or not all(k in self.dead_letters for k in keys):
+                problems.append(
+                    f"{p.schedule_id}: auto-paused by {p.paused_by} without {p.pause_after} dead letters in a row"
+                )
+        limit = timing.to_epoch_ms(p.paused_at + timedelta(seconds=self.guard_s + _SETTLE_GRACE_S))
+        if late := sorted(ms for ms in delivered if ms > limit):
+            problems.append(f"{p.schedule_id}: {len(late)} occurrence(s) fired after its auto-pause at {p.paused_at}")
+        if p.pause_notices > 1:
+            problems.append(f"{p.schedule_id}: auto-paused once, notified {p.pause_notices} times")
         return problems
 
     def _late_maybes(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:

@@ -3,8 +3,12 @@ point and no yield to the loop."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
+from tickd.schema import timing
 from tickd.schema.cassandra.bridge import utc
 from tickd.schema.memory import Tables, cql_schema
 from tickd.schema.memory.engine import Table
@@ -34,3 +38,31 @@ def written_us(tables: Tables, table_name: str, key: dict[str, Any]) -> int | No
     row = tables._data.get(t.name, {}).get(partition, {}).get(clustering)
     cells = [] if row is None else [*row.cells.values(), *([row.marker] if row.marker is not None else [])]
     return max((cell.ts for cell in cells), default=None)
+
+
+def auto_pauses(tables: Tables, client_id: str, schedule_id: UUID) -> list[tuple[datetime, str]]:
+    """The schedule's auto-pauses in its audit trail: (when, the fire id whose dead letter set it off)."""
+    rows = tables.partition(table("audit_by_schedule"), {"client_id": client_id, "schedule_id": schedule_id})
+    return [(utc(r.at), json.loads(r.changes)["fire_id"]) for _, r in rows if r.action == "schedule.auto_pause"]
+
+
+def notices(tables: Tables, client_id: str, kind: str, target: str) -> int:
+    """How many of the client's notices of ``kind`` name ``target``, over all its days."""
+    rows = tables.scan(table("notices"))
+    return sum(1 for _, r in rows if r.client_id == client_id and r.action == kind and r.target == target)
+
+
+def paused_since(tables: Tables, client_id: str, schedule_id: UUID) -> datetime | None:
+    """If the schedule's current row is paused: when its pointer was last written (the pause's write,
+    store clock); else None."""
+    key = {"client_id": client_id, "schedule_id": schedule_id}
+    ref = tables.row(table("schedule_refs"), key)
+    if ref is None:
+        return None
+    due = utc(ref.due_at)
+    row_key = {"client_id": client_id, "poller_id": ref.poller_id, "minute": timing.minute_bucket(due), "due_at": due}
+    row = tables.row(table("schedules"), {**row_key, "schedule_id": schedule_id})
+    written = written_us(tables, "schedule_refs", key)
+    if row is None or row.status != "paused" or written is None:
+        return None
+    return datetime.fromtimestamp(written / 1e6, UTC)

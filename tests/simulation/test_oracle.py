@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 from tests.simulation import vloop
 from tests.simulation.oracle import Delivery, Oracle, Promise
 from tests.simulation.world import SimConfig, World
+from tickd.schema import timing
 from tickd.schema.memory.engine import micros
-from tickd.schema.model import HttpCallback, InstanceKey, Location, Schedule
+from tickd.schema.model import HttpCallback, InstanceKey, Location, Repeat, Schedule
 
 
 async def _check() -> list[bool]:
@@ -107,3 +108,44 @@ def _superseded_verdicts(delivered_at: float) -> list[str]:
 def test_a_superseded_fire_delivered_before_the_reschedule_was_acknowledged_is_no_violation() -> None:
     assert _superseded_verdicts(40.0) == []
     assert len(_superseded_verdicts(50.0)) == 1 and "superseded" in _superseded_verdicts(60.0)[0]
+
+
+def _auto_pause_verdicts(
+    dead: list[int], paused_by: int, delivered: list[int], pause_after: int = 2, notices: int = 1
+) -> list[str]:
+    """A schedule firing every 10 s from t0, pause_after_failures=2, auto-paused 5 s after its occurrence
+    ``paused_by`` (an index) failed (its retries took that long); the occurrences ``dead`` dead-lettered,
+    ``delivered`` delivered."""
+    sid = uuid.uuid4()
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    nominal = [t0 + timedelta(seconds=10 * i) for i in range(12)]
+    promise = Promise("c0", sid, t0, repeat=Repeat(every_s=10, start_at=t0), until=nominal[-1])
+    promise.pause_after = pause_after
+    promise.paused_at = nominal[paused_by] + timedelta(seconds=5)
+    promise.paused_by = timing.fire_id(sid, nominal[paused_by])
+    promise.pause_notices = notices
+    oracle = Oracle(guard_s=2.0)
+    oracle.promises[sid] = promise
+    oracle.dead_letters.update(timing.fire_id(sid, nominal[i]) for i in dead)
+    instance = InstanceKey("c0", 0)
+    for i in delivered:
+        key = timing.fire_id(sid, nominal[i])
+        oracle.deliveries.append(Delivery(10.0 * i, "n0#1", instance, 1, key, None, sid, 1, True))
+    return oracle.violations()
+
+
+def test_an_auto_pause_needs_its_streak_and_ends_the_timeline() -> None:
+    assert _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0, 1]) == []
+    # The next occurrence, due within the guard (and grace) of the pause, may have been out already;
+    # nothing later may fire, and nothing after the trigger is owed.
+    assert _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0, 1, 4]) == []
+    assert any("after its auto-pause" in v for v in _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0, 1, 6]))
+    assert any("without 2 dead letters" in v for v in _auto_pause_verdicts(dead=[3], paused_by=3, delivered=[0, 1, 2]))
+    assert any(
+        "never asked" in v for v in _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0, 1], pause_after=0)
+    )
+    assert any(
+        "notified 2 times" in v for v in _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0, 1], notices=2)
+    )
+    # Before the pause every occurrence is still owed.
+    assert any("skipped" in v for v in _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0]))

@@ -246,7 +246,9 @@ class Workload:
         if kind < 0.5:
             return None
         if kind < 0.65:
-            return Options(repeat=Repeat(every_s=self.rng.choice([5, 10, 30, 60])))
+            # Some pause after a few failed fires in a row (the endpoints fail in streaks under faults).
+            pause_after = self.rng.choice([None, None, 1, 2, 3])
+            return Options(repeat=Repeat(every_s=self.rng.choice([5, 10, 30, 60])), pause_after_failures=pause_after)
         if kind < 0.75:
             return Options(jitter_ms=self.rng.randint(1, 10_000))
         if kind < 0.88:
@@ -265,6 +267,7 @@ class Workload:
         events_ = schedule.options.events if schedule.options is not None and schedule.options.batch else 0
         repeat = schedule.repeat
         promise = Promise(client_id, schedule.schedule_id, schedule.fire_at, events=events_, repeat=repeat)
+        promise.pause_after = (schedule.options.pause_after_failures or 0) if schedule.options is not None else 0
         self.world.oracle.promises[schedule.schedule_id] = promise
         if self.rng.random() < 0.1:
             # Changed the moment it is acknowledged (a client correcting itself, a by-key storm): the
@@ -471,6 +474,16 @@ class Workload:
     def _close_promises(self) -> None:
         """Recurring promises are checked up to a point every occurrence before it had time to fire."""
         until = self.api.clock() - timedelta(seconds=self.world.config.settle_s - 60)
+        tables = self.world.tables
         for promise in self.world.oracle.promises.values():
-            if promise.repeat is not None:
-                promise.until = until
+            if promise.repeat is None:
+                continue
+            promise.until = until
+            # The workload never pauses a schedule: one paused now was auto-paused.
+            paused = peek.paused_since(tables, promise.client_id, promise.schedule_id)
+            if paused is None:
+                continue
+            found = peek.auto_pauses(tables, promise.client_id, promise.schedule_id)
+            promise.paused_at, promise.paused_by = found[0] if found else (paused, None)
+            target = str(promise.schedule_id)
+            promise.pause_notices = peek.notices(tables, promise.client_id, "schedule.auto_paused", target)
