@@ -216,11 +216,15 @@ def decode_tries(raw: str | bytes | None) -> tuple[Try, ...]:
 
 class ClientSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a client sets for itself (``PATCH /v1/settings``), stored as JSON in its row: its recurring
-    schedules' default for pausing after failed fires (0: never), and where its notifications go (none:
-    kept in the feed only)."""
+    schedules' default for pausing after failed fires (0: never), where its notifications go (none: kept
+    in the feed only), and how long its records are kept."""
 
     pause_after_failures: int = 0
     notify: Callback | None = None
+    # How long its records are kept, within the deployment's maxima (0: the deployment's default): runs,
+    # dead letters, schedule rows after their fire and notices; and audit records.
+    retention_s: int = 0
+    audit_retention_s: int = 0
 
 
 _settings_decoder: msgspec.json.Decoder[ClientSettings] = msgspec.json.Decoder(ClientSettings)

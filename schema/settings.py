@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from tickd.schema.errors import ConfigError
 from tickd.schema.tls import TlsFiles, read_tls
@@ -124,9 +124,12 @@ class StoreSettings:
     # so one silent replica delays reads and idempotent writes by this much instead of a full timeout.
     speculative_s: float = 0.5
     page_size: int = 5000
+    # How long records are kept when their client chose nothing (runs, dead letters, schedule rows after
+    # their fire, notices; audit records), and the most a client may choose (``retention_of``).
     retention_s: int = 7 * 24 * 3600
-    # How long audit records are kept (schema.cassandra.audit): the API's and tickd's own (an auto-pause).
     audit_retention_s: int = 30 * 86400
+    retention_max_s: int = 90 * 86400
+    audit_retention_max_s: int = 365 * 86400
     cluster_name: str = "default"
     # A write due sooner than this may land in a minute a poller has already loaded, so it leaves a
     # hot mark. Must exceed the pollers' look-ahead plus clock skew; API and pollers must agree.
@@ -172,10 +175,7 @@ class StoreSettings:
             heartbeat_s=env_float(env, "TICKD_CASSANDRA_HEARTBEAT_S", cls.heartbeat_s, low=1, high=300),
             speculative_s=env_float(env, "TICKD_CASSANDRA_SPECULATIVE_S", cls.speculative_s, low=0, high=60),
             page_size=env_int(env, "TICKD_PAGE_SIZE", cls.page_size, low=10, high=100_000),
-            retention_s=env_int(env, "TICKD_RETENTION_S", cls.retention_s, low=60, high=10 * 365 * 86400),
-            audit_retention_s=env_int(
-                env, "TICKD_AUDIT_RETENTION_S", cls.audit_retention_s, low=3600, high=10 * 365 * 86400
-            ),
+            **retentions(env),
             cluster_name=env_str(env, "TICKD_CLUSTER_NAME", cls.cluster_name),
             hot_window_s=hot_window_s(env),
             hot_write_deadline_s=hot_write_deadline_s(env),
@@ -194,6 +194,40 @@ def cassandra_tls(env: Mapping[str, str]) -> TlsFiles | None:
         ca_required=True,
         check_hostname=env_bool(env, "TICKD_CASSANDRA_TLS_CHECK_HOSTNAME", True),
     )
+
+
+_TEN_YEARS_S = 10 * 365 * 86400
+
+
+class Retentions(TypedDict):
+    retention_s: int
+    audit_retention_s: int
+    retention_max_s: int
+    audit_retention_max_s: int
+
+
+def retentions(env: Mapping[str, str]) -> Retentions:
+    """TICKD_RETENTION_S, TICKD_AUDIT_RETENTION_S and their maxima (TICKD_RETENTION_MAX_S,
+    TICKD_AUDIT_RETENTION_MAX_S), read the same way by the store, the pollers and the API."""
+    d = StoreSettings
+    found: Retentions = {
+        "retention_s": env_int(env, "TICKD_RETENTION_S", d.retention_s, low=60, high=_TEN_YEARS_S),
+        "audit_retention_s": env_int(env, "TICKD_AUDIT_RETENTION_S", d.audit_retention_s, low=3600, high=_TEN_YEARS_S),
+        "retention_max_s": env_int(env, "TICKD_RETENTION_MAX_S", d.retention_max_s, low=3600, high=_TEN_YEARS_S),
+        "audit_retention_max_s": env_int(
+            env, "TICKD_AUDIT_RETENTION_MAX_S", d.audit_retention_max_s, low=3600, high=_TEN_YEARS_S
+        ),
+    }
+    if found["retention_s"] > found["retention_max_s"]:
+        raise ConfigError("TICKD_RETENTION_S is above TICKD_RETENTION_MAX_S")
+    if found["audit_retention_s"] > found["audit_retention_max_s"]:
+        raise ConfigError("TICKD_AUDIT_RETENTION_S is above TICKD_AUDIT_RETENTION_MAX_S")
+    return found
+
+
+def retention_of(chosen_s: int, default_s: int, max_s: int) -> int:
+    """A client's retention: what it chose (0: nothing, the default), never above the maximum."""
+    return min(chosen_s or default_s, max_s)
 
 
 def hot_window_s(env: Mapping[str, str]) -> float:

@@ -262,7 +262,7 @@ class CoordinationStore(Protocol):
 class AuditStore(Protocol):
     async def record_audit(self, records: Sequence[AuditRecord], ttl_s: int | None = None) -> None:
         """Write each record to its tenant's trail (and its schedule's, if it has one), kept ``ttl_s`` (by
-        default ``TICKD_AUDIT_RETENTION_S``)."""
+        default the client's audit retention)."""
 
     async def page_client_audit(
         self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int
@@ -275,7 +275,7 @@ class AuditStore(Protocol):
         """A schedule's records, newest first, strictly before ``before``, at most ``max_rows``."""
 
     async def record_notice(self, notice: AuditRecord) -> None:
-        """Write a notice to its client's feed (by day), kept ``TICKD_RETENTION_S`` as runs are."""
+        """Write a notice to its client's feed (by day), kept the client's retention, as its runs are."""
 
     async def page_notices(
         self, client_id: str, day: date, before: tuple[datetime, str] | None, max_rows: int

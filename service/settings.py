@@ -18,6 +18,7 @@ from tickd.schema.settings import (
     env_int,
     hot_window_s,
     hot_write_deadline_s,
+    retentions,
 )
 
 _TEN_YEARS_S = 10 * 365 * 86400
@@ -87,6 +88,11 @@ class ApiSettings:
     # Writes due within the hot window must be confirmed within the deadline (see StoreSettings).
     hot_window_s: float = StoreSettings.hot_window_s
     hot_write_deadline_s: float = StoreSettings.hot_write_deadline_s
+    # Record retention, the deployment's and the most a client may choose (PATCH /v1/settings; the store's).
+    retention_s: int = StoreSettings.retention_s
+    audit_retention_s: int = StoreSettings.audit_retention_s
+    retention_max_s: int = StoreSettings.retention_max_s
+    audit_retention_max_s: int = StoreSettings.audit_retention_max_s
     # How long a host name's "is it private?" answer is reused (only when private targets are denied).
     dns_cache_s: float = 60.0
     # DNS lookups of callback hosts at create time (service.targets): a lookup's own time bound, the
@@ -190,6 +196,7 @@ class ApiSettings:
             batch_max_bytes=batch_max_bytes(env),
             hot_window_s=hot_window_s(env),
             hot_write_deadline_s=hot_write_deadline_s(env),
+            **retentions(env),
             dns_cache_s=env_float(env, "TICKD_DNS_CACHE_S", cls.dns_cache_s, low=0, high=3600),
             dns_timeout_s=env_float(env, "TICKD_DNS_TIMEOUT_S", cls.dns_timeout_s, low=0.1, high=30),
             dns_lookups_per_client=dns_per_client,

@@ -222,6 +222,9 @@ class SettingsPatch(Struct, forbid_unknown_fields=True):
 
     pause_after_failures: PauseAfter | UnsetType = UNSET
     notify: Target | UnsetType | None = UNSET
+    # Seconds its records are kept (0: the deployment's default); bounded by TICKD_*RETENTION_MAX_S.
+    retention_s: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+    audit_retention_s: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
 
 
 class PolicyPut(Struct, forbid_unknown_fields=True):

@@ -23,6 +23,8 @@ from tickd.schema.model import (
     Try,
 )
 from tickd.schema.recurrence import format_duration
+from tickd.schema.settings import retention_of
+from tickd.service.settings import ApiSettings
 
 T = TypeVar("T")
 # An event counts as inside its window if delivered up to this long after the window's end (delivery
@@ -233,14 +235,26 @@ def notice_view(r: AuditRecord) -> NoticeView:
 
 
 class SettingsView(Struct):
-    """The client's own settings (``PATCH /v1/settings``)."""
+    """The client's own settings (``PATCH /v1/settings``); retentions as they apply (the client's choice,
+    else the deployment's default) with the most it may choose."""
 
     pause_after_failures: int
     notify: Callback | None
+    retention_s: int
+    audit_retention_s: int
+    retention_max_s: int
+    audit_retention_max_s: int
 
 
-def settings_view(settings: ClientSettings) -> SettingsView:
-    return SettingsView(settings.pause_after_failures, settings.notify)
+def settings_view(client: ClientSettings, api: ApiSettings) -> SettingsView:
+    return SettingsView(
+        client.pause_after_failures,
+        client.notify,
+        retention_of(client.retention_s, api.retention_s, api.retention_max_s),
+        retention_of(client.audit_retention_s, api.audit_retention_s, api.audit_retention_max_s),
+        api.retention_max_s,
+        api.audit_retention_max_s,
+    )
 
 
 class OccurrenceView(Struct):

@@ -43,6 +43,7 @@ class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Sta
         self._db = Bridge(connection, statements, settings.request_timeout_s)
         self.connection = self._clock = connection
         self._horizons = Horizons()
+        self._clients_seen = {}
         self._unlogged = batchlog.Fallbacks()
 
     @classmethod

@@ -69,8 +69,11 @@ class Audit(Part):
         schedules' rows (a partition each) apart: a 1,000-item batch create writes 50 batches, not 1,000
         (CI at 8dd3d8d: one write per record outlasted the request's store budget). A batch also stays under
         ``TICKD_BATCH_MAX_BYTES``."""
-        ttl = ttl_s if ttl_s is not None else self.settings.audit_retention_s
-        rows = [write for record in records for write in _writes(record, ttl)]
+        rows = [
+            write
+            for record in records
+            for write in _writes(record, ttl_s if ttl_s is not None else self._audit_retention(record.client_id))
+        ]
         groups: list[list[Write]] = [[]]
         for row in sorted(rows, key=lambda write: write[0]):  # the tenant's rows, then the schedules'
             group = groups[-1]
@@ -85,7 +88,7 @@ class Audit(Part):
 
     async def record_notice(self, notice: AuditRecord) -> None:
         """One notice in its client's feed (the client-day row an audit record has, in ``notices``)."""
-        _, values = _writes(notice, self.settings.retention_s)[0]
+        _, values = _writes(notice, self._retention(notice.client_id))[0]
         await self._db.write("insert_notice", values)
 
     async def page_client_audit(

@@ -44,7 +44,8 @@ from cassandra.timestamps import MonotonicTimestampGenerator
 
 from tickd.schema import deadline, guard, queries
 from tickd.schema.errors import BatchNotLogged, ConfigError, OutcomeUnknown, StoreUnavailable
-from tickd.schema.settings import StoreSettings
+from tickd.schema.model import ClientSettings
+from tickd.schema.settings import StoreSettings, retention_of
 from tickd.schema.tls import client_context, describe_verify_failure, is_tls_failure, verify_reason
 
 Row = Any  # the driver's named tuples
@@ -555,3 +556,17 @@ class Part:
     _db: Bridge
     # The clocks of the connection (the real one unless the store was built on another: schema.memory).
     _clock: Clock = WALL_CLOCK
+    # Each client's own settings as this store last read or wrote them (``ClientRows``): the retention
+    # its records are written with. A client not read yet gets the deployment's default.
+    _clients_seen: dict[str, ClientSettings]
+
+    def _retention(self, client_id: str) -> int:
+        """Seconds a client's runs, dead letters, schedule rows after their fire and notices are kept."""
+        chosen = self._clients_seen.get(client_id)
+        s = self.settings
+        return retention_of(chosen.retention_s if chosen else 0, s.retention_s, s.retention_max_s)
+
+    def _audit_retention(self, client_id: str) -> int:
+        chosen = self._clients_seen.get(client_id)
+        s = self.settings
+        return retention_of(chosen.audit_retention_s if chosen else 0, s.audit_retention_s, s.audit_retention_max_s)

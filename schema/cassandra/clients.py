@@ -25,11 +25,17 @@ class ClientRows(Part):
 
     async def get_client(self, client_id: str) -> Client | None:
         rows = await self._db.rows("get_client", {"client_id": client_id})
-        return _client(rows[0]) if rows else None
+        return self._seen(_client(rows[0])) if rows else None
 
     async def list_clients(self) -> list[Client]:
-        found = [_client(row) for row in await self._db.rows("list_clients", {})]
+        found = [self._seen(_client(row)) for row in await self._db.rows("list_clients", {})]
         return [client for client in found if client is not None]
+
+    def _seen(self, client: Client | None) -> Client | None:
+        """Keep the client's settings for the writes of its records (``Part._retention``)."""
+        if client is not None:
+            self._clients_seen[client.client_id] = client.settings
+        return client
 
     async def update_client(self, client: Client) -> None:
         await self._db.write("update_client", _fields(client))
@@ -37,6 +43,7 @@ class ClientRows(Part):
     async def set_client_settings(self, client_id: str, settings: ClientSettings) -> None:
         values = {"client_id": client_id, "settings": encode_client_settings(settings)}
         await self._db.write("set_client_settings", values)
+        self._clients_seen[client_id] = settings
 
     async def ensure_ack_secret(self, client_id: str, candidate: str) -> str | None:
         return await self._ensure_secret(client_id, "ack_secret", candidate)

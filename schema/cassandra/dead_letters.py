@@ -55,7 +55,7 @@ class DeadLetters(Part):
 
     async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
         # The mark expires with the row it marks (what is left of the dead letter's TTL).
-        ttl = max(1, self.settings.retention_s - int((at - letter.failed_at).total_seconds()))
+        ttl = max(1, self._retention(letter.client_id) - int((at - letter.failed_at).total_seconds()))
         values = {
             **_key(letter.client_id, letter.failed_at, letter.schedule_id),
             "fire_id": letter.fire_id,

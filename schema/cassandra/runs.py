@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -48,12 +48,14 @@ def outcome_run(o: FireOutcome, nominal_at: datetime, ttl_s: int) -> Write:
     return run_write(o.client_id, o.run_id, run, o.window_ms, ttl_s)
 
 
-def run_writes(outcomes: Sequence[FireOutcome], ttl_s: int) -> list[Write]:
-    """What outcomes add to runs: a fire kept in the history records its run, an event its part of one."""
+def run_writes(outcomes: Sequence[FireOutcome], ttl_of: Callable[[str], int]) -> list[Write]:
+    """What outcomes add to runs: a fire kept in the history records its run, an event its part of one;
+    each kept its client's retention (``ttl_of``)."""
     writes: list[Write] = []
     for o in outcomes:
         if o.nominal_at is None:
             continue
+        ttl_s = ttl_of(o.client_id)
         if o.event is None:
             writes.append(outcome_run(o, o.nominal_at, ttl_s))
             continue

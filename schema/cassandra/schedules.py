@@ -152,12 +152,19 @@ def outcome_write(o: FireOutcome, retention_s: int) -> Write:
 
 
 def creation(
-    s: Schedule, now: datetime, settings: StoreSettings, horizons: Horizons, clock_us: int | None = None
+    s: Schedule,
+    now: datetime,
+    settings: StoreSettings,
+    horizons: Horizons,
+    clock_us: int | None = None,
+    retention_s: int | None = None,
 ) -> list[Write]:
-    """Every write of one create: the row, the pointer, and the signals the pollers need."""
+    """Every write of one create: the row, the pointer, and the signals the pollers need. ``retention_s``:
+    the client's (default: the deployment's)."""
+    kept = retention_s if retention_s is not None else settings.retention_s
     return [
-        row_insert(s, now, settings.retention_s),
-        ref_insert(s, now, settings.retention_s, clock_us),
+        row_insert(s, now, kept),
+        ref_insert(s, now, kept, clock_us),
         *new_row_signals(horizons, s.instance, s.location, now, settings.hot_window_s),
     ]
 
@@ -198,7 +205,10 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     async def create_schedules(self, schedules: Sequence[Schedule], now: datetime) -> None:
         # One logged batch for the group: a Cassandra request costs far more than a statement in it
         # (bench-api: 4 schedules per batch cut driver and Cassandra CPU per schedule about in half).
-        each = [creation(s, now, self.settings, self._horizons, self._clock.clock_us()) for s in schedules]
+        clock_us = self._clock.clock_us()
+        each = [
+            creation(s, now, self.settings, self._horizons, clock_us, self._retention(s.client_id)) for s in schedules
+        ]
         writes = [w for ws in each for w in ws]
         if len(each) > 1 and write_bytes(writes) > self.settings.batch_max_bytes:
             # Callers group creates under the limit (service.creates); should one not, write each alone.
@@ -265,7 +275,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         a poller's own moves (retries, next occurrences) leave that alone."""
         prev = current.location if current.location != new_loc else None
         values = {
-            "ttl": timing.row_ttl_s(new_loc.due_at, now, self.settings.retention_s),
+            "ttl": timing.row_ttl_s(new_loc.due_at, now, self._retention(current.client_id)),
             "poller_id": new_loc.poller_id,
             "due_at": new_loc.due_at,
             "version": version,
@@ -288,7 +298,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     async def _write_status(
         self, current: Schedule, status: Status, version: int, now: datetime, base: changes.Base
     ) -> None:
-        loc, retention_s = current.location, self.settings.retention_s
+        loc, retention_s = current.location, self._retention(current.client_id)
         write = status_write(current.client_id, current.schedule_id, loc, status, now, retention_s, base.write_ts)
         if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
             write = ("set_status_version", {**write[1], "version": version})
@@ -300,7 +310,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
         writes = []
         for loc in targets:
-            retention_s = self.settings.retention_s
+            retention_s = self._retention(current.client_id)
             writes.append(status_write(current.client_id, current.schedule_id, loc, Status.MOVED, now, retention_s, ts))
             writes += hot_mark(InstanceKey(current.client_id, loc.poller_id), loc, now, self.settings.hot_window_s)
         return writes
@@ -316,7 +326,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     ) -> None:
         """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED
         (a client change's at its write timestamp, with its fences)."""
-        retention_s = self.settings.retention_s
+        retention_s = self._retention(current.client_id)
         ts = base.write_ts if base is not None else None
         insert = row_insert(new, now, retention_s, ts)
         if new.location == current.location and new.schedule_id == current.schedule_id:
@@ -374,19 +384,19 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
             new = dataclasses.replace(retry, status=Status.SCHEDULED)
             await self._write_replacement(current, new, now, keep_status=True)
             if event is None:
-                run = runs.waiting_run(new, Status.SCHEDULED, now, last_error, self.settings.retention_s)
+                run = runs.waiting_run(new, Status.SCHEDULED, now, last_error, self._retention(new.client_id))
                 await self._db.write(*run)
             return new
         new = await self._move_for_retry(current, retry, now)
         moved = FireOutcome(
             current.client_id, current.schedule_id, current.location, Status.MOVED, attempts, now, last_error
         )
-        await self._db.write(*outcome_write(moved, self.settings.retention_s))
+        await self._db.write(*outcome_write(moved, self._retention(moved.client_id)))
         return new
 
     async def _write_following(self, following: Schedule, at: Location, version: int, now: datetime) -> None:
         new = dataclasses.replace(following, location=at, version=version, status=Status.SCHEDULED)
-        writes = [row_insert(new, now, self.settings.retention_s), *self._signals(new.instance, at, now)]
+        writes = [row_insert(new, now, self._retention(new.client_id)), *self._signals(new.instance, at, now)]
         await self._together(writes)
         self._horizons.note(new.instance, at.minute)
 
@@ -401,7 +411,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         for (instance, _), group in by_partition.items():
             earliest = min((r.location for r in group), key=lambda loc: loc.due_at)
             for chunk in listing.chunks(group):
-                inserts = [event_insert(r, now, self.settings.retention_s) for r in chunk]
+                inserts = [event_insert(r, now, self._retention(r.client_id)) for r in chunk]
                 writes.append(functools.partial(self._db.batch, inserts, logged=False))
             signals = self._signals(instance, earliest, now)
             if signals:
@@ -453,12 +463,12 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
             yield [_stamp(row) for row in rows if row.fire_at is not None]
 
     async def record_outcomes(self, outcomes: Sequence[FireOutcome]) -> None:
-        ttl = self.settings.retention_s
         by_partition: dict[tuple[str, int, datetime], list[Write]] = defaultdict(list)
         for o in outcomes:
-            by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(outcome_write(o, ttl))
+            write = outcome_write(o, self._retention(o.client_id))
+            by_partition[(o.client_id, o.location.poller_id, o.location.minute)].append(write)
         batches = [self._db.batch(writes, logged=False) for writes in by_partition.values()]
-        await aio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, ttl)))
+        await aio.gather(*batches, *(self._db.write(*w) for w in runs.run_writes(outcomes, self._retention)))
 
     async def add_dead_letter(self, letter: DeadLetter) -> None:
         values = {
@@ -472,7 +482,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
             "callback": encode_callback(letter.callback),
             "payload": letter.payload,
             "tries": tries_value(letter.tries),
-            "ttl": self.settings.retention_s,
+            "ttl": self._retention(letter.client_id),
         }
         await self._db.write("insert_dead_letter", values)
 
@@ -481,12 +491,12 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         status of one that fired), and its run waiting again."""
         await self._write_replacement(row, row, now, keep_status=True)
         if row.options is not None and row.options.in_runs:
-            retention_s = self.settings.retention_s
+            retention_s = self._retention(row.client_id)
             await self._db.write(*runs.waiting_run(row, Status.SCHEDULED, None, row.last_error, retention_s))
 
     async def add_runs(self, client_id: str, schedule_id: UUID, runs: Sequence[Run]) -> None:
         """Runs as given, in one single-partition batch (the runs of one schedule share a partition)."""
-        writes = [run_write(client_id, schedule_id, r, 0, self.settings.retention_s) for r in runs]
+        writes = [run_write(client_id, schedule_id, r, 0, self._retention(client_id)) for r in runs]
         if writes:
             await self._db.batch(writes, logged=False)
 

@@ -12,7 +12,7 @@ from msgspec import UnsetType
 from tickd.schema.model import Client, ClientSettings
 from tickd.service import audit, keys, params
 from tickd.service.declare import Routes
-from tickd.service.errors import json_response
+from tickd.service.errors import Invalid, json_response
 from tickd.service.routes.audit import client_page
 from tickd.service.routes.common import read_json
 from tickd.service.routes.schedules import checked_callback
@@ -20,6 +20,7 @@ from tickd.service.validation import SettingsPatch, decode
 from tickd.service.views import NoticeList, SettingsView, notice_view, settings_view
 
 _MAX_SETTINGS_BODY = 16 * 1024
+_MIN_RETENTION_S = 3600
 
 routes = Routes("settings")
 
@@ -27,19 +28,21 @@ routes = Routes("settings")
 @routes.get("/v1/settings", "The client's own settings", response=SettingsView)
 async def get_settings(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
-    return json_response(settings_view(client.settings))
+    return json_response(settings_view(client.settings, request.app[keys.SETTINGS]))
 
 
 @routes.patch(
     "/v1/settings",
-    "Change the client's own settings: pause_after_failures (its recurring schedules' default), notify",
+    "Change the client's own settings: pause_after_failures, notify, retention_s, audit_retention_s",
     response=SettingsView,
     request=SettingsPatch,
     description="pause_after_failures: a recurring schedule whose fires end dead-lettered this many times "
     "in a row is paused (0: never; a schedule's own pause_after_failures wins). notify: an HTTP or Kafka "
     "target (checked as a callback is) that each notification is delivered to, signed and retried like a "
-    "fire; null: notifications are kept in GET /v1/notifications only. Pollers see a change within their "
-    "client refresh (a few seconds).",
+    "fire; null: notifications are kept in GET /v1/notifications only. retention_s (runs, dead letters, "
+    "schedules after their fire, notices) and audit_retention_s (audit records): seconds, 3600 up to "
+    "retention_max_s / audit_retention_max_s, 0 for the deployment's default; they apply to records written "
+    "from then on. Pollers see a change within their client refresh (a few seconds).",
 )
 async def patch_settings(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
@@ -52,10 +55,22 @@ async def patch_settings(request: web.Request) -> web.Response:
     if not isinstance(patch.notify, UnsetType):
         target = None if patch.notify is None else await checked_callback(request, client, patch.notify, "notify")
         changed = msgspec.structs.replace(changed, notify=target)
+    settings = request.app[keys.SETTINGS]
+    for name, most, env in (
+        ("retention_s", settings.retention_max_s, "TICKD_RETENTION_MAX_S"),
+        ("audit_retention_s", settings.audit_retention_max_s, "TICKD_AUDIT_RETENTION_MAX_S"),
+    ):
+        given = getattr(patch, name)
+        if isinstance(given, UnsetType):
+            continue
+        if given and not _MIN_RETENTION_S <= given <= most:
+            why = f"{name} is {_MIN_RETENTION_S} to {most} seconds ({env}), or 0 for this deployment's default"
+            raise Invalid(why, field=name, code="out_of_range")
+        changed = msgspec.structs.replace(changed, **{name: given})
     await request.app[keys.STORE].set_client_settings(client.client_id, changed)
     _remember(request, client, changed)
     await audit.changed(request, client.client_id, client, "client.settings", client.client_id, raw)
-    return json_response(settings_view(changed))
+    return json_response(settings_view(changed, settings))
 
 
 def _remember(request: web.Request, client: Client, settings: ClientSettings) -> None:

@@ -132,6 +132,7 @@ def recording_store(limit: int = LIMIT, *, batchlog_down: bool = False) -> tuple
     store.settings = StoreSettings(batch_max_bytes=limit)
     store._db = bridge  # type: ignore[assignment]
     store._horizons = Horizons()
+    store._clients_seen = {}
     store._unlogged = Fallbacks()
     return store, bridge
 

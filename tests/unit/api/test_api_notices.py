@@ -16,6 +16,15 @@ from tickd.schema.store import Store
 pytest_plugins = ["tests.integration.api_fixtures"]
 
 EVERY_MINUTE = {"delay_s": None, "cron": "* * * * *", "timezone": "UTC"}
+# What GET /v1/settings says of a client that set nothing (the API fixture runs the defaults).
+DEFAULTS = {
+    "pause_after_failures": 0,
+    "notify": None,
+    "retention_s": 7 * 86400,
+    "audit_retention_s": 30 * 86400,
+    "retention_max_s": 90 * 86400,
+    "audit_retention_max_s": 365 * 86400,
+}
 
 
 async def ok(resp: Any, status: int = 200) -> Any:
@@ -31,7 +40,7 @@ async def refused(resp: Any, field: str) -> None:
 
 async def test_settings_start_empty_and_each_field_is_replaced_alone(api: Api, register: Register) -> None:
     _, key = await register()
-    assert await ok(await api.get("/v1/settings", headers=key)) == {"pause_after_failures": 0, "notify": None}
+    assert await ok(await api.get("/v1/settings", headers=key)) == DEFAULTS
     target = http_callback(url="http://127.0.0.1:9/notices")
     changed = await ok(await api.patch("/v1/settings", json={"notify": target}, headers=key))
     assert changed["notify"]["url"] == target["url"] and changed["pause_after_failures"] == 0
@@ -39,7 +48,7 @@ async def test_settings_start_empty_and_each_field_is_replaced_alone(api: Api, r
     assert both["pause_after_failures"] == 3 and both["notify"]["url"] == target["url"]  # kept
     assert await ok(await api.get("/v1/settings", headers=key)) == both
     cleared = await ok(await api.patch("/v1/settings", json={"notify": None}, headers=key))
-    assert cleared == {"pause_after_failures": 3, "notify": None}
+    assert cleared == {**DEFAULTS, "pause_after_failures": 3}
 
 
 async def test_bad_settings_are_refused_naming_the_field_and_change_nothing(api: Api, register: Register) -> None:
@@ -53,9 +62,27 @@ async def test_bad_settings_are_refused_naming_the_field_and_change_nothing(api:
         ({"notify": {"type": "kafka", "topic": "not-granted"}}, "notify"),
         ({"notify": "http://127.0.0.1:9/"}, "notify"),
         ({"color": "red"}, "color"),
+        ({"retention_s": 3599}, "retention_s"),
+        ({"retention_s": 90 * 86400 + 1}, "retention_s"),
+        ({"retention_s": -1}, "retention_s"),
+        ({"audit_retention_s": 365 * 86400 + 1}, "audit_retention_s"),
+        ({"audit_retention_s": 1.5}, "audit_retention_s"),
+        ({"pause_after_failures": 2, "retention_s": 10}, "retention_s"),  # nothing of it is kept
     ]:
         await refused(await api.patch("/v1/settings", json=body, headers=key), field)
-    assert await ok(await api.get("/v1/settings", headers=key)) == {"pause_after_failures": 0, "notify": None}
+    assert await ok(await api.get("/v1/settings", headers=key)) == DEFAULTS
+
+
+async def test_retention_is_chosen_within_the_maxima_and_0_restores_the_default(api: Api, register: Register) -> None:
+    _, key = await register()
+    chosen = await ok(
+        await api.patch("/v1/settings", json={"retention_s": 3600, "audit_retention_s": 86400}, headers=key)
+    )
+    assert (chosen["retention_s"], chosen["audit_retention_s"]) == (3600, 86400)
+    most = await ok(await api.patch("/v1/settings", json={"retention_s": 90 * 86400}, headers=key))
+    assert most["retention_s"] == most["retention_max_s"] and most["audit_retention_s"] == 86400
+    back = await ok(await api.patch("/v1/settings", json={"retention_s": 0, "audit_retention_s": 0}, headers=key))
+    assert back == DEFAULTS
 
 
 async def test_pause_after_failures_is_for_recurring_schedules_and_null_restores_the_default(

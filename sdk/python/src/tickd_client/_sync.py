@@ -181,11 +181,23 @@ class Tickd:
         return self.send(calls.get_settings())
 
     def patch_settings(
-        self, *, pause_after_failures: int | None = None, notify: Any = calls._UNCHANGED
+        self,
+        *,
+        pause_after_failures: int | None = None,
+        notify: Any = calls._UNCHANGED,
+        retention_s: int | None = None,
+        audit_retention_s: int | None = None,
     ) -> ClientSettings:
         """Change your settings: ``pause_after_failures`` (0: never), ``notify`` (a callback dict, e.g.
-        ``{"type": "http", "url": ...}``; None removes it). Only what is given changes."""
-        return self.send(calls.patch_settings(pause_after_failures=pause_after_failures, notify=notify))
+        ``{"type": "http", "url": ...}``; None removes it), ``retention_s`` and ``audit_retention_s``
+        (seconds; 0: the deployment's default). Only what is given changes."""
+        call = calls.patch_settings(
+            pause_after_failures=pause_after_failures,
+            notify=notify,
+            retention_s=retention_s,
+            audit_retention_s=audit_retention_s,
+        )
+        return self.send(call)
 
     def schedule_audit(self, schedule_id: str, *, page_size: int = 100) -> Iterator[AuditRecord]:
         """One schedule's changes, newest first (also after it ended)."""

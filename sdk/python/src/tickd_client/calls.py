@@ -262,11 +262,21 @@ def get_settings() -> Call[ClientSettings]:
 _UNCHANGED: Any = object()
 
 
-def patch_settings(*, pause_after_failures: int | None = None, notify: Any = _UNCHANGED) -> Call[ClientSettings]:
-    """Change your settings; only what is given changes (``notify=None`` removes the target)."""
-    body: dict[str, Any] = {}
-    if pause_after_failures is not None:
-        body["pause_after_failures"] = pause_after_failures
+def patch_settings(
+    *,
+    pause_after_failures: int | None = None,
+    notify: Any = _UNCHANGED,
+    retention_s: int | None = None,
+    audit_retention_s: int | None = None,
+) -> Call[ClientSettings]:
+    """Change your settings; only what is given changes (``notify=None`` removes the target; a retention
+    of 0 goes back to the deployment's default)."""
+    given = {
+        "pause_after_failures": pause_after_failures,
+        "retention_s": retention_s,
+        "audit_retention_s": audit_retention_s,
+    }
+    body: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
     if notify is not _UNCHANGED:
         body["notify"] = notify
     return Call("PATCH", _path("settings"), _one(ClientSettings), body=body)

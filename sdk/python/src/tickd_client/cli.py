@@ -221,8 +221,9 @@ def _notices(client: Tickd, args: argparse.Namespace) -> Any:
 def _settings(client: Tickd, args: argparse.Namespace) -> Any:
     """Shown as they are, or changed: only the options given change."""
     change: dict[str, Any] = {}
-    if args.pause_after_failures is not None:
-        change["pause_after_failures"] = args.pause_after_failures
+    for name in ("pause_after_failures", "retention_s", "audit_retention_s"):
+        if getattr(args, name) is not None:
+            change[name] = getattr(args, name)
     given = [args.notify_url is not None, args.notify_topic is not None, args.no_notify]
     if sum(given) > 1:
         raise UsageError("give one of --notify-url, --notify-topic and --no-notify")
@@ -606,6 +607,10 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--notify-url", metavar="URL", help="deliver your notifications to this HTTP endpoint")
     own.add_argument("--notify-topic", metavar="TOPIC", help="... or to this Kafka topic (granted to you)")
     own.add_argument("--no-notify", action="store_true", help="keep notifications in the feed only")
+    own.add_argument(
+        "--retention-s", type=int, metavar="S", help="keep runs, dead letters, notices S seconds (0: default)"
+    )
+    own.add_argument("--audit-retention-s", type=int, metavar="S", help="keep audit records S seconds (0: default)")
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
     completion = commands.add_parser("completion", help="print a shell completion script")

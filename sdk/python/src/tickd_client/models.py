@@ -155,10 +155,16 @@ class Notice:
 @dataclass(frozen=True)
 class ClientSettings:
     """Your own settings: the default of ``pause_after_failures`` for your recurring schedules (0: never),
-    and the target your notifications are delivered to (None: the feed only)."""
+    the target your notifications are delivered to (None: the feed only), and how long your records are
+    kept (runs, dead letters, schedules after their fire and notices; audit records), with the most you
+    may choose."""
 
     pause_after_failures: int
     notify: dict[str, Any] | None
+    retention_s: int | None = None
+    audit_retention_s: int | None = None
+    retention_max_s: int | None = None
+    audit_retention_max_s: int | None = None
 
 
 @dataclass(frozen=True)
