@@ -5,6 +5,11 @@ import { busy, callbackText, h, mount, notice, when } from "./dom.js";
 import { scheduleHref } from "./tenant.js";
 
 const PAGE = 50;
+
+function days(seconds) {
+  const d = seconds / 86400;
+  return Number.isInteger(d) ? `${d} day${d === 1 ? "" : "s"}` : `${(seconds / 3600).toFixed(1)} hours`;
+}
 const KIND_WORDS = {
   "schedule.auto_paused": "Auto-paused",
   "fire.dead_lettered": "Dead-lettered",
@@ -64,7 +69,14 @@ export async function notices(root) {
 
   function showSettings(current, note = null) {
     const target = current.notify ? callbackText(current.notify) : "none: kept in this feed only";
-    mount(settingsBox, note, h("p", { class: "muted", id: "notify-target" }, `Notify target: ${target}`), settingsForm(current, showSettings));
+    const kept = `Runs, dead letters and notices are kept ${days(current.retention_s)}, audit records ${days(current.audit_retention_s)} (set with PATCH /v1/settings, up to ${days(current.retention_max_s)} and ${days(current.audit_retention_max_s)}).`;
+    mount(
+      settingsBox,
+      note,
+      h("p", { class: "muted", id: "notify-target" }, `Notify target: ${target}`),
+      h("p", { class: "muted", id: "retention" }, kept),
+      settingsForm(current, showSettings),
+    );
   }
 
   async function load(more) {
