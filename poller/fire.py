@@ -55,17 +55,17 @@ from tickd.poller.callbacks.backoff import clamp_wait_s
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
 from tickd.poller.durable import durably
 from tickd.poller.errors import STOPS, Lease, LeaseLost
-from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
-from tickd.poller.plan import FiringPlan, OpenMinute
+from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
-from tickd.schema import guard, timing
+from tickd.schema import timing
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
     Chain,
+    Chained,
     Client,
     DeadLetter,
     EventOf,
@@ -94,9 +94,8 @@ class Fire:
 
     row: Schedule
     minute: OpenMinute  # the plan's open minute it was taken from: ended there, settled or not
-    guard: Callable[[], None] | None = None  # the lease check before each of its store requests
     token: Token | None = None  # its throttle policy's token, once granted
-    fired_at: datetime | None = None  # when it went out
+    fired_at: datetime | None = None  # when it went out (a batch trigger's: when its expansion began)
     lateness_s: float | None = None  # a first attempt's lateness when it went out
     result: DeliveryResult | None = None  # how its delivery ended
     settled: bool = False  # its end is durable: outcome recorded, retry stored, or dead letter written
@@ -294,59 +293,40 @@ class _ContainedRouter:
 
 
 class Settler:
-    def __init__(
-        self, ctx: FireContext, store: Store, plan: FiringPlan, outcomes: OutcomeWriter, loader: MinuteLoader
-    ) -> None:
+    """A fire's writes, each step returning what the plan must be told (``poller.pipeline`` tells it)."""
+
+    def __init__(self, ctx: FireContext, store: Store, outcomes: OutcomeWriter) -> None:
         self._ctx = ctx
         self._store = store
-        self._plan = plan
         self._outcomes = outcomes
-        self._loader = loader
         self._metrics = ctx.metrics
         self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
 
     # -- ending a fire --------------------------------------------------------------------------------
 
-    async def settle(self, fire: Fire) -> None:
-        """Make the fire's end durable: delivered, retried later, or dead-lettered.
+    async def settle(self, fire: Fire) -> Schedule | None:
+        """Make the fire's end durable: delivered, retried later, or dead-lettered. Returns the retry row
+        when a retry was stored (for the plan), else None.
 
         Any other error while settling (a bug, a value nobody foresaw) ends this fire as a dead letter
         naming it, logged with its traceback. ``LeaseLost`` and storage errors still stop the instance."""
         row, result, fired_at = fire.row, fire.delivery, fire.sent_at
         try:
-            await self._settle_as_told(row, result, fired_at)
+            return await self._settle_as_told(row, result, fired_at)
         except STOPS:
             raise
         except Exception as exc:
             self._ctx.log.exception("fire_settle_failed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
             reason = f"internal error while settling: {type(exc).__name__}"
             await self._bury(row, DeliveryResult.failed(result.attempts, reason, retriable=False), fired_at)
+            return None
 
-    async def settle_many(self, fires: Sequence[Fire]) -> None:
-        """Settle a group sent together: the delivered ones' outcomes in one write, then each other fire
-        on its own (``settle``, in a task each under the group's lease guard). One that raises leaves only
-        its own fire unsettled; the first such error is raised once every fire has ended."""
-        delivered = [fire for fire in fires if fire.delivery.ok]
-        if delivered:
-            await self._outcomes.record_many([(f.row, Status.SUCCEEDED, f.delivery, f.sent_at) for f in delivered])
-            for fire in delivered:
+    async def settle_delivered(self, fires: Sequence[Fire]) -> None:
+        """Settle fires of a group that were delivered: their outcomes in one write."""
+        if fires:
+            await self._outcomes.record_many([(f.row, Status.SUCCEEDED, f.delivery, f.sent_at) for f in fires])
+            for fire in fires:
                 fire.settled = True
-        failed = [fire for fire in fires if not fire.delivery.ok]
-        if not failed:
-            return
-
-        async def settle(fire: Fire) -> None:
-            # A task of its own (gather): its writes are the fire's too, under the same guard (seed
-            # 1109: unguarded, a paused node's durable retry landed after the next owner's delivery).
-            assert fire.guard is not None
-            guard.set_guard(fire.guard)
-            await self.settle(fire)
-            fire.settled = True
-
-        errors = await asyncio.gather(*(settle(fire) for fire in failed), return_exceptions=True)
-        first_error = next((e for e in errors if isinstance(e, BaseException)), None)
-        if first_error is not None:
-            raise first_error
 
     async def settle_delivered_before(self, fire: Fire) -> None:
         """A fire this owner delivered already (a stale owner's retry of it landed late, simulation seed
@@ -355,9 +335,10 @@ class Settler:
         self._ctx.log.info("fire_already_delivered", schedule_id=str(row.schedule_id), fire_id=fire.key)
         await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts), self._ctx.clock())
 
-    async def _settle_as_told(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+    async def _settle_as_told(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> Schedule | None:
         if result.ok:  # delivered
             await self._outcomes.record(row, Status.SUCCEEDED, result, fired_at)
+            return None
         elif not self._ctx.lease():
             # Paused or cut off while delivering: the next owner may have fired it by now. A retry or a
             # dead letter written from here would repeat (or bury) that fire; it is left to the next owner.
@@ -368,15 +349,18 @@ class Settler:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
             due = self._ctx.clock() + timedelta(seconds=self._retry_wait_s(result))
             retry = tried(row, result, fired_at)  # the retry row carries the fire's attempts so far
-            if not await durably(
+            stored = await durably(
                 self._ctx.log, "requeue", lambda: self._retry_later(retry, result, due), self._metrics
-            ):
+            )
+            if stored is None:
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
                 # of the old version ends here, and its row must say so, not stay "scheduled" (a cancel
                 # or pause keeps its own mark).
                 await self._superseded(row, result)
-        else:  # dead-lettered
-            await self._bury(row, result, fired_at)
+            return stored
+        # dead-lettered
+        await self._bury(row, result, fired_at)
+        return None
 
     def _retry_wait_s(self, result: DeliveryResult) -> float:
         """Seconds until a durable retry: the server's wait clamped to the policy's cap (whoever read it,
@@ -385,10 +369,10 @@ class Settler:
         asked = None if result.retry_after_s is None else clamp_wait_s(result.retry_after_s, policy.cap_s)
         return max(asked or policy.delay_s(result.attempts, self._ctx.rng), 0.05)
 
-    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> bool:
+    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> Schedule | None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
         it again with the same ``due`` after a storage error is safe (the store finishes its own move).
-        Whether a retry was stored (False: the schedule changed meanwhile)."""
+        The retry row as stored (None: the schedule changed meanwhile)."""
         log = self._ctx.log
         try:
             retry = await self._store.requeue_schedule(
@@ -396,8 +380,7 @@ class Settler:
             )
         except Conflict:
             log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
-            return False
-        self._plan.consider(retry)  # planned at once if its minute is open here (else read when it opens)
+            return None
         log.info(
             "callback_retry_scheduled",
             schedule_id=str(row.schedule_id),
@@ -405,7 +388,7 @@ class Settler:
             due_at=due.isoformat(),
             error=result.error,
         )
-        return True
+        return retry
 
     async def _bury(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """A fire that failed for good: its row FAILED, and a dead letter dated when its last attempt
@@ -475,13 +458,15 @@ class Settler:
         await self._mark_superseded(row, current, None)
         return False
 
-    async def chain(self, fire: Fire) -> bool:
+    async def chain(self, fire: Fire) -> Chained | None:
         """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
-        (computed from this one's nominal time, so a late fire never shifts the timeline). False if the
-        client changed or cancelled the schedule since this row was written: then it must not fire."""
+        (computed from this one's nominal time, so a late fire never shifts the timeline), and return
+        the chain's outcome with the next occurrence's row as written (None: no chain for this fire).
+        ``Chain.CHANGED`` if the client changed or cancelled the schedule since this row was written:
+        then it must not fire, and its row is marked so here."""
         row, now = fire.row, self._ctx.clock
         if row.repeat is None or row.attempts != 0:
-            return True
+            return None
         following = next_occurrence(row, row.repeat, row.fire_at, now(), self._ctx.client().poller_count)
         chained = await durably(
             self._ctx.log, "chain", lambda: self._store.chain_schedule(row, following, now()), self._metrics
@@ -491,31 +476,34 @@ class Settler:
                 "occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id
             )
             await self._superseded(row)
-            return False
-        if chained.following is not None:
-            self._plan.consider(chained.following)
-        return True
+        return chained
 
-    async def expand(self, fire: Fire) -> None:
+    async def expand(self, fire: Fire) -> list[tuple[datetime, datetime]]:
         """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the
-        window, each then fired (and retried, and dead-lettered) like any row. The fire itself counts
-        as succeeded once its events are stored."""
+        window, each then fired (and retried, and dead-lettered) like any row. Returns where they landed,
+        each minute with its earliest event's due time, in order: to be read into the plan from storage
+        (not from memory: if this fire was expanded before, its outcome lost in a crash, some events
+        went out already and their rows say so). Once they are, ``settle_expanded`` ends the fire."""
         row = fire.row
         options = row.options
         assert options is not None
-        fired_at = self._ctx.clock()
+        fire.fired_at = self._ctx.clock()
         events = _events_of(row, options)
         await durably(self._ctx.log, "events", lambda: self._store.add_events(events, self._ctx.clock()), self._metrics)
-        # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
-        # in a crash), some events went out already and their rows say so.
         earliest: dict[datetime, datetime] = {}
         for event in events:
             minute, due = event.location.minute, event.location.due_at
             earliest[minute] = min(due, earliest.get(minute, due))
-        for minute, due in sorted(earliest.items()):
-            await self._loader.read(minute, due)
-        self._ctx.log.info("fire_expanded", fire_id=row.fire_id, events=len(events), window_ms=options.window_ms)
-        await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
+        return sorted(earliest.items())
+
+    async def settle_expanded(self, fire: Fire) -> None:
+        """A batch trigger's fire whose events are stored and planned: it has succeeded."""
+        row = fire.row
+        options = row.options
+        assert options is not None
+        self._ctx.log.info("fire_expanded", fire_id=row.fire_id, events=options.events, window_ms=options.window_ms)
+        result = DeliveryResult.delivered(row.attempts + 1)
+        await self._outcomes.record(row, Status.SUCCEEDED, result, fire.sent_at)
 
     # -- a schedule changed under its fire --------------------------------------------------------------
 
