@@ -43,9 +43,10 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
@@ -53,7 +54,6 @@ from structlog.typing import FilteringBoundLogger
 from tickd.poller import stats
 from tickd.poller.callbacks.backoff import clamp_wait_s
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
-from tickd.poller.durable import durably
 from tickd.poller.errors import STOPS, Lease, LeaseLost
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import OpenMinute
@@ -83,6 +83,9 @@ from tickd.schema.model import (
 from tickd.schema.store import Store
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
+# Ceiling of the wait between tries of a storage call while Cassandra does not answer.
+_MAX_STORE_RETRY_S = 5.0
 
 
 # -- the fire -----------------------------------------------------------------------------------------
@@ -287,6 +290,30 @@ class _ContainedRouter:
         reason = f"internal error: {type(exc).__name__}"
         retriable = attempt < self._max_attempts
         return DeliveryResult.failed(attempt, reason, retriable=retriable, maybe_received=True)
+
+
+# -- through a storage outage -------------------------------------------------------------------------
+
+
+async def durably(
+    log: FilteringBoundLogger, what: str, call: Callable[[], Awaitable[T]], metrics: Metrics | None = None
+) -> T:
+    """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s, and
+    return what its successful try returned: a fire's writes and reads (and the minute loader's reads),
+    which an instance must see through. Only ``StoreUnavailable`` is retried; any other error
+    propagates to the caller (a fire, whose minute it poisons, or a loop of the instance's task group,
+    which it stops). Each failed try counts in ``metrics`` (if given) as a store error of operation
+    ``what``."""
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except StoreUnavailable as exc:
+            if metrics is not None:
+                metrics.store_error(what)
+            log.warning("store_write_retried", what=what, error=str(exc), wait_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_STORE_RETRY_S)
 
 
 # -- settling -----------------------------------------------------------------------------------------
