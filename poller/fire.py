@@ -4,8 +4,10 @@
 - ``Fire``: the fire itself, which each step fills in; ``FireContext``: what every step reads;
 - ``Sender``: its throttle token, the node's send slots, the lease check, its delivery;
 - ``Settler``: what it writes before it goes out (a durable retry's re-read, a recurring occurrence's
-  next one, a batch trigger's events), and the one way it ends;
-- ``OutcomeWriter``: its outcome made durable, in one batch per partition per flush, the fire waiting on it.
+  next one, a batch trigger's events), and the one way it ends; each step returns what the plan must be
+  told (a next occurrence, a retry row, the event minutes to read), which ``poller.pipeline`` hands on;
+- ``OutcomeWriter``: its outcome made durable, in one batch per partition per flush, the fire waiting on it;
+- ``durably``: how its writes and reads see a storage outage through (the minute loader's reads too).
 
 Sending. A fire holds the node's send slots (``poller.slots``: its client's channel slot, then the node's)
 only from when it can go out, its throttle token in hand, until it is out: a fire waiting for a token or
@@ -17,12 +19,13 @@ dispatcher, a value nobody foresaw) is that fire's failed attempt, logged with i
 (``fire_failed_unexpectedly``): see ``_ContainedRouter``.
 
 Settling. A fire ends in exactly one of three ways, each written by the settler and retried in place while
-storage is unavailable (``durably``), with the fire still in flight so its minute cannot close:
+storage is unavailable (``durably``: only ``StoreUnavailable``, backing off up to 5 s; any other storage
+error propagates), with the fire still in flight so its minute cannot close:
 - delivered: its outcome is recorded (through the ``OutcomeWriter``, which it waits on);
 - retried later: a retry row is stored (``callback_retry_scheduled``); when the schedule changed
   meanwhile, its row is recorded MOVED instead, or keeps the client's CANCELLED or PAUSED;
 - dead-lettered: its row FAILED, and a dead letter (``callback_dead_lettered``).
-The settler marks it ``settled``. An error while settling that is not ``LeaseLost`` nor a storage error (a
+The pipeline marks it ``settled``. An error while settling that is not ``LeaseLost`` nor a storage error (a
 bug, a value nobody foresaw) ends the fire as a dead letter naming it (``fire_settle_failed``): stopping
 the instance would have its next owner fire the row again and fail the same way, in a loop. A fire whose
 steps raise stays unsettled: its minute is poisoned in the plan and the next owner fires it again.
@@ -352,8 +355,6 @@ class Settler:
         """Settle fires of a group that were delivered: their outcomes in one write."""
         if fires:
             await self._outcomes.record_many([(f.row, Status.SUCCEEDED, f.delivery, f.sent_at) for f in fires])
-            for fire in fires:
-                fire.settled = True
 
     async def settle_delivered_before(self, fire: Fire) -> None:
         """A fire this owner delivered already (a stale owner's retry of it landed late, simulation seed

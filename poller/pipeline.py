@@ -5,11 +5,14 @@ through fixed steps, in this order:
     occurrence writes its next one), expand (a batch trigger writes its events and ends there)
     ->  throttle  ->  send (one, or a pass's group)  ->  settle  ->  end (in the plan)
 
-A pass's plain Kafka rows (nothing to do before they go out) take the same steps together: ``_fire_group``
-is ``_fire`` for many, the steps they skip being those such rows have none of. The parts, each with one
-job: ``slots.FireLanes`` (fires in flight, the instance's HTTP workers), and in ``poller.fire``, beside the
-fire itself, ``Sender`` (throttle token, the node's send slots, lease check, delivery) and ``Settler`` (what
-a fire writes, and its end).
+The pipeline conducts: each step returns what it made, and the pipeline hands it on: a chained next
+occurrence or a stored retry to the plan (``_consider``), a batch trigger's event minutes to the loader,
+which reads them into the plan from storage. A pass's plain Kafka rows (nothing to do before they go out)
+take the same steps together: ``_fire_group`` is ``_fire`` for many, the steps they skip being those such
+rows have none of. The parts, each with one job: ``slots.FireLanes`` (fires in flight, the instance's HTTP
+workers), and in ``poller.fire``, beside the fire itself, ``Sender`` (throttle token, the node's send
+slots, lease check, delivery) and ``Settler`` (what a fire writes). A fire's store requests are checked
+against the lease it began under: the pipeline sets that check on the fire's task (``schema.guard``).
 
 Each fire ends in exactly one of three ways, all written by the settler: delivered (its outcome recorded),
 retried later (a retry row stored; or, when the schedule changed meanwhile, its row MOVED, CANCELLED or
@@ -17,7 +20,7 @@ PAUSED), or dead-lettered. A fire whose steps raise (``LeaseLost``, a storage er
 ``StoreUnavailable``, a bug outside sending and settling, a cancel at the drain deadline) is not settled:
 its minute is poisoned in the plan and the plan keeps the error, on which the checkpointer stops the
 instance (``InstanceCrashed``) so the next owner fires it. ``StoreUnavailable`` is retried in place
-(``durably``), with the fire still in flight so its minute cannot close.
+(``fire.durably``), with the fire still in flight so its minute cannot close.
 """
 
 from __future__ import annotations
@@ -196,7 +199,10 @@ class FirePipeline:
         await self._sender.send_many(fires)
         for fire in fires:
             self._sent(fire)
-        await self._settler.settle_delivered([fire for fire in fires if fire.delivery.ok])
+        delivered = [fire for fire in fires if fire.delivery.ok]
+        await self._settler.settle_delivered(delivered)
+        for fire in delivered:
+            fire.settled = True
         failed = [fire for fire in fires if not fire.delivery.ok]
         errors = await asyncio.gather(*(self._settle_alone(fire, check) for fire in failed), return_exceptions=True)
         first_error = next((e for e in errors if isinstance(e, BaseException)), None)
