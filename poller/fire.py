@@ -4,8 +4,12 @@
 - ``Fire``: the fire itself, which each step fills in; ``FireContext``: what every step reads;
 - ``Sender``: its throttle token, the node's send slots, the lease check, its delivery;
 - ``Settler``: what it writes before it goes out (a durable retry's re-read, a recurring occurrence's
-  next one, a batch trigger's events), and the one way it ends;
-- ``OutcomeWriter``: its outcome made durable, in one batch per partition per flush, the fire waiting on it.
+  next one, a batch trigger's events), and the one way it ends; each step returns what the plan must be
+  told (a next occurrence, a retry row, the event minutes to read), which ``poller.pipeline`` hands on;
+- ``FailureNotices``: what a dead letter sets off, the client's notice and the auto-pause of a recurring
+  schedule failing ``pause_after_failures`` times in a row;
+- ``OutcomeWriter``: its outcome made durable, in one batch per partition per flush, the fire waiting on it;
+- ``durably``: how its writes and reads see a storage outage through (the minute loader's reads too).
 
 Sending. A fire holds the node's send slots (``poller.slots``: its client's channel slot, then the node's)
 only from when it can go out, its throttle token in hand, until it is out: a fire waiting for a token or
@@ -17,12 +21,13 @@ dispatcher, a value nobody foresaw) is that fire's failed attempt, logged with i
 (``fire_failed_unexpectedly``): see ``_ContainedRouter``.
 
 Settling. A fire ends in exactly one of three ways, each written by the settler and retried in place while
-storage is unavailable (``durably``), with the fire still in flight so its minute cannot close:
+storage is unavailable (``durably``: only ``StoreUnavailable``, backing off up to 5 s; any other storage
+error propagates), with the fire still in flight so its minute cannot close:
 - delivered: its outcome is recorded (through the ``OutcomeWriter``, which it waits on);
 - retried later: a retry row is stored (``callback_retry_scheduled``); when the schedule changed
   meanwhile, its row is recorded MOVED instead, or keeps the client's CANCELLED or PAUSED;
 - dead-lettered: its row FAILED, and a dead letter (``callback_dead_lettered``).
-The settler marks it ``settled``. An error while settling that is not ``LeaseLost`` nor a storage error (a
+The pipeline marks it ``settled``. An error while settling that is not ``LeaseLost`` nor a storage error (a
 bug, a value nobody foresaw) ends the fire as a dead letter naming it (``fire_settle_failed``): stopping
 the instance would have its next owner fire the row again and fail the same way, in a loop. A fire whose
 steps raise stays unsettled: its minute is poisoned in the plan and the next owner fires it again.
@@ -43,9 +48,10 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 from uuid import UUID
 
 from structlog.typing import FilteringBoundLogger
@@ -53,20 +59,19 @@ from structlog.typing import FilteringBoundLogger
 from tickd.poller import stats
 from tickd.poller.callbacks.backoff import clamp_wait_s
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
-from tickd.poller.durable import durably
 from tickd.poller.errors import STOPS, Lease, LeaseLost
-from tickd.poller.loader import MinuteLoader
 from tickd.poller.metrics import Metrics
-from tickd.poller.notify import FailureNotices
-from tickd.poller.plan import FiringPlan, OpenMinute
+from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
-from tickd.schema import guard, timing
+from tickd.schema import notices, timing
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
+    AuditRecord,
     Chain,
+    Chained,
     Client,
     DeadLetter,
     EventOf,
@@ -84,6 +89,9 @@ from tickd.schema.model import (
 from tickd.schema.store import Store
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
+# Ceiling of the wait between tries of a storage call while Cassandra does not answer.
+_MAX_STORE_RETRY_S = 5.0
 
 
 # -- the fire -----------------------------------------------------------------------------------------
@@ -95,9 +103,8 @@ class Fire:
 
     row: Schedule
     minute: OpenMinute  # the plan's open minute it was taken from: ended there, settled or not
-    guard: Callable[[], None] | None = None  # the lease check before each of its store requests
     token: Token | None = None  # its throttle policy's token, once granted
-    fired_at: datetime | None = None  # when it went out
+    fired_at: datetime | None = None  # when it went out (a batch trigger's: when its expansion began)
     lateness_s: float | None = None  # a first attempt's lateness when it went out
     result: DeliveryResult | None = None  # how its delivery ended
     settled: bool = False  # its end is durable: outcome recorded, retry stored, or dead letter written
@@ -291,64 +298,67 @@ class _ContainedRouter:
         return DeliveryResult.failed(attempt, reason, retriable=retriable, maybe_received=True)
 
 
+# -- through a storage outage -------------------------------------------------------------------------
+
+
+async def durably(
+    log: FilteringBoundLogger, what: str, call: Callable[[], Awaitable[T]], metrics: Metrics | None = None
+) -> T:
+    """Run a storage call until it succeeds (it must be safe to repeat), backing off up to 5 s, and
+    return what its successful try returned: a fire's writes and reads (and the minute loader's reads),
+    which an instance must see through. Only ``StoreUnavailable`` is retried; any other error
+    propagates to the caller (a fire, whose minute it poisons, or a loop of the instance's task group,
+    which it stops). Each failed try counts in ``metrics`` (if given) as a store error of operation
+    ``what``."""
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except StoreUnavailable as exc:
+            if metrics is not None:
+                metrics.store_error(what)
+            log.warning("store_write_retried", what=what, error=str(exc), wait_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_STORE_RETRY_S)
+
+
 # -- settling -----------------------------------------------------------------------------------------
 
 
 class Settler:
-    def __init__(
-        self, ctx: FireContext, store: Store, plan: FiringPlan, outcomes: OutcomeWriter, loader: MinuteLoader
-    ) -> None:
+    """A fire's writes, each step returning what the plan must be told (``poller.pipeline`` tells it)."""
+
+    def __init__(self, ctx: FireContext, store: Store, outcomes: OutcomeWriter) -> None:
         self._ctx = ctx
         self._store = store
-        self._plan = plan
         self._outcomes = outcomes
-        self._loader = loader
         self._metrics = ctx.metrics
         self._failures = FailureNotices(store, ctx.metrics, ctx.log)
         self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
 
     # -- ending a fire --------------------------------------------------------------------------------
 
-    async def settle(self, fire: Fire) -> None:
-        """Make the fire's end durable: delivered, retried later, or dead-lettered.
+    async def settle(self, fire: Fire) -> Schedule | None:
+        """Make the fire's end durable: delivered, retried later, or dead-lettered. Returns the retry row
+        when a retry was stored (for the plan), else None.
 
         Any other error while settling (a bug, a value nobody foresaw) ends this fire as a dead letter
         naming it, logged with its traceback. ``LeaseLost`` and storage errors still stop the instance."""
         row, result, fired_at = fire.row, fire.delivery, fire.sent_at
         try:
-            await self._settle_as_told(row, result, fired_at)
+            return await self._settle_as_told(row, result, fired_at)
         except STOPS:
             raise
         except Exception as exc:
             self._ctx.log.exception("fire_settle_failed", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
             reason = f"internal error while settling: {type(exc).__name__}"
             await self._bury(row, DeliveryResult.failed(result.attempts, reason, retriable=False), fired_at)
+            return None
 
-    async def settle_many(self, fires: Sequence[Fire]) -> None:
-        """Settle a group sent together: the delivered ones' outcomes in one write, then each other fire
-        on its own (``settle``, in a task each under the group's lease guard). One that raises leaves only
-        its own fire unsettled; the first such error is raised once every fire has ended."""
-        delivered = [fire for fire in fires if fire.delivery.ok]
-        if delivered:
-            await self._outcomes.record_many([(f.row, Status.SUCCEEDED, f.delivery, f.sent_at) for f in delivered])
-            for fire in delivered:
-                fire.settled = True
-        failed = [fire for fire in fires if not fire.delivery.ok]
-        if not failed:
-            return
-
-        async def settle(fire: Fire) -> None:
-            # A task of its own (gather): its writes are the fire's too, under the same guard (seed
-            # 1109: unguarded, a paused node's durable retry landed after the next owner's delivery).
-            assert fire.guard is not None
-            guard.set_guard(fire.guard)
-            await self.settle(fire)
-            fire.settled = True
-
-        errors = await asyncio.gather(*(settle(fire) for fire in failed), return_exceptions=True)
-        first_error = next((e for e in errors if isinstance(e, BaseException)), None)
-        if first_error is not None:
-            raise first_error
+    async def settle_delivered(self, fires: Sequence[Fire]) -> None:
+        """Settle fires of a group that were delivered: their outcomes in one write."""
+        if fires:
+            await self._outcomes.record_many([(f.row, Status.SUCCEEDED, f.delivery, f.sent_at) for f in fires])
 
     async def settle_delivered_before(self, fire: Fire) -> None:
         """A fire this owner delivered already (a stale owner's retry of it landed late, simulation seed
@@ -357,9 +367,10 @@ class Settler:
         self._ctx.log.info("fire_already_delivered", schedule_id=str(row.schedule_id), fire_id=fire.key)
         await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts), self._ctx.clock())
 
-    async def _settle_as_told(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
+    async def _settle_as_told(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> Schedule | None:
         if result.ok:  # delivered
             await self._outcomes.record(row, Status.SUCCEEDED, result, fired_at)
+            return None
         elif not self._ctx.lease():
             # Paused or cut off while delivering: the next owner may have fired it by now. A retry or a
             # dead letter written from here would repeat (or bury) that fire; it is left to the next owner.
@@ -370,15 +381,18 @@ class Settler:
             # The dispatcher owns the give-up rule (HTTP ends at max_attempts; Kafka outages never do).
             due = self._ctx.clock() + timedelta(seconds=self._retry_wait_s(result))
             retry = tried(row, result, fired_at)  # the retry row carries the fire's attempts so far
-            if not await durably(
+            stored = await durably(
                 self._ctx.log, "requeue", lambda: self._retry_later(retry, result, due), self._metrics
-            ):
+            )
+            if stored is None:
                 # The client changed the schedule since (or a change of theirs half-landed): this fire
                 # of the old version ends here, and its row must say so, not stay "scheduled" (a cancel
                 # or pause keeps its own mark).
                 await self._superseded(row, result)
-        else:  # dead-lettered
-            await self._bury(row, result, fired_at)
+            return stored
+        # dead-lettered
+        await self._bury(row, result, fired_at)
+        return None
 
     def _retry_wait_s(self, result: DeliveryResult) -> float:
         """Seconds until a durable retry: the server's wait clamped to the policy's cap (whoever read it,
@@ -387,10 +401,10 @@ class Settler:
         asked = None if result.retry_after_s is None else clamp_wait_s(result.retry_after_s, policy.cap_s)
         return max(asked or policy.delay_s(result.attempts, self._ctx.rng), 0.05)
 
-    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> bool:
+    async def _retry_later(self, row: Schedule, result: DeliveryResult, due: datetime) -> Schedule | None:
         """A durable retry: the fire moves to a later due time in storage, surviving this node. Calling
         it again with the same ``due`` after a storage error is safe (the store finishes its own move).
-        Whether a retry was stored (False: the schedule changed meanwhile)."""
+        The retry row as stored (None: the schedule changed meanwhile)."""
         log = self._ctx.log
         try:
             retry = await self._store.requeue_schedule(
@@ -398,8 +412,7 @@ class Settler:
             )
         except Conflict:
             log.info("retry_dropped_schedule_changed", schedule_id=str(row.schedule_id))
-            return False
-        self._plan.consider(retry)  # planned at once if its minute is open here (else read when it opens)
+            return None
         log.info(
             "callback_retry_scheduled",
             schedule_id=str(row.schedule_id),
@@ -407,7 +420,7 @@ class Settler:
             due_at=due.isoformat(),
             error=result.error,
         )
-        return True
+        return retry
 
     async def _bury(self, row: Schedule, result: DeliveryResult, fired_at: datetime) -> None:
         """A fire that failed for good: its row FAILED, and a dead letter dated when its last attempt
@@ -478,13 +491,15 @@ class Settler:
         await self._mark_superseded(row, current, None)
         return False
 
-    async def chain(self, fire: Fire) -> bool:
+    async def chain(self, fire: Fire) -> Chained | None:
         """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
-        (computed from this one's nominal time, so a late fire never shifts the timeline). False if the
-        client changed or cancelled the schedule since this row was written: then it must not fire."""
+        (computed from this one's nominal time, so a late fire never shifts the timeline), and return
+        the chain's outcome with the next occurrence's row as written (None: no chain for this fire).
+        ``Chain.CHANGED`` if the client changed or cancelled the schedule since this row was written:
+        then it must not fire, and its row is marked so here."""
         row, now = fire.row, self._ctx.clock
         if row.repeat is None or row.attempts != 0:
-            return True
+            return None
         following = next_occurrence(row, row.repeat, row.fire_at, now(), self._ctx.client().poller_count)
         chained = await durably(
             self._ctx.log, "chain", lambda: self._store.chain_schedule(row, following, now()), self._metrics
@@ -494,31 +509,34 @@ class Settler:
                 "occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id
             )
             await self._superseded(row)
-            return False
-        if chained.following is not None:
-            self._plan.consider(chained.following)
-        return True
+        return chained
 
-    async def expand(self, fire: Fire) -> None:
+    async def expand(self, fire: Fire) -> list[tuple[datetime, datetime]]:
         """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the
-        window, each then fired (and retried, and dead-lettered) like any row. The fire itself counts
-        as succeeded once its events are stored."""
+        window, each then fired (and retried, and dead-lettered) like any row. Returns where they landed,
+        each minute with its earliest event's due time, in order: to be read into the plan from storage
+        (not from memory: if this fire was expanded before, its outcome lost in a crash, some events
+        went out already and their rows say so). Once they are, ``settle_expanded`` ends the fire."""
         row = fire.row
         options = row.options
         assert options is not None
-        fired_at = self._ctx.clock()
+        fire.fired_at = self._ctx.clock()
         events = _events_of(row, options)
         await durably(self._ctx.log, "events", lambda: self._store.add_events(events, self._ctx.clock()), self._metrics)
-        # Planned from storage, not from memory: if this fire was expanded before (its outcome was lost
-        # in a crash), some events went out already and their rows say so.
         earliest: dict[datetime, datetime] = {}
         for event in events:
             minute, due = event.location.minute, event.location.due_at
             earliest[minute] = min(due, earliest.get(minute, due))
-        for minute, due in sorted(earliest.items()):
-            await self._loader.read(minute, due)
-        self._ctx.log.info("fire_expanded", fire_id=row.fire_id, events=len(events), window_ms=options.window_ms)
-        await self._outcomes.record(row, Status.SUCCEEDED, DeliveryResult.delivered(row.attempts + 1), fired_at)
+        return sorted(earliest.items())
+
+    async def settle_expanded(self, fire: Fire) -> None:
+        """A batch trigger's fire whose events are stored and planned: it has succeeded."""
+        row = fire.row
+        options = row.options
+        assert options is not None
+        self._ctx.log.info("fire_expanded", fire_id=row.fire_id, events=options.events, window_ms=options.window_ms)
+        result = DeliveryResult.delivered(row.attempts + 1)
+        await self._outcomes.record(row, Status.SUCCEEDED, result, fire.sent_at)
 
     # -- a schedule changed under its fire --------------------------------------------------------------
 
@@ -576,6 +594,95 @@ def _events_of(row: Schedule, options: Options) -> list[Schedule]:
             )
         )
     return events
+
+
+# -- what a dead letter sets off ---------------------------------------------------------------------
+#
+# What a dead letter sets off beyond itself: the client's notice of it (``schema.notices``), and the
+# auto-pause of a recurring schedule whose fires failed ``pause_after_failures`` times in a row.
+#
+# "In a row" is read from the schedule's runs: this occurrence ended dead-lettered, and so did each of the
+# ``N - 1`` occurrences before it (a run that succeeded, or was skipped while the schedule was paused,
+# breaks the streak; a resume starts a new one). The pause is the one a client's ``POST .../pause`` makes
+# (a new version), written only if the schedule still stands as read: a client's change in between wins,
+# and an auto-pause lost to a crash before it was written is made by the next failed fire.
+
+
+class FailureNotices:
+    """One instance's: called once a fire of its ended dead-lettered."""
+
+    def __init__(self, store: Store, metrics: Metrics, log: FilteringBoundLogger) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._log = log
+
+    async def dead_lettered(self, client: Client, row: Schedule, result: DeliveryResult, at: datetime) -> None:
+        if notices.is_notice(row):  # a notification that could not be delivered: its dead letter says so
+            return
+        fire_id = row.event_id or row.fire_id
+        detail = {"fire_id": fire_id, "attempts": result.attempts, "error": result.error or "failed"}
+        record = notices.notice(row.client_id, notices.DEAD_LETTERED, fire_id, at, detail, row.public_id)
+        await self._notify(client, record)
+        threshold = _pause_threshold(client, row)
+        if threshold and await self._failed_in_a_row(row, threshold):
+            await self._pause(client, row, threshold, at)
+
+    async def _failed_in_a_row(self, row: Schedule, threshold: int) -> bool:
+        """Whether the ``threshold - 1`` occurrences before ``row``'s all ended dead-lettered."""
+        if threshold == 1:
+            return True
+        before = await durably(
+            self._log,
+            "read_runs",
+            lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold - 1),
+            self._metrics,
+        )
+        return len(before) == threshold - 1 and all(run.status is Status.FAILED for run in before)
+
+    async def _pause(self, client: Client, row: Schedule, threshold: int, at: datetime) -> None:
+        schedule_id = row.public_id
+        current = await durably(
+            self._log, "read_schedule", lambda: self._store.get_schedule(row.client_id, schedule_id), self._metrics
+        )
+        if current is None or current.status is not Status.SCHEDULED or current.repeat is None:
+            return  # cancelled, paused, ended or changed into a one-time schedule meanwhile
+        try:
+            paused = await durably(
+                self._log, "auto_pause", lambda: self._store.pause_schedule(current, at), self._metrics
+            )
+        except Conflict:
+            # A client's change landed in between, or this pause did and its answer was lost (then retried).
+            self._log.info("auto_pause_dropped_schedule_changed", schedule_id=str(schedule_id))
+            return
+        self._log.warning(
+            "schedule_auto_paused", client_id=row.client_id, schedule_id=str(schedule_id), failed_in_a_row=threshold
+        )
+        detail = {"failed_in_a_row": threshold, "fire_id": row.fire_id, "version": paused.version}
+        record = notices.notice(row.client_id, notices.AUTO_PAUSED, str(schedule_id), at, detail, schedule_id)
+        # A change of the schedule's too: in its audit trail, by tickd, with the version it left.
+        change = dataclasses.replace(record, action="schedule.auto_pause", version=paused.version)
+        await durably(self._log, "audit", lambda: self._store.record_audit([change]), self._metrics)
+        await self._notify(client, record)
+
+    async def _notify(self, client: Client, record: AuditRecord) -> None:
+        sent = notices.delivery(client, record)  # made once: a retried write writes the same schedule
+        await durably(self._log, "notice", lambda: self._store.record_notice(record), self._metrics)
+        if sent is not None:
+            await durably(
+                self._log, "notice_delivery", lambda: self._store.create_schedule(sent, record.at), self._metrics
+            )
+        self._metrics.notices.labels(record.action).inc()
+
+
+def _pause_threshold(client: Client, row: Schedule) -> int:
+    """Fires in a row that pause ``row``'s schedule: its own setting, else its client's; 0: never. Only a
+    recurring schedule's occurrences count (an event is a part of its fire, not a fire)."""
+    options = row.options
+    if options is None or options.repeat is None or options.event is not None:
+        return 0
+    if options.pause_after_failures is not None:
+        return options.pause_after_failures
+    return client.settings.pause_after_failures
 
 
 # -- recording its outcome ----------------------------------------------------------------------------

@@ -82,9 +82,10 @@ class PollerInstance:
         self._pipeline = FirePipeline(
             ctx,
             self._plan,
+            self._loader,
             slots,
             Sender(ctx, router, slots, gate),
-            Settler(ctx, store, self._plan, self._outcomes, self._loader),
+            Settler(ctx, store, self._outcomes),
         )
         self._checkpoints = Checkpointer(
             claim, self._current_client, store, self._plan, settings, metrics, clock, self._log, self._loader.sweep

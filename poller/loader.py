@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from structlog.typing import FilteringBoundLogger
 
 from tickd.poller import minutes
-from tickd.poller.durable import durably
+from tickd.poller.fire import durably
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings

@@ -5,11 +5,14 @@ through fixed steps, in this order:
     occurrence writes its next one), expand (a batch trigger writes its events and ends there)
     ->  throttle  ->  send (one, or a pass's group)  ->  settle  ->  end (in the plan)
 
-A pass's plain Kafka rows (nothing to do before they go out) take the same steps together: ``_fire_group``
-is ``_fire`` for many, the steps they skip being those such rows have none of. The parts, each with one
-job: ``slots.FireLanes`` (fires in flight, the instance's HTTP workers), and in ``poller.fire``, beside the
-fire itself, ``Sender`` (throttle token, the node's send slots, lease check, delivery) and ``Settler`` (what
-a fire writes, and its end).
+The pipeline conducts: each step returns what it made, and the pipeline hands it on: a chained next
+occurrence or a stored retry to the plan (``_consider``), a batch trigger's event minutes to the loader,
+which reads them into the plan from storage. A pass's plain Kafka rows (nothing to do before they go out)
+take the same steps together: ``_fire_group`` is ``_fire`` for many, the steps they skip being those such
+rows have none of. The parts, each with one job: ``slots.FireLanes`` (fires in flight, the instance's HTTP
+workers), and in ``poller.fire``, beside the fire itself, ``Sender`` (throttle token, the node's send
+slots, lease check, delivery) and ``Settler`` (what a fire writes). A fire's store requests are checked
+against the lease it began under: the pipeline sets that check on the fire's task (``schema.guard``).
 
 Each fire ends in exactly one of three ways, all written by the settler: delivered (its outcome recorded),
 retried later (a retry row stored; or, when the schedule changed meanwhile, its row MOVED, CANCELLED or
@@ -17,25 +20,35 @@ PAUSED), or dead-lettered. A fire whose steps raise (``LeaseLost``, a storage er
 ``StoreUnavailable``, a bug outside sending and settling, a cancel at the drain deadline) is not settled:
 its minute is poisoned in the plan and the plan keeps the error, on which the checkpointer stops the
 instance (``InstanceCrashed``) so the next owner fires it. ``StoreUnavailable`` is retried in place
-(``durably``), with the fire still in flight so its minute cannot close.
+(``fire.durably``), with the fire still in flight so its minute cannot close.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tickd.poller.fire import Fire, FireContext, Sender, Settler, rechecked
+from tickd.poller.loader import MinuteLoader
 from tickd.poller.plan import FiringPlan
 from tickd.poller.slots import FireLanes, SendSlots
 from tickd.schema import guard
-from tickd.schema.model import HttpCallback, KafkaCallback, Schedule
+from tickd.schema.model import Chain, HttpCallback, KafkaCallback, Schedule
 
 
 class FirePipeline:
-    def __init__(self, ctx: FireContext, plan: FiringPlan, slots: SendSlots, sender: Sender, settler: Settler) -> None:
+    def __init__(
+        self,
+        ctx: FireContext,
+        plan: FiringPlan,
+        loader: MinuteLoader,
+        slots: SendSlots,
+        sender: Sender,
+        settler: Settler,
+    ) -> None:
         self._ctx = ctx
         self._plan = plan
+        self._loader = loader  # reads a batch trigger's events into the plan
         self._slots = slots  # the node's send slots: taken here only for a group (a fire takes its own)
         self._sender = sender
         self._settler = settler
@@ -132,8 +145,7 @@ class FirePipeline:
     async def _deliver(self, fire: Fire) -> None:
         """Fire one row. It ends in exactly one of: its outcome stored, its retry stored (or the schedule
         changed under it), or an exception that poisons its minute and stops the instance."""
-        fire.guard = self._ctx.lease_guard()
-        guard.set_guard(fire.guard)  # this task's store requests only
+        guard.set_guard(self._ctx.lease_guard())  # this task's store requests only
         try:
             if await self._settler.still_wanted(fire):
                 await self._fire(fire)
@@ -149,10 +161,8 @@ class FirePipeline:
         outcome stored, its retry stored, or unsettled (its minute poisoned) when the group raises."""
         check = self._ctx.lease_guard()
         guard.set_guard(check)
-        for fire in group:
-            fire.guard = check
         try:
-            await self._fire_group(await self._wanted_of(group))
+            await self._fire_group(await self._wanted_of(group), check)
         finally:
             unsettled = [fire for fire in group if not fire.settled]
             if unsettled:
@@ -160,11 +170,17 @@ class FirePipeline:
             self._end(group)
 
     async def _fire(self, fire: Fire) -> None:
-        if not await self._settler.chain(fire):
-            return  # the client changed the schedule: this occurrence was dropped, its row marked
+        chained = await self._settler.chain(fire)
+        if chained is not None:
+            if chained.outcome is Chain.CHANGED:
+                return  # the client changed the schedule: this occurrence was dropped, its row marked
+            self._consider(chained.following)
         row = fire.row
         if row.options is not None and row.options.batch:
-            await self._settler.expand(fire)  # its events fire as rows of their own; it has succeeded
+            # Its events fire as rows of their own, read into the plan from storage; then it has succeeded.
+            for minute, due in await self._settler.expand(fire):
+                await self._loader.read(minute, due)
+            await self._settler.settle_expanded(fire)
             return
         if self._plan.delivered_before(fire.key):
             await self._settler.settle_delivered_before(fire)
@@ -172,17 +188,41 @@ class FirePipeline:
         await self._sender.throttle(fire)
         await self._sender.send(fire)
         self._sent(fire)
-        await self._settler.settle(fire)
+        self._consider(await self._settler.settle(fire))
         self._ctx.count_in_stats(fire)
 
-    async def _fire_group(self, fires: Sequence[Fire]) -> None:
-        """``_fire`` for a group's fires (plain Kafka rows: nothing to chain, expand or throttle)."""
+    async def _fire_group(self, fires: Sequence[Fire], check: Callable[[], None]) -> None:
+        """``_fire`` for a group's fires (plain Kafka rows: nothing to chain, expand or throttle). The
+        delivered ones settle in one write, each other fire on its own, in a task each under the group's
+        lease ``check``: one that raises leaves only its own fire unsettled, and the first such error is
+        raised once every fire has ended."""
         await self._sender.send_many(fires)
         for fire in fires:
             self._sent(fire)
-        await self._settler.settle_many(fires)
+        delivered = [fire for fire in fires if fire.delivery.ok]
+        await self._settler.settle_delivered(delivered)
+        for fire in delivered:
+            fire.settled = True
+        failed = [fire for fire in fires if not fire.delivery.ok]
+        errors = await asyncio.gather(*(self._settle_alone(fire, check) for fire in failed), return_exceptions=True)
+        first_error = next((e for e in errors if isinstance(e, BaseException)), None)
+        if first_error is not None:
+            raise first_error
         for fire in fires:
             self._ctx.count_in_stats(fire)
+
+    async def _settle_alone(self, fire: Fire, check: Callable[[], None]) -> None:
+        # A task of its own (gather): its writes are the fire's too, under the group's guard (seed
+        # 1109: unguarded, a paused node's durable retry landed after the next owner's delivery).
+        guard.set_guard(check)
+        self._consider(await self._settler.settle(fire))
+        fire.settled = True
+
+    def _consider(self, row: Schedule | None) -> None:
+        """A row a step wrote (a retry, a next occurrence): planned at once if its minute is open here,
+        else read when it opens."""
+        if row is not None:
+            self._plan.consider(row)
 
     async def _wanted_of(self, group: list[Fire]) -> list[Fire]:
         """A group's fires still wanted (``Settler.still_wanted``); those dropped are settled."""

@@ -20,6 +20,7 @@ from tickd.poller.settings import PollerSettings
 from tickd.schema import notices, timing
 from tickd.schema.memory import memory_store
 from tickd.schema.model import (
+    Chain,
     Client,
     ClientSettings,
     HttpCallback,
@@ -54,11 +55,6 @@ class Direct:
         await self._store.record_outcomes([outcome_of(row, status, result, fired_at)])  # type: ignore[attr-defined]
 
 
-class Plan:
-    def consider(self, row: Schedule) -> None:
-        pass
-
-
 class Instance:
     """One instance's settler for client c1 (its settings as given) on the memory store."""
 
@@ -75,7 +71,7 @@ class Instance:
             log=structlog.get_logger(),
             rng=random.Random(0),
         )
-        self.settler = Settler(ctx, self.store, Plan(), Direct(self.store), None)  # type: ignore[arg-type]
+        self.settler = Settler(ctx, self.store, Direct(self.store))  # type: ignore[arg-type]
 
     async def create(self, options: Options) -> Schedule:
         sid = uuid.uuid4()
@@ -91,7 +87,8 @@ class Instance:
         assert current is not None and current.status is Status.SCHEDULED
         self.clock.now = current.location.due_at
         fire = Fire(current, OpenMinute(current.location.minute))
-        assert await self.settler.chain(fire)
+        chained = await self.settler.chain(fire)
+        assert chained is not None and chained.outcome is not Chain.CHANGED
         fire.went_out(self.clock.now)
         fire.result = result
         await self.settler.settle(fire)

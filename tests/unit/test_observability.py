@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.waiting import CountedOps, until
 from tickd.poller.delivery import DeliveryResult
-from tickd.poller.durable import durably
+from tickd.poller.fire import durably
 from tickd.poller.metrics import Metrics
 from tickd.poller.node import Node
 from tickd.poller.settings import PollerSettings

@@ -45,7 +45,7 @@ class Wanted:
             log=structlog.get_logger(),
             rng=random.Random(0),
         )
-        self._settler = Settler(ctx, store, None, outcomes, None)  # type: ignore[arg-type]
+        self._settler = Settler(ctx, store, outcomes)  # type: ignore[arg-type]
 
     async def still_wanted(self, row: Schedule) -> bool:
         return await self._settler.still_wanted(Fire(row, OpenMinute(row.location.minute)))

@@ -61,11 +61,6 @@ class Direct:
         await self._store.record_outcomes([outcome_of(row, status, result, fired_at)])
 
 
-class Plan:
-    def consider(self, row: Schedule) -> None:
-        pass
-
-
 class Node:
     """A settler and the context its fires are counted in, on the memory store."""
 
@@ -84,7 +79,7 @@ class Node:
             rng=random.Random(0),
             stats=self.stats,
         )
-        self.settler = Settler(self.ctx, self.store, Plan(), Direct(self.store), None)  # type: ignore[arg-type]
+        self.settler = Settler(self.ctx, self.store, Direct(self.store))  # type: ignore[arg-type]
 
     async def create(self, due_after_s: float = 0.0, options: Options | None = None, seq: int = 0) -> Schedule:
         sid = uuid.uuid4()
