@@ -17,6 +17,7 @@ once, under ``batch:<its distinct statement names, sorted, joined by +>``. Each 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 import time
@@ -125,6 +126,11 @@ def unset_if_none(value: Any) -> Any:
     """Bind "leave as is" instead of null: a null bound in a write is a tombstone in the partition,
     and schedule partitions must stay tombstone-free for the pollers' reads."""
     return UNSET_VALUE if value is None else value
+
+
+def fields_of(entity: Any) -> dict[str, Any]:
+    """A model dataclass's fields by name: the values of a statement whose markers are named as they are."""
+    return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}
 
 
 def utc(moment: datetime) -> datetime:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tickd.schema import timing
-from tickd.schema.cassandra.bridge import Part, Write, utc
+from tickd.schema.cassandra.bridge import Part, Write, fields_of, utc
 from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo, SkippedMinute
 
 
@@ -52,16 +52,7 @@ class Coordination(Part):
     """``schema.store.CoordinationStore`` on Cassandra."""
 
     async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
-        values = {
-            "cluster": self.settings.cluster_name,
-            "node_id": node.node_id,
-            "address": node.address,
-            "metrics_port": node.metrics_port,
-            "started_at": node.started_at,
-            "heartbeat_at": node.heartbeat_at,
-            "ttl": ttl_s,
-        }
-        await self._db.write("heartbeat", values)
+        await self._db.write("heartbeat", {**fields_of(node), "cluster": self.settings.cluster_name, "ttl": ttl_s})
 
     async def leave(self, node_id: str) -> None:
         await self._db.write("leave_cluster", {"cluster": self.settings.cluster_name, "node_id": node_id})

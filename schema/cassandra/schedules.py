@@ -25,6 +25,7 @@ from tickd.schema.cassandra.bridge import (
     Statements,
     Values,
     Write,
+    fields_of,
     unset_if_none,
     utc,
     write_bytes,
@@ -209,13 +210,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
             self._horizons.note(schedule.instance, schedule.location.minute)
 
     async def reserve_idempotency_key(self, reservation: IdempotencyKey) -> IdempotencyKey:
-        values = {
-            "client_id": reservation.client_id,
-            "key": reservation.key,
-            "schedule_id": reservation.schedule_id,
-            "request_digest": reservation.request_digest,
-            "created_at": reservation.created_at,
-        }
+        values = fields_of(reservation)
         try:
             applied, row = await self._db.applied("reserve_idempotency_key", values)
         except OutcomeUnknown:
