@@ -12,7 +12,7 @@ import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
@@ -31,6 +31,7 @@ from tickd.schema.cassandra.bridge import (
     write_bytes,
 )
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
+from tickd.schema.cassandra.dead_letters import dead_letter_key
 from tickd.schema.cassandra.runs import run_write
 from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
 from tickd.schema.model import (
@@ -457,10 +458,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
 
     async def add_dead_letter(self, letter: DeadLetter) -> None:
         values = {
-            "client_id": letter.client_id,
-            "day": letter.failed_at.astimezone(UTC).date(),
-            "failed_at": letter.failed_at,
-            "schedule_id": letter.schedule_id,
+            **dead_letter_key(letter.client_id, letter.failed_at, letter.schedule_id),
             "fire_id": letter.fire_id,
             "attempts": letter.attempts,
             "last_error": letter.last_error,
