@@ -422,12 +422,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     async def list_minute(
         self, instance: InstanceKey, minute: datetime, start: ListCursor, max_rows: int
     ) -> tuple[list[Schedule], int, ListCursor | None]:
-        values: dict[str, object] = {
-            "client_id": instance.client_id,
-            "poller_id": instance.poller_id,
-            "minute": minute,
-            "max_rows": max_rows,
-        }
+        values = {**fields_of(instance), "minute": minute, "max_rows": max_rows}
         if start.schedule_id is None:
             rows = await self._db.rows("list_minute", {**values, "from_due": start.due_at})
         else:
@@ -488,12 +483,7 @@ def _minute_range(
     query: str, instance: InstanceKey, minute: datetime, from_due: datetime | None, until_due: datetime | None
 ) -> tuple[str, dict[str, object]]:
     """The query (``query``, or its ``_until`` form with an upper bound) and values of a minute read."""
-    values: dict[str, object] = {
-        "client_id": instance.client_id,
-        "poller_id": instance.poller_id,
-        "minute": minute,
-        "from_due": from_due if from_due is not None else minute,
-    }
+    values = {**fields_of(instance), "minute": minute, "from_due": from_due if from_due is not None else minute}
     if until_due is None:
         return query, values
     return f"{query}_until", {**values, "until_due": until_due}
