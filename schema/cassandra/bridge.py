@@ -380,20 +380,6 @@ class DriverSubmit(WallClock):
         return self.session.prepare(query.cql)
 
     def send(
-        self, statement: Any, values: Values, paging_state: PagingState | None, left_s: float | None, sends: Sends
-    ) -> asyncio.Future[Page]:
-        return self._execute(statement, values, paging_state, left_s, sends)
-
-    def send_batch(
-        self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
-    ) -> asyncio.Future[Page]:
-        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
-        for statement, values in writes:
-            batch.add(statement, values)
-        batch.is_idempotent = idempotent
-        return self._execute(batch, None, None, left_s, sends)
-
-    def _execute(
         self,
         statement: Any,
         values: Values | None,
@@ -419,6 +405,15 @@ class DriverSubmit(WallClock):
 
         future.add_callbacks(on_rows, on_error)
         return done
+
+    def send_batch(
+        self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
+    ) -> asyncio.Future[Page]:
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
+        for statement, values in writes:
+            batch.add(statement, values)
+        batch.is_idempotent = idempotent
+        return self.send(batch, None, None, left_s, sends)
 
 
 def _resolve(done: asyncio.Future[Page], page: Page) -> None:
