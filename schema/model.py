@@ -179,7 +179,6 @@ class Try(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 # The attempts a fire keeps: the first, then the latest (a fire retried for days is not kept whole).
 MAX_TRIES = 20
-_tries_encoder = msgspec.json.Encoder()
 _tries_decoder: msgspec.json.Decoder[tuple[Try, ...]] = msgspec.json.Decoder(tuple[Try, ...])
 
 
@@ -190,7 +189,7 @@ def add_tries(kept: tuple[Try, ...], new: tuple[Try, ...]) -> tuple[Try, ...]:
 
 
 def encode_tries(tries: tuple[Try, ...]) -> str:
-    return _tries_encoder.encode(tries).decode()
+    return _encoder.encode(tries).decode()
 
 
 def decode_tries(raw: str | bytes | None) -> tuple[Try, ...]:
