@@ -358,39 +358,27 @@ class Select(Plan):
             row = tables.row(table, key)
             return [((), row)] if row is not None else []
         rows = tables.partition(table, key)
+        # Each slice's bound, as the sort key of its columns (one value, or a tuple of several).
+        bounds = [(s, tuple(sort_key(term.required(values)) for term in s.terms)) for s in self.where.slices]
         if self.sorted_slices:
-            return _sliced(rows, self._bounds(values))
-        tests = self._tests(values, key)
+            return _sliced(rows, bounds)
+        tests = [_equal_to(c, key[c]) for c in table.clustering[: len(self.where.clustering)]]
+        tests += [_slice(s.columns, _COMPARE[s.op], bound) for s, bound in bounds]
         return [item for item in rows if all(test(item[1]) for test in tests)] if tests else rows
 
-    def _bounds(self, values: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
-        assert self.where is not None
-        found = []
-        for s in self.where.slices:
-            bound = tuple(sort_key(term.required(values)) for term in s.terms)
-            found.append((s.op, len(bound), bound[0] if len(bound) == 1 else bound))
-        return found
 
-    def _tests(self, values: Mapping[str, Any], key: Mapping[str, Any]) -> list[Callable[[Values], bool]]:
-        assert self.where is not None
-        clustering = self.table.table.clustering
-        tests = [_equal_to(c, key[c]) for c in clustering[: len(self.where.clustering)]]
-        for s in self.where.slices:
-            bound = tuple(sort_key(term.required(values)) for term in s.terms)
-            tests.append(_slice(s.columns, _COMPARE[s.op], bound))
-        return tests
-
-
-def _sliced(rows: Sequence[tuple[Any, Values]], bounds: list[tuple[str, int, Any]]) -> Sequence[tuple[Any, Values]]:
-    """The rows (in clustering order) within every bound: (op, how many leading clustering columns, value
-    as those columns' sort key: one value, or a tuple of several)."""
+def _sliced(
+    rows: Sequence[tuple[Any, Values]], bounds: list[tuple[Relation, tuple[Any, ...]]]
+) -> Sequence[tuple[Any, Values]]:
+    """The rows (in clustering order) within every slice's bound."""
     lo, hi = 0, len(rows)
-    for op, width, bound in bounds:
-        key = _first if width == 1 else functools.partial(_leading, width)
+    for s, bound in bounds:
+        op, width = s.op, len(bound)
+        key, value = (_first, bound[0]) if width == 1 else (functools.partial(_leading, width), bound)
         if op in (">", ">=", "="):
-            lo = max(lo, (bisect.bisect_right if op == ">" else bisect.bisect_left)(rows, bound, lo, hi, key=key))
+            lo = max(lo, (bisect.bisect_right if op == ">" else bisect.bisect_left)(rows, value, lo, hi, key=key))
         if op in ("<", "<=", "="):
-            hi = min(hi, (bisect.bisect_left if op == "<" else bisect.bisect_right)(rows, bound, lo, hi, key=key))
+            hi = min(hi, (bisect.bisect_left if op == "<" else bisect.bisect_right)(rows, value, lo, hi, key=key))
     return rows[lo:hi] if lo < hi else []
 
 
