@@ -150,10 +150,6 @@ class Relation:
     terms: tuple[Term, ...]
 
 
-def _relations(cursor: Cursor, table: TableDef) -> list[Relation]:
-    return cursor.listed(lambda: _relation(cursor, table), "and")
-
-
 def _relation(cursor: Cursor, table: TableDef) -> Relation:
     columns = tuple(cursor.names()) if cursor.is_word("(") else (cursor.name(),)
     op = cursor.next().text
@@ -191,9 +187,10 @@ class Where:
         return bind_key(self.named, values)
 
 
-def _where(cursor: Cursor, table: TableDef, relations: Sequence[Relation], *, full_key: bool) -> Where:
-    """Check the relations as Cassandra does (without ALLOW FILTERING) and sort them by key column."""
+def _where(cursor: Cursor, table: TableDef, *, full_key: bool) -> Where:
+    """The relations after WHERE, checked as Cassandra does (without ALLOW FILTERING), by key column."""
     t = table.table
+    relations = cursor.listed(lambda: _relation(cursor, table), "and")
     equal: dict[str, Term] = {}
     slices: list[Relation] = []
     for r in relations:
@@ -559,7 +556,7 @@ def _select(cursor: Cursor, schema: Schema) -> Plan:
     table = _table(cursor, schema)
     for column in columns:
         table.type_of(column, cursor)
-    where = _where(cursor, table, _relations(cursor, table), full_key=False) if cursor.accept("where") else None
+    where = _where(cursor, table, full_key=False) if cursor.accept("where") else None
     for words in (("order", "by"), ("group", "by"), ("per", "partition"), ("allow", "filtering")):
         if cursor.is_word(*words):
             cursor.refuse(" ".join(words).upper())
@@ -626,7 +623,7 @@ def _update(name: str, cursor: Cursor, schema: Schema) -> Plan:
     if len({c for c, _ in cells}) != len(cells):
         cursor.refuse("a column set twice")
     cursor.expect("where")
-    where = _where(cursor, table, _relations(cursor, table), full_key=True)
+    where = _where(cursor, table, full_key=True)
     condition = _condition(cursor, table)
     _no_timestamp_in_transaction(cursor, condition, timestamp)
     return Modify(name, table, where, tuple(cells), ttl, timestamp, condition=condition)
@@ -655,7 +652,7 @@ def _delete(name: str, cursor: Cursor, schema: Schema) -> Plan:
             cursor.refuse(f"DELETE of the primary key column {column}")
     ttl, timestamp = _using(cursor, ttl_allowed=False) if cursor.accept("using") else (None, None)
     cursor.expect("where")
-    where = _where(cursor, table, _relations(cursor, table), full_key=True)
+    where = _where(cursor, table, full_key=True)
     condition = _condition(cursor, table)
     _no_timestamp_in_transaction(cursor, condition, timestamp)
     cells = tuple((c, Term(c, None)) for c in columns)  # a null: a tombstone cell
