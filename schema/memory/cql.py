@@ -335,9 +335,7 @@ class Select(Plan):
         return Page(rows, (position, taken) if more else None)
 
     def _limit(self, values: Mapping[str, Any]) -> int | None:
-        if self.limit is None:
-            return None
-        limit = self.limit.get(values)
+        limit = self.limit.get(values) if self.limit is not None else UNSET_VALUE
         if limit is UNSET_VALUE:
             return None
         if limit is None:
