@@ -29,10 +29,6 @@ EVENT_CHUNK_BYTES = 16 * 1024
 ROW_OVERHEAD_BYTES = 256
 
 
-def list_order(schedule: Schedule) -> tuple[datetime, UUID]:
-    return schedule.location.due_at, schedule.schedule_id
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListFilter:
     """Which rows a listing shows: due in [start, end), not superseded, not an event, of the status and
@@ -130,7 +126,7 @@ class Listing:
         while minute < end:
             chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
             listed, cut = await self._list_chunk(client, chunk, begin, keep, limit, rows)
-            found += sorted(listed, key=list_order)
+            found += sorted(listed, key=_key)
             minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
             if cut is not None:  # a partition's reads stopped before its end: list nothing past where
                 return _page([s for s in found if _key(s) <= _mark(cut)], limit, cut)
