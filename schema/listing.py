@@ -88,10 +88,6 @@ def _mark(c: ListCursor) -> tuple[datetime, int, UUID]:
     return (c.due_at, 0, _NIL) if c.schedule_id is None else (c.due_at, 1, c.schedule_id)
 
 
-def _cursor(s: Schedule) -> ListCursor:
-    return ListCursor(s.location.due_at, s.schedule_id)
-
-
 @dataclasses.dataclass
 class _Rows:
     """The rows a page may still read, and the most one partition's first read may take."""
@@ -180,5 +176,6 @@ def _page(found: list[Schedule], limit: int, more: ListCursor | None) -> Page:
     """The first ``limit`` of ``found`` (sorted) and the cursor after them: after the last item if some
     were left out, else ``more`` (where the listing goes on; None at its end)."""
     if len(found) > limit or (len(found) == limit and more is not None):
-        return Page(found[:limit], _cursor(found[limit - 1]).encode())
+        last = found[limit - 1]
+        return Page(found[:limit], ListCursor(last.location.due_at, last.schedule_id).encode())
     return Page(found, more.encode() if more is not None else None)
