@@ -35,7 +35,7 @@ class CqlType:
     @property
     def bind(self) -> Convert:
         """A bound value (not None, not UNSET) as it is stored."""
-        return _binder(self)
+        return _bind_collection(self) if self.name in ("set", "list", "tuple") else _SCALARS[self.name]
 
     @property
     def out(self) -> Convert | None:
@@ -61,10 +61,6 @@ def parse_type(cursor: Cursor) -> CqlType:
     if name not in _SCALARS:
         cursor.refuse(f"the type {name}")
     return CqlType(name)
-
-
-def _binder(t: CqlType) -> Convert:
-    return _bind_collection(t) if t.name in ("set", "list", "tuple") else _SCALARS[t.name]
 
 
 def _bind_int(name: str, bits: int) -> Convert:
