@@ -289,11 +289,12 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
             write = ("set_status_version", {**write[1], "version": version})
         writes = [write, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
-        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
+        writes += self._moved(current, changes.fenced(base.stale), now, base.write_ts)
         await self._together(writes)
 
-    def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
-        """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
+    def _moved(self, current: Schedule, targets: list[Location], now: datetime, ts: int | None) -> list[Write]:
+        """``current``'s rows at ``targets`` marked moved (at ``ts``, if given), with their hot marks: the row
+        a move retires, or abandoned changes' targets (a late copy of their rows never fires)."""
         writes = []
         for loc in targets:
             retention_s = self.settings.retention_s
@@ -312,21 +313,17 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     ) -> None:
         """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED
         (a client change's at its write timestamp, with its fences)."""
-        retention_s = self.settings.retention_s
         ts = base.write_ts if base is not None else None
-        insert = row_insert(new, now, retention_s, ts)
+        insert = row_insert(new, now, self.settings.retention_s, ts)
         if new.location == current.location and new.schedule_id == current.schedule_id:
             insert = cleared(insert, new, current)
         if keep_status:  # see insert_retry in queries.cql
             insert = ("insert_retry", {k: v for k, v in insert[1].items() if k != "ts"})
         writes = [insert, *self._signals(new.instance, new.location, now)]
-        old = current.location
-        if old != new.location or new.schedule_id != current.schedule_id:
-            moved = status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s, ts)
-            writes.append(moved)
-            writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
+        if current.location != new.location or new.schedule_id != current.schedule_id:
+            writes += self._moved(current, [current.location], now, ts)
         if base is not None:
-            writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
+            writes += self._moved(current, changes.fenced(base.stale, new.location), now, base.write_ts)
         # A poller's move (no base) goes whole or not at all: cut short between its new row and retiring
         # the old, it would leave two live rows of one fire, and the next owner would send both.
         await self._together(writes, unlogged_ok=base is not None)
