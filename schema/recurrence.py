@@ -81,14 +81,12 @@ _REFERENCE: Final = datetime(2000, 1, 1)  # noqa: DTZ001 - croniter works on nai
 MAX_SCAN_STEPS: Final = 1000
 
 
+@dataclass(slots=True, eq=False)
 class ScanBudget:
     """The gap-skipped wall times a search may still pass over; shared by the scans of one search (or,
     passed in by a caller, by every search of one API request: ``service.recurring.RuleWork``)."""
 
-    __slots__ = ("left",)
-
-    def __init__(self, steps: int = MAX_SCAN_STEPS) -> None:
-        self.left = steps
+    left: int = MAX_SCAN_STEPS
 
 
 @dataclass(frozen=True, slots=True)

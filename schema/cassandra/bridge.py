@@ -194,13 +194,11 @@ def batch_kind(kinds: Iterable[str]) -> str:
     return LWT if LWT in kinds else BATCH
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Sends:
     """The client timestamp of one request, fixed by its first send and carried by the next."""
 
-    __slots__ = ("timestamp",)
-
-    def __init__(self) -> None:
-        self.timestamp: int | None = None
+    timestamp: int | None = None
 
 
 _SENDING: ContextVar[Sends | None] = ContextVar("tickd_request_sends", default=None)
@@ -306,14 +304,12 @@ def connect_refusal(settings: StoreSettings, exc: BaseException) -> ConfigError 
 PagingState = Any  # opaque to the bridge: the driver's bytes, or an in-memory connection's position
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Page:
     """One answer: its rows (the driver's named tuples) and where the next page starts (None: no more)."""
 
-    __slots__ = ("paging_state", "rows")
-
-    def __init__(self, rows: list[Row], paging_state: PagingState | None) -> None:
-        self.rows = rows
-        self.paging_state = paging_state
+    rows: list[Row]
+    paging_state: PagingState | None
 
 
 class Clock(Protocol):
