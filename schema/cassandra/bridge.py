@@ -317,11 +317,9 @@ class Clock(Protocol):
 
     def clock_us(self) -> int:
         """The clients' clock, in microseconds since the epoch."""
-        ...
 
     def write_timestamp(self) -> int:
         """A write timestamp (µs) as this connection's requests get them."""
-        ...
 
 
 class WallClock:
@@ -349,19 +347,16 @@ class Submit(Clock, Protocol):
 
     def prepare(self, query: queries.Query) -> Any:
         """The prepared statement of ``query`` (may block: the driver asks the server)."""
-        ...
 
     def send(
         self, statement: Any, values: Values, paging_state: PagingState | None, left_s: float | None, sends: Sends
     ) -> Awaitable[Page]:
         """One bound statement: a page of its rows (``statement.fetch_size`` at most) from ``paging_state``."""
-        ...
 
     def send_batch(
         self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
     ) -> Awaitable[Page]:
         """One batch of bound statements, logged or not."""
-        ...
 
 
 class DriverSubmit(WallClock):
