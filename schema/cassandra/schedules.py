@@ -423,8 +423,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         if start.schedule_id is None:
             rows = await self._db.rows("list_minute", {**values, "from_due": start.due_at})
         else:
-            after = {"due_at": start.due_at, "schedule_id": start.schedule_id}
-            rows = await self._db.rows("list_minute_after", {**values, **after})
+            rows = await self._db.rows("list_minute_after", {**values, **fields_of(start)})
         last = ListCursor(utc(rows[-1].due_at), rows[-1].schedule_id) if rows else None
         return [_schedule(row) for row in rows if row.fire_at is not None], len(rows), last
 
