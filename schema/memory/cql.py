@@ -527,6 +527,8 @@ def compile_for(schema: Schema, name: str, cql: str) -> tuple[Plan, tuple[str, .
         plan = _delete(name, cursor, schema)
     else:
         cursor.refuse(f"the statement {cursor.peek()} (only SELECT, INSERT, UPDATE and DELETE)")
+    if isinstance(plan, Modify) and plan.condition is not None and plan.timestamp is not None:
+        cursor.refuse("USING TIMESTAMP in a conditional statement (Cassandra refuses it)")
     cursor.end()
     return plan, cursor.markers()
 
@@ -606,7 +608,6 @@ def _insert(name: str, cursor: Cursor, schema: Schema) -> Plan:
         cursor.refuse(f"an INSERT without the primary key column {missing[0]}")
     condition = NOT_EXISTS if cursor.accept("if", "not", "exists") else None
     ttl, timestamp = _using(cursor) if cursor.accept("using") else (None, None)
-    _no_timestamp_in_transaction(cursor, condition, timestamp)
     key_t = table.table
     where = Where(table, tuple(given[c] for c in key_t.partition), tuple(given[c] for c in key_t.clustering))
     cells = tuple((c, t) for c, t in given.items() if c not in table.key)
@@ -623,7 +624,6 @@ def _update(name: str, cursor: Cursor, schema: Schema) -> Plan:
     cursor.expect("where")
     where = _where(cursor, table, full_key=True)
     condition = _condition(cursor, table)
-    _no_timestamp_in_transaction(cursor, condition, timestamp)
     return Modify(name, table, where, tuple(cells), ttl, timestamp, condition=condition)
 
 
@@ -652,7 +652,6 @@ def _delete(name: str, cursor: Cursor, schema: Schema) -> Plan:
     cursor.expect("where")
     where = _where(cursor, table, full_key=True)
     condition = _condition(cursor, table)
-    _no_timestamp_in_transaction(cursor, condition, timestamp)
     cells = tuple((c, Term(c, None)) for c in columns)  # a null: a tombstone cell
     return Modify(name, table, where, cells, ttl, timestamp, delete=not columns, condition=condition)
 
@@ -675,8 +674,3 @@ def _compare(cursor: Cursor, table: TableDef) -> tuple[str, Term]:
     if op != "=":
         cursor.refuse(f"the condition {column} {op} ... (only =)")
     return column, _term(cursor, column, table.type_of(column, cursor))
-
-
-def _no_timestamp_in_transaction(cursor: Cursor, condition: object, timestamp: Term | None) -> None:
-    if condition is not None and timestamp is not None:
-        cursor.refuse("USING TIMESTAMP in a conditional statement (Cassandra refuses it)")
