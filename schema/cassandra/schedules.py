@@ -122,19 +122,11 @@ def ref_insert(s: Schedule, now: datetime, retention_s: int, clock_us: int | Non
     return "insert_ref", values
 
 
-def status_write(
-    client_id: str,
-    schedule_id: UUID,
-    loc: Location,
-    status: Status,
-    now: datetime,
-    retention_s: int,
-    ts: int | None = None,
-) -> Write:
-    """A row's new status, expiring with the row: a status cell that expired first would leave the row
-    reading as scheduled again (a schedule cancelled more than the retention ahead would fire)."""
+def status_write(s: Schedule, loc: Location, status: Status, now: datetime, retention_s: int, ts: int | None) -> Write:
+    """A row's new status (``s``'s at ``loc``), expiring with the row: a status cell that expired first
+    would leave the row reading as scheduled again (a schedule cancelled more than the retention ahead would fire)."""
     ttl = timing.row_ttl_s(loc.due_at, now, retention_s)
-    values = {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": ttl, "ts": unset_if_none(ts)}
+    values = {**_row_key(s.client_id, s.schedule_id, loc), "status": status.value, "ttl": ttl, "ts": unset_if_none(ts)}
     return "set_status", values
 
 
@@ -284,11 +276,10 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     async def _write_status(
         self, current: Schedule, status: Status, version: int, now: datetime, base: changes.Base
     ) -> None:
-        loc, retention_s = current.location, self.settings.retention_s
-        write = status_write(current.client_id, current.schedule_id, loc, status, now, retention_s, base.write_ts)
+        write = status_write(current, current.location, status, now, self.settings.retention_s, base.write_ts)
         if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
             write = ("set_status_version", {**write[1], "version": version})
-        writes = [write, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
+        writes = [write, *hot_mark(current.instance, current.location, now, self.settings.hot_window_s)]
         writes += self._moved(current, changes.fenced(base.stale), now, base.write_ts)
         await self._together(writes)
 
@@ -297,8 +288,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         a move retires, or abandoned changes' targets (a late copy of their rows never fires)."""
         writes = []
         for loc in targets:
-            retention_s = self.settings.retention_s
-            writes.append(status_write(current.client_id, current.schedule_id, loc, Status.MOVED, now, retention_s, ts))
+            writes.append(status_write(current, loc, Status.MOVED, now, self.settings.retention_s, ts))
             writes += hot_mark(InstanceKey(current.client_id, loc.poller_id), loc, now, self.settings.hot_window_s)
         return writes
 
