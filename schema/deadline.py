@@ -15,16 +15,15 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from tickd.schema.errors import StoreUnavailable
 
 
+@dataclass(slots=True, eq=False)
 class _Budget:
-    __slots__ = ("ends", "seconds")
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.ends: float | None = None
+    seconds: float
+    ends: float | None = None
 
 
 _BUDGET: ContextVar[_Budget | None] = ContextVar("tickd_store_budget", default=None)

@@ -13,10 +13,12 @@ class TickdError(Exception):
     code = "internal"
     retriable = False
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        if code is not None:  # a more precise name than the class's
+            self.code = code
 
 
 class InvalidInput(TickdError, ValueError):

@@ -29,10 +29,6 @@ EVENT_CHUNK_BYTES = 16 * 1024
 ROW_OVERHEAD_BYTES = 256
 
 
-def list_order(schedule: Schedule) -> tuple[datetime, UUID]:
-    return schedule.location.due_at, schedule.schedule_id
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListFilter:
     """Which rows a listing shows: due in [start, end), not superseded, not an event, retry or notification,
@@ -93,10 +89,6 @@ def _mark(c: ListCursor) -> tuple[datetime, int, UUID]:
     return (c.due_at, 0, _NIL) if c.schedule_id is None else (c.due_at, 1, c.schedule_id)
 
 
-def _cursor(s: Schedule) -> ListCursor:
-    return ListCursor(s.location.due_at, s.schedule_id)
-
-
 @dataclasses.dataclass
 class _Rows:
     """The rows a page may still read, and the most one partition's first read may take."""
@@ -131,7 +123,7 @@ class Listing:
         while minute < end:
             chunk = [m for i in range(step) if (m := minute + timedelta(minutes=i)) < end]
             listed, cut = await self._list_chunk(client, chunk, begin, keep, limit, rows)
-            found += sorted(listed, key=list_order)
+            found += sorted(listed, key=_key)
             minute, reads = chunk[-1] + timedelta(minutes=1), reads + len(chunk) * client.poller_span
             if cut is not None:  # a partition's reads stopped before its end: list nothing past where
                 return _page([s for s in found if _key(s) <= _mark(cut)], limit, cut)
@@ -185,5 +177,6 @@ def _page(found: list[Schedule], limit: int, more: ListCursor | None) -> Page:
     """The first ``limit`` of ``found`` (sorted) and the cursor after them: after the last item if some
     were left out, else ``more`` (where the listing goes on; None at its end)."""
     if len(found) > limit or (len(found) == limit and more is not None):
-        return Page(found[:limit], _cursor(found[limit - 1]).encode())
+        last = found[limit - 1]
+        return Page(found[:limit], ListCursor(last.location.due_at, last.schedule_id).encode())
     return Page(found, more.encode() if more is not None else None)

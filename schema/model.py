@@ -83,23 +83,12 @@ class Repeat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
 
     @classmethod
     def from_recurrence(cls, r: rec.Recurrence, *, implicit_start: bool = False) -> Repeat:
-        if isinstance(r.rule, rec.EveryRule):
-            return cls(
-                every_s=r.rule.interval_s,
-                start_at=r.start_at,
-                end_at=r.end_at,
-                max_fires=r.max_fires,
-                implicit_start=implicit_start,
-            )
+        bounded = cls(start_at=r.start_at, end_at=r.end_at, max_fires=r.max_fires)
         rule = r.rule
-        return cls(
-            cron=rule.expr,
-            timezone=rule.timezone,
-            start_at=r.start_at,
-            end_at=r.end_at,
-            max_fires=r.max_fires,
-            on_gap=rule.on_gap,
-            on_overlap=rule.on_overlap,
+        if isinstance(rule, rec.EveryRule):
+            return msgspec.structs.replace(bounded, every_s=rule.interval_s, implicit_start=implicit_start)
+        return msgspec.structs.replace(
+            bounded, cron=rule.expr, timezone=rule.timezone, on_gap=rule.on_gap, on_overlap=rule.on_overlap
         )
 
     def recurrence(self) -> rec.Recurrence:
@@ -195,7 +184,6 @@ class Try(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 # The attempts a fire keeps: the first, then the latest (a fire retried for days is not kept whole).
 MAX_TRIES = 20
-_tries_encoder = msgspec.json.Encoder()
 _tries_decoder: msgspec.json.Decoder[tuple[Try, ...]] = msgspec.json.Decoder(tuple[Try, ...])
 
 
@@ -206,7 +194,7 @@ def add_tries(kept: tuple[Try, ...], new: tuple[Try, ...]) -> tuple[Try, ...]:
 
 
 def encode_tries(tries: tuple[Try, ...]) -> str:
-    return _tries_encoder.encode(tries).decode()
+    return _encoder.encode(tries).decode()
 
 
 def decode_tries(raw: str | bytes | None) -> tuple[Try, ...]:

@@ -22,7 +22,7 @@ The API refuses such a callback with 422 ``forbidden_port``; the poller checks a
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -83,11 +83,7 @@ _DEFAULT_PORTS = "http", "https"
 Ranges = tuple[tuple[int, int], ...]
 
 
-def _singles(ports: Iterable[int]) -> Ranges:
-    return tuple((port, port) for port in sorted(ports))
-
-
-_DEFAULT_RANGES = _singles(DEFAULT_DENIED)
+_DEFAULT_RANGES: Ranges = tuple((port, port) for port in sorted(DEFAULT_DENIED))
 
 
 def _within(port: int, ranges: Ranges) -> bool:

@@ -56,6 +56,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from tickd.schema.errors import InvalidInput
+from tickd.schema.timing import truncate_ms
 
 GapPolicy: TypeAlias = Literal["shift", "skip"]
 OverlapPolicy: TypeAlias = Literal["first", "last", "both"]
@@ -80,14 +81,12 @@ _REFERENCE: Final = datetime(2000, 1, 1)  # noqa: DTZ001 - croniter works on nai
 MAX_SCAN_STEPS: Final = 1000
 
 
+@dataclass(slots=True, eq=False)
 class ScanBudget:
     """The gap-skipped wall times a search may still pass over; shared by the scans of one search (or,
     passed in by a caller, by every search of one API request: ``service.recurring.RuleWork``)."""
 
-    __slots__ = ("left",)
-
-    def __init__(self, steps: int = MAX_SCAN_STEPS) -> None:
-        self.left = steps
+    left: int = MAX_SCAN_STEPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +161,7 @@ def parse_recurrence(
     start = _bound(start_at, "start_at")
     end = _bound(end_at, "end_at")
     if isinstance(rule, EveryRule) and start is None:
-        start = _to_ms(now.astimezone(UTC) + timedelta(seconds=rule.interval_s))
+        start = truncate_ms(now.astimezone(UTC) + timedelta(seconds=rule.interval_s))
     if end is not None and start is not None and end <= start:
         raise InvalidInput("end_at must be later than start_at", field="end_at")
     recurrence = Recurrence(rule, start, end, _max_fires(max_fires))
@@ -279,7 +278,7 @@ def _bound(moment: datetime | None, field: str) -> datetime | None:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidInput(f"{field} needs a UTC offset, such as 2026-01-01T09:00:00Z", field=field)
     try:
-        return _to_ms(moment.astimezone(UTC))
+        return truncate_ms(moment.astimezone(UTC))
     except OverflowError:  # year 1 or 9999 with an offset
         raise InvalidInput(f"{field} is outside years 1-9999 in UTC", field=field) from None
 
@@ -288,10 +287,6 @@ def _max_fires(value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise InvalidInput(f"max_fires must be a whole number >= 1, got {value!r}", field="max_fires")
     return value
-
-
-def _to_ms(moment: datetime) -> datetime:
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 # --- next fire -----------------------------------------------------------------------------------------

@@ -23,12 +23,6 @@ from tickd.schema.model import DeadLetter, InstanceKey, Schedule, Status
 from tickd.schema.store import Store
 
 
-def _conflict(message: str, code: str) -> Conflict:
-    exc = Conflict(message)
-    exc.code = code
-    return exc
-
-
 def nominal_at(letter: DeadLetter) -> datetime | None:
     """The nominal time in a dead letter's fire id (``<schedule_id>:<epoch ms>``); None for another
     shape (an event's dead letter: ``<fire id>:<index>``)."""
@@ -46,13 +40,13 @@ async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datet
     gone; ``Conflict`` if it cannot be redriven (see the codes)."""
     nominal = nominal_at(letter)
     if nominal is None:
-        raise _conflict("an event's dead letter cannot be redriven (only a fire's)", "not_redrivable")
+        raise Conflict("an event's dead letter cannot be redriven (only a fire's)", code="not_redrivable")
     marked = await store.mark_redriven(letter, now, timing.truncate_ms(max(due_at, now)))
     if marked is None or marked.redriven_due_at is None:
         raise NotFound("no such dead letter", field="dead_letter_id")
     current = await _fire_owner(store, marked, nominal)
     if current is None:
-        raise _conflict("the schedule of this dead letter has expired", "schedule_gone")
+        raise Conflict("the schedule of this dead letter has expired", code="schedule_gone")
     due = marked.redriven_due_at
     if due < now - timedelta(seconds=late_s):
         due = timing.truncate_ms(now)
@@ -74,7 +68,7 @@ async def _fire_owner(store: Store, letter: DeadLetter, nominal: datetime) -> Sc
 
 async def _one_time(store: Store, current: Schedule, letter: DeadLetter, due: datetime, now: datetime) -> None:
     if current.fire_id != letter.fire_id:
-        raise _conflict("the schedule was changed after this fire failed", "schedule_changed")
+        raise Conflict("the schedule was changed after this fire failed", code="schedule_changed")
     if current.status is not Status.FAILED:
         return  # redriven already (a repeated call): the pointer is at the redriven fire
     await store.requeue_schedule(current, due, 0, letter.last_error, now)

@@ -256,7 +256,6 @@ class CoordinationStore(Protocol):
 
     async def skipped_minutes(self, instance: InstanceKey, limit: int) -> list[SkippedMinute]:
         """The instance's skipped minutes, newest first, at most ``limit`` (kept for the retention TTL)."""
-        ...
 
 
 class AuditStore(Protocol):

@@ -9,10 +9,8 @@ from collections.abc import Awaitable, Sequence
 from datetime import UTC, date, datetime
 from uuid import UUID
 
-from cassandra.query import UNSET_VALUE
-
 from tickd.schema import aio
-from tickd.schema.cassandra.bridge import Part, Row, Write, unset_if_none, utc, write_bytes
+from tickd.schema.cassandra.bridge import Part, Row, Write, fields_of, unset_if_none, utc, write_bytes
 from tickd.schema.model import AuditRecord
 
 # Rows per unlogged batch (a few hundred bytes each: well under Cassandra's 50 KiB batch_size_fail_threshold),
@@ -24,18 +22,7 @@ _TOP = (datetime(9999, 12, 31, tzinfo=UTC), "")
 
 
 def _writes(record: AuditRecord, ttl_s: int) -> list[Write]:
-    values = {
-        "client_id": record.client_id,
-        "at": record.at,
-        "audit_id": record.audit_id,
-        "actor": record.actor,
-        "action": record.action,
-        "target": record.target,
-        "version": record.version if record.version is not None else UNSET_VALUE,
-        "changes": record.changes,
-        "request_id": record.request_id,
-        "ttl": ttl_s,
-    }
+    values = {**fields_of(record), "version": unset_if_none(record.version), "ttl": ttl_s}
     day = record.at.astimezone(UTC).date()
     writes: list[Write] = [
         ("insert_client_audit", {**values, "day": day, "schedule_id": unset_if_none(record.schedule_id)})

@@ -17,6 +17,7 @@ once, under ``batch:<its distinct statement names, sorted, joined by +>``. Each 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 import time
@@ -128,6 +129,11 @@ def unset_if_none(value: Any) -> Any:
     return UNSET_VALUE if value is None else value
 
 
+def fields_of(entity: Any) -> dict[str, Any]:
+    """A model dataclass's fields by name: the values of a statement whose markers are named as they are."""
+    return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}
+
+
 def utc(moment: datetime) -> datetime:
     """The driver returns naive UTC datetimes; the model only holds aware ones."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
@@ -189,13 +195,11 @@ def batch_kind(kinds: Iterable[str]) -> str:
     return LWT if LWT in kinds else BATCH
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Sends:
     """The client timestamp of one request, fixed by its first send and carried by the next."""
 
-    __slots__ = ("timestamp",)
-
-    def __init__(self) -> None:
-        self.timestamp: int | None = None
+    timestamp: int | None = None
 
 
 _SENDING: ContextVar[Sends | None] = ContextVar("tickd_request_sends", default=None)
@@ -301,14 +305,12 @@ def connect_refusal(settings: StoreSettings, exc: BaseException) -> ConfigError 
 PagingState = Any  # opaque to the bridge: the driver's bytes, or an in-memory connection's position
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Page:
     """One answer: its rows (the driver's named tuples) and where the next page starts (None: no more)."""
 
-    __slots__ = ("paging_state", "rows")
-
-    def __init__(self, rows: list[Row], paging_state: PagingState | None) -> None:
-        self.rows = rows
-        self.paging_state = paging_state
+    rows: list[Row]
+    paging_state: PagingState | None
 
 
 class Clock(Protocol):
@@ -316,11 +318,9 @@ class Clock(Protocol):
 
     def clock_us(self) -> int:
         """The clients' clock, in microseconds since the epoch."""
-        ...
 
     def write_timestamp(self) -> int:
         """A write timestamp (µs) as this connection's requests get them."""
-        ...
 
 
 class WallClock:
@@ -348,19 +348,16 @@ class Submit(Clock, Protocol):
 
     def prepare(self, query: queries.Query) -> Any:
         """The prepared statement of ``query`` (may block: the driver asks the server)."""
-        ...
 
     def send(
         self, statement: Any, values: Values, paging_state: PagingState | None, left_s: float | None, sends: Sends
     ) -> Awaitable[Page]:
         """One bound statement: a page of its rows (``statement.fetch_size`` at most) from ``paging_state``."""
-        ...
 
     def send_batch(
         self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
     ) -> Awaitable[Page]:
         """One batch of bound statements, logged or not."""
-        ...
 
 
 class DriverSubmit(WallClock):
@@ -375,20 +372,6 @@ class DriverSubmit(WallClock):
         return self.session.prepare(query.cql)
 
     def send(
-        self, statement: Any, values: Values, paging_state: PagingState | None, left_s: float | None, sends: Sends
-    ) -> asyncio.Future[Page]:
-        return self._execute(statement, values, paging_state, left_s, sends)
-
-    def send_batch(
-        self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
-    ) -> asyncio.Future[Page]:
-        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
-        for statement, values in writes:
-            batch.add(statement, values)
-        batch.is_idempotent = idempotent
-        return self._execute(batch, None, None, left_s, sends)
-
-    def _execute(
         self,
         statement: Any,
         values: Values | None,
@@ -414,6 +397,15 @@ class DriverSubmit(WallClock):
 
         future.add_callbacks(on_rows, on_error)
         return done
+
+    def send_batch(
+        self, writes: Sequence[tuple[Any, Values]], logged: bool, idempotent: bool, left_s: float | None, sends: Sends
+    ) -> asyncio.Future[Page]:
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
+        for statement, values in writes:
+            batch.add(statement, values)
+        batch.is_idempotent = idempotent
+        return self.send(batch, None, None, left_s, sends)
 
 
 def _resolve(done: asyncio.Future[Page], page: Page) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tickd.schema import timing
-from tickd.schema.cassandra.bridge import Part, Write, utc
+from tickd.schema.cassandra.bridge import Part, Write, fields_of, utc
 from tickd.schema.model import Checkpoint, Claim, HotMark, InstanceKey, Location, NodeInfo, SkippedMinute
 
 
@@ -17,7 +17,7 @@ def hot_mark(instance: InstanceKey, loc: Location, now: datetime, hot_window_s: 
     """The hot mark a write at ``loc`` needs if a poller may already have loaded its minute."""
     if not timing.is_hot(loc.due_at, now, hot_window_s):
         return []
-    values = {"touched_at": now, "minute": loc.minute, **_key(instance)}
+    values = {"touched_at": now, "minute": loc.minute, **fields_of(instance)}
     return [("mark_hot", values)]
 
 
@@ -32,7 +32,7 @@ class Horizons:
         known = self._known.get(instance)
         if known is not None and loc.minute <= known:
             return []
-        values = {"stamp": timing.horizon_timestamp(loc.minute), "last_minute": loc.minute, **_key(instance)}
+        values = {"stamp": timing.horizon_timestamp(loc.minute), "last_minute": loc.minute, **fields_of(instance)}
         return [("raise_horizon", values)]
 
     def note(self, instance: InstanceKey, minute: datetime) -> None:
@@ -52,16 +52,7 @@ class Coordination(Part):
     """``schema.store.CoordinationStore`` on Cassandra."""
 
     async def heartbeat(self, node: NodeInfo, ttl_s: int) -> None:
-        values = {
-            "cluster": self.settings.cluster_name,
-            "node_id": node.node_id,
-            "address": node.address,
-            "metrics_port": node.metrics_port,
-            "started_at": node.started_at,
-            "heartbeat_at": node.heartbeat_at,
-            "ttl": ttl_s,
-        }
-        await self._db.write("heartbeat", values)
+        await self._db.write("heartbeat", {**fields_of(node), "cluster": self.settings.cluster_name, "ttl": ttl_s})
 
     async def leave(self, node_id: str) -> None:
         await self._db.write("leave_cluster", {"cluster": self.settings.cluster_name, "node_id": node_id})
@@ -71,7 +62,7 @@ class Coordination(Part):
         return [NodeInfo(r.node_id, r.address, r.metrics_port, utc(r.started_at), utc(r.heartbeat_at)) for r in rows]
 
     async def get_claim(self, instance: InstanceKey) -> Claim | None:
-        rows = await self._db.rows("get_claim", _key(instance))
+        rows = await self._db.rows("get_claim", fields_of(instance))
         return Claim(instance, rows[0].owner, rows[0].epoch) if rows else None
 
     async def list_claims(self) -> list[Claim]:
@@ -80,28 +71,28 @@ class Coordination(Part):
 
     async def claim(self, instance: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
         if seen is None:
-            values = {**_key(instance), "owner": node_id, "claimed_at": now}
+            values = {**fields_of(instance), "owner": node_id, "claimed_at": now}
             applied, _ = await self._db.applied("first_claim", values)
             return Claim(instance, node_id, 1) if applied else None
         epoch = seen.epoch + 1
-        values = {**_key(instance), "owner": node_id, "epoch": epoch, "claimed_at": now, "seen_epoch": seen.epoch}
+        values = {**fields_of(instance), "owner": node_id, "epoch": epoch, "claimed_at": now, "seen_epoch": seen.epoch}
         applied, _ = await self._db.applied("take_claim", values)
         return Claim(instance, node_id, epoch) if applied else None
 
     async def release(self, claim: Claim) -> bool:
-        values = {**_key(claim.instance), "owner": claim.owner, "epoch": claim.epoch}
+        values = {**fields_of(claim.instance), "owner": claim.owner, "epoch": claim.epoch}
         applied, _ = await self._db.applied("release_claim", values)
         return applied
 
     async def get_checkpoint(self, instance: InstanceKey) -> Checkpoint | None:
-        rows = await self._db.rows("get_checkpoint", _key(instance))
+        rows = await self._db.rows("get_checkpoint", fields_of(instance))
         if not rows or rows[0].minute is None:
             return None
         return Checkpoint(instance, utc(rows[0].minute), rows[0].epoch)
 
     async def write_checkpoint(self, claim: Claim, minute: datetime) -> None:
         stamp = timing.fenced_timestamp(claim.epoch, minute)
-        values = {"stamp": stamp, "minute": minute, "epoch": claim.epoch, **_key(claim.instance)}
+        values = {"stamp": stamp, "minute": minute, "epoch": claim.epoch, **fields_of(claim.instance)}
         await self._db.write("write_checkpoint", values)
 
     async def hot_marks(self, minute: datetime) -> list[HotMark]:
@@ -109,17 +100,13 @@ class Coordination(Part):
         return [HotMark(minute, InstanceKey(r.client_id, r.poller_id), utc(r.touched_at)) for r in rows]
 
     async def get_horizon(self, instance: InstanceKey) -> datetime | None:
-        rows = await self._db.rows("get_horizon", _key(instance))
+        rows = await self._db.rows("get_horizon", fields_of(instance))
         return utc(rows[0].last_minute) if rows and rows[0].last_minute else None
 
     async def record_skipped(self, instance: InstanceKey, minute: datetime, reason: str, rows: int) -> None:
-        values = {**_key(instance), "minute": minute, "reason": reason, "rows": rows, "ttl": self.settings.retention_s}
-        await self._db.write("record_skipped", values)
+        values = {**fields_of(instance), "minute": minute, "reason": reason, "rows": rows}
+        await self._db.write("record_skipped", {**values, "ttl": self.settings.retention_s})
 
     async def skipped_minutes(self, instance: InstanceKey, limit: int) -> list[SkippedMinute]:
-        found = await self._db.rows("skipped_minutes", {**_key(instance), "max_rows": limit})
+        found = await self._db.rows("skipped_minutes", {**fields_of(instance), "max_rows": limit})
         return [SkippedMinute(instance, utc(r.minute), r.reason or "", r.rows or 0) for r in found]
-
-
-def _key(instance: InstanceKey) -> dict[str, object]:
-    return {"client_id": instance.client_id, "poller_id": instance.poller_id}

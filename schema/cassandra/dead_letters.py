@@ -9,7 +9,7 @@ from tickd.schema.cassandra.bridge import Part, Row, utc
 from tickd.schema.model import DeadLetter, decode_callback, decode_tries
 
 
-def _key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, object]:
+def dead_letter_key(client_id: str, failed_at: datetime, schedule_id: UUID) -> dict[str, object]:
     return {
         "client_id": client_id,
         "day": failed_at.astimezone(UTC).date(),
@@ -50,14 +50,14 @@ class DeadLetters(Part):
         return [dead_letter_of(client_id, row) for row in await self._db.rows("page_dead_letters", values)]
 
     async def get_dead_letter(self, client_id: str, failed_at: datetime, schedule_id: UUID) -> DeadLetter | None:
-        rows = await self._db.rows("get_dead_letter", _key(client_id, failed_at, schedule_id))
+        rows = await self._db.rows("get_dead_letter", dead_letter_key(client_id, failed_at, schedule_id))
         return dead_letter_of(client_id, rows[0]) if rows else None
 
     async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
         # The mark expires with the row it marks (what is left of the dead letter's TTL).
         ttl = max(1, self._retention(letter.client_id) - int((at - letter.failed_at).total_seconds()))
         values = {
-            **_key(letter.client_id, letter.failed_at, letter.schedule_id),
+            **dead_letter_key(letter.client_id, letter.failed_at, letter.schedule_id),
             "fire_id": letter.fire_id,
             "redriven_at": at,
             "redriven_due_at": due_at,

@@ -3,7 +3,7 @@ with lightweight transactions."""
 
 from __future__ import annotations
 
-from tickd.schema.cassandra.bridge import Part, utc
+from tickd.schema.cassandra.bridge import Part, fields_of, utc
 from tickd.schema.model import BusinessKey
 
 
@@ -15,19 +15,10 @@ class BusinessKeys(Part):
         return BusinessKey(client_id, key, rows[0].schedule_id, utc(rows[0].claimed_at)) if rows else None
 
     async def claim_business_key(self, claim: BusinessKey) -> BusinessKey | None:
-        applied, _ = await self._db.applied("claim_business_key", _values(claim))
+        applied, _ = await self._db.applied("claim_business_key", fields_of(claim))
         return claim if applied else await self.get_business_key(claim.client_id, claim.key)
 
     async def move_business_key(self, seen: BusinessKey, claim: BusinessKey) -> BusinessKey | None:
-        values = {**_values(claim), "seen_schedule_id": seen.schedule_id}
+        values = {**fields_of(claim), "seen_schedule_id": seen.schedule_id}
         applied, _ = await self._db.applied("move_business_key", values)
         return claim if applied else await self.get_business_key(claim.client_id, claim.key)
-
-
-def _values(claim: BusinessKey) -> dict[str, object]:
-    return {
-        "client_id": claim.client_id,
-        "key": claim.key,
-        "schedule_id": claim.schedule_id,
-        "claimed_at": claim.claimed_at,
-    }

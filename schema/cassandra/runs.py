@@ -42,12 +42,6 @@ def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: s
     return run_write(s.client_id, s.public_id, run, window_ms, ttl_s)
 
 
-def outcome_run(o: FireOutcome, nominal_at: datetime, ttl_s: int) -> Write:
-    """The run a fire's outcome ends in."""
-    run = Run(nominal_at, o.status, o.attempts, o.fired_at, o.last_error, o.seq, o.events, tries=o.tries)
-    return run_write(o.client_id, o.run_id, run, o.window_ms, ttl_s)
-
-
 def run_writes(outcomes: Sequence[FireOutcome], ttl_of: Callable[[str], int]) -> list[Write]:
     """What outcomes add to runs: a fire kept in the history records its run, an event its part of one;
     each kept its client's retention (``ttl_of``)."""
@@ -56,8 +50,9 @@ def run_writes(outcomes: Sequence[FireOutcome], ttl_of: Callable[[str], int]) ->
         if o.nominal_at is None:
             continue
         ttl_s = ttl_of(o.client_id)
-        if o.event is None:
-            writes.append(outcome_run(o, o.nominal_at, ttl_s))
+        if o.event is None:  # the run the fire's outcome ends in
+            run = Run(o.nominal_at, o.status, o.attempts, o.fired_at, o.last_error, o.seq, o.events, tries=o.tries)
+            writes.append(run_write(o.client_id, o.run_id, run, o.window_ms, ttl_s))
             continue
         values = {
             "client_id": o.client_id,

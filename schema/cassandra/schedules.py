@@ -12,7 +12,7 @@ import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from uuid import UUID
 
 from cassandra.query import UNSET_VALUE, PreparedStatement
@@ -25,11 +25,13 @@ from tickd.schema.cassandra.bridge import (
     Statements,
     Values,
     Write,
+    fields_of,
     unset_if_none,
     utc,
     write_bytes,
 )
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
+from tickd.schema.cassandra.dead_letters import dead_letter_key
 from tickd.schema.cassandra.runs import run_write
 from tickd.schema.errors import BatchNotLogged, Conflict, OutcomeUnknown
 from tickd.schema.model import (
@@ -120,19 +122,11 @@ def ref_insert(s: Schedule, now: datetime, retention_s: int, clock_us: int | Non
     return "insert_ref", values
 
 
-def status_write(
-    client_id: str,
-    schedule_id: UUID,
-    loc: Location,
-    status: Status,
-    now: datetime,
-    retention_s: int,
-    ts: int | None = None,
-) -> Write:
-    """A row's new status, expiring with the row: a status cell that expired first would leave the row
-    reading as scheduled again (a schedule cancelled more than the retention ahead would fire)."""
+def status_write(s: Schedule, loc: Location, status: Status, now: datetime, retention_s: int, ts: int | None) -> Write:
+    """A row's new status (``s``'s at ``loc``), expiring with the row: a status cell that expired first
+    would leave the row reading as scheduled again (a schedule cancelled more than the retention ahead would fire)."""
     ttl = timing.row_ttl_s(loc.due_at, now, retention_s)
-    values = {**_row_key(client_id, schedule_id, loc), "status": status.value, "ttl": ttl, "ts": unset_if_none(ts)}
+    values = {**_row_key(s.client_id, s.schedule_id, loc), "status": status.value, "ttl": ttl, "ts": unset_if_none(ts)}
     return "set_status", values
 
 
@@ -219,13 +213,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
             self._horizons.note(schedule.instance, schedule.location.minute)
 
     async def reserve_idempotency_key(self, reservation: IdempotencyKey) -> IdempotencyKey:
-        values = {
-            "client_id": reservation.client_id,
-            "key": reservation.key,
-            "schedule_id": reservation.schedule_id,
-            "request_digest": reservation.request_digest,
-            "created_at": reservation.created_at,
-        }
+        values = fields_of(reservation)
         try:
             applied, row = await self._db.applied("reserve_idempotency_key", values)
         except OutcomeUnknown:
@@ -298,20 +286,19 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     async def _write_status(
         self, current: Schedule, status: Status, version: int, now: datetime, base: changes.Base
     ) -> None:
-        loc, retention_s = current.location, self._retention(current.client_id)
-        write = status_write(current.client_id, current.schedule_id, loc, status, now, retention_s, base.write_ts)
+        write = status_write(current, current.location, status, now, self._retention(current.client_id), base.write_ts)
         if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
             write = ("set_status_version", {**write[1], "version": version})
-        writes = [write, *hot_mark(current.instance, loc, now, self.settings.hot_window_s)]
-        writes += self._fences(current, changes.fenced(base.stale), now, base.write_ts)
+        writes = [write, *hot_mark(current.instance, current.location, now, self.settings.hot_window_s)]
+        writes += self._moved(current, changes.fenced(base.stale), now, base.write_ts)
         await self._together(writes)
 
-    def _fences(self, current: Schedule, targets: list[Location], now: datetime, ts: int) -> list[Write]:
-        """Abandoned changes' targets marked moved at ``ts``: a late copy of their rows never fires."""
+    def _moved(self, current: Schedule, targets: list[Location], now: datetime, ts: int | None) -> list[Write]:
+        """``current``'s rows at ``targets`` marked moved (at ``ts``, if given), with their hot marks: the row
+        a move retires, or abandoned changes' targets (a late copy of their rows never fires)."""
         writes = []
         for loc in targets:
-            retention_s = self._retention(current.client_id)
-            writes.append(status_write(current.client_id, current.schedule_id, loc, Status.MOVED, now, retention_s, ts))
+            writes.append(status_write(current, loc, Status.MOVED, now, self._retention(current.client_id), ts))
             writes += hot_mark(InstanceKey(current.client_id, loc.poller_id), loc, now, self.settings.hot_window_s)
         return writes
 
@@ -326,21 +313,17 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     ) -> None:
         """The rows of a move whose pointer is already bumped: the new row, its signals, the old row MOVED
         (a client change's at its write timestamp, with its fences)."""
-        retention_s = self._retention(current.client_id)
         ts = base.write_ts if base is not None else None
-        insert = row_insert(new, now, retention_s, ts)
+        insert = row_insert(new, now, self._retention(current.client_id), ts)
         if new.location == current.location and new.schedule_id == current.schedule_id:
             insert = cleared(insert, new, current)
         if keep_status:  # see insert_retry in queries.cql
             insert = ("insert_retry", {k: v for k, v in insert[1].items() if k != "ts"})
         writes = [insert, *self._signals(new.instance, new.location, now)]
-        old = current.location
-        if old != new.location or new.schedule_id != current.schedule_id:
-            moved = status_write(current.client_id, current.schedule_id, old, Status.MOVED, now, retention_s, ts)
-            writes.append(moved)
-            writes += hot_mark(current.instance, old, now, self.settings.hot_window_s)
+        if current.location != new.location or new.schedule_id != current.schedule_id:
+            writes += self._moved(current, [current.location], now, ts)
         if base is not None:
-            writes += self._fences(current, changes.fenced(base.stale, new.location), now, base.write_ts)
+            writes += self._moved(current, changes.fenced(base.stale, new.location), now, base.write_ts)
         # A poller's move (no base) goes whole or not at all: cut short between its new row and retiring
         # the old, it would leave two live rows of one fire, and the next owner would send both.
         await self._together(writes, unlogged_ok=base is not None)
@@ -436,17 +419,11 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
     async def list_minute(
         self, instance: InstanceKey, minute: datetime, start: ListCursor, max_rows: int
     ) -> tuple[list[Schedule], int, ListCursor | None]:
-        values: dict[str, object] = {
-            "client_id": instance.client_id,
-            "poller_id": instance.poller_id,
-            "minute": minute,
-            "max_rows": max_rows,
-        }
+        values = {**fields_of(instance), "minute": minute, "max_rows": max_rows}
         if start.schedule_id is None:
             rows = await self._db.rows("list_minute", {**values, "from_due": start.due_at})
         else:
-            after = {"due_at": start.due_at, "schedule_id": start.schedule_id}
-            rows = await self._db.rows("list_minute_after", {**values, **after})
+            rows = await self._db.rows("list_minute_after", {**values, **fields_of(start)})
         last = ListCursor(utc(rows[-1].due_at), rows[-1].schedule_id) if rows else None
         return [_schedule(row) for row in rows if row.fire_at is not None], len(rows), last
 
@@ -472,10 +449,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
 
     async def add_dead_letter(self, letter: DeadLetter) -> None:
         values = {
-            "client_id": letter.client_id,
-            "day": letter.failed_at.astimezone(UTC).date(),
-            "failed_at": letter.failed_at,
-            "schedule_id": letter.schedule_id,
+            **dead_letter_key(letter.client_id, letter.failed_at, letter.schedule_id),
             "fire_id": letter.fire_id,
             "attempts": letter.attempts,
             "last_error": letter.last_error,
@@ -505,12 +479,7 @@ def _minute_range(
     query: str, instance: InstanceKey, minute: datetime, from_due: datetime | None, until_due: datetime | None
 ) -> tuple[str, dict[str, object]]:
     """The query (``query``, or its ``_until`` form with an upper bound) and values of a minute read."""
-    values: dict[str, object] = {
-        "client_id": instance.client_id,
-        "poller_id": instance.poller_id,
-        "minute": minute,
-        "from_due": from_due if from_due is not None else minute,
-    }
+    values = {**fields_of(instance), "minute": minute, "from_due": from_due if from_due is not None else minute}
     if until_due is None:
         return query, values
     return f"{query}_until", {**values, "until_due": until_due}

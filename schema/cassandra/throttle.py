@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickd.schema.cassandra.bridge import Part, Row, utc
+from tickd.schema.cassandra.bridge import Part, Row, fields_of, utc
 from tickd.schema.model import ThrottlePolicy, Token
 
 
@@ -10,15 +10,7 @@ class Throttle(Part):
     """The throttle part of ``schema.store.ScheduleStore`` on Cassandra."""
 
     async def put_policy(self, policy: ThrottlePolicy) -> None:
-        values = {
-            "client_id": policy.client_id,
-            "name": policy.name,
-            "max_in_flight": policy.max_in_flight,
-            "release_timeout_s": policy.release_timeout_s,
-            "created_at": policy.created_at,
-            "updated_at": policy.updated_at,
-        }
-        await self._db.write("put_policy", values)
+        await self._db.write("put_policy", fields_of(policy))
 
     async def get_policy(self, client_id: str, name: str) -> ThrottlePolicy | None:
         rows = await self._db.rows("get_policy", {"client_id": client_id, "name": name})
@@ -37,16 +29,7 @@ class Throttle(Part):
 
     async def take_token(self, token: Token, ttl_s: int) -> bool:
         """Take ``token.slot`` if nobody holds it (a compare-and-set: two takers never both win)."""
-        values = {
-            "client_id": token.client_id,
-            "policy": token.policy,
-            "slot": token.slot,
-            "event_id": token.event_id,
-            "holder": token.holder,
-            "taken_at": token.taken_at,
-            "ttl": ttl_s,
-        }
-        applied, _ = await self._db.applied("take_token", values)
+        applied, _ = await self._db.applied("take_token", {**fields_of(token), "ttl": ttl_s})
         return applied
 
     async def release_token(self, client_id: str, policy: str, slot: int, event_id: str) -> bool:

@@ -150,10 +150,6 @@ class Relation:
     terms: tuple[Term, ...]
 
 
-def _relations(cursor: Cursor, table: TableDef) -> list[Relation]:
-    return cursor.listed(lambda: _relation(cursor, table), "and")
-
-
 def _relation(cursor: Cursor, table: TableDef) -> Relation:
     columns = tuple(cursor.names()) if cursor.is_word("(") else (cursor.name(),)
     op = cursor.next().text
@@ -191,9 +187,10 @@ class Where:
         return bind_key(self.named, values)
 
 
-def _where(cursor: Cursor, table: TableDef, relations: Sequence[Relation], *, full_key: bool) -> Where:
-    """Check the relations as Cassandra does (without ALLOW FILTERING) and sort them by key column."""
+def _where(cursor: Cursor, table: TableDef, *, full_key: bool) -> Where:
+    """The relations after WHERE, checked as Cassandra does (without ALLOW FILTERING), by key column."""
     t = table.table
+    relations = cursor.listed(lambda: _relation(cursor, table), "and")
     equal: dict[str, Term] = {}
     slices: list[Relation] = []
     for r in relations:
@@ -338,9 +335,7 @@ class Select(Plan):
         return Page(rows, (position, taken) if more else None)
 
     def _limit(self, values: Mapping[str, Any]) -> int | None:
-        if self.limit is None:
-            return None
-        limit = self.limit.get(values)
+        limit = self.limit.get(values) if self.limit is not None else UNSET_VALUE
         if limit is UNSET_VALUE:
             return None
         if limit is None:
@@ -358,39 +353,27 @@ class Select(Plan):
             row = tables.row(table, key)
             return [((), row)] if row is not None else []
         rows = tables.partition(table, key)
+        # Each slice's bound, as the sort key of its columns (one value, or a tuple of several).
+        bounds = [(s, tuple(sort_key(term.required(values)) for term in s.terms)) for s in self.where.slices]
         if self.sorted_slices:
-            return _sliced(rows, self._bounds(values))
-        tests = self._tests(values, key)
+            return _sliced(rows, bounds)
+        tests = [_equal_to(c, key[c]) for c in table.clustering[: len(self.where.clustering)]]
+        tests += [_slice(s.columns, _COMPARE[s.op], bound) for s, bound in bounds]
         return [item for item in rows if all(test(item[1]) for test in tests)] if tests else rows
 
-    def _bounds(self, values: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
-        assert self.where is not None
-        found = []
-        for s in self.where.slices:
-            bound = tuple(sort_key(term.required(values)) for term in s.terms)
-            found.append((s.op, len(bound), bound[0] if len(bound) == 1 else bound))
-        return found
 
-    def _tests(self, values: Mapping[str, Any], key: Mapping[str, Any]) -> list[Callable[[Values], bool]]:
-        assert self.where is not None
-        clustering = self.table.table.clustering
-        tests = [_equal_to(c, key[c]) for c in clustering[: len(self.where.clustering)]]
-        for s in self.where.slices:
-            bound = tuple(sort_key(term.required(values)) for term in s.terms)
-            tests.append(_slice(s.columns, _COMPARE[s.op], bound))
-        return tests
-
-
-def _sliced(rows: Sequence[tuple[Any, Values]], bounds: list[tuple[str, int, Any]]) -> Sequence[tuple[Any, Values]]:
-    """The rows (in clustering order) within every bound: (op, how many leading clustering columns, value
-    as those columns' sort key: one value, or a tuple of several)."""
+def _sliced(
+    rows: Sequence[tuple[Any, Values]], bounds: list[tuple[Relation, tuple[Any, ...]]]
+) -> Sequence[tuple[Any, Values]]:
+    """The rows (in clustering order) within every slice's bound."""
     lo, hi = 0, len(rows)
-    for op, width, bound in bounds:
-        key = _first if width == 1 else functools.partial(_leading, width)
+    for s, bound in bounds:
+        op, width = s.op, len(bound)
+        key, value = (_first, bound[0]) if width == 1 else (functools.partial(_leading, width), bound)
         if op in (">", ">=", "="):
-            lo = max(lo, (bisect.bisect_right if op == ">" else bisect.bisect_left)(rows, bound, lo, hi, key=key))
+            lo = max(lo, (bisect.bisect_right if op == ">" else bisect.bisect_left)(rows, value, lo, hi, key=key))
         if op in ("<", "<=", "="):
-            hi = min(hi, (bisect.bisect_left if op == "<" else bisect.bisect_right)(rows, bound, lo, hi, key=key))
+            hi = min(hi, (bisect.bisect_left if op == "<" else bisect.bisect_right)(rows, value, lo, hi, key=key))
     return rows[lo:hi] if lo < hi else []
 
 
@@ -544,6 +527,8 @@ def compile_for(schema: Schema, name: str, cql: str) -> tuple[Plan, tuple[str, .
         plan = _delete(name, cursor, schema)
     else:
         cursor.refuse(f"the statement {cursor.peek()} (only SELECT, INSERT, UPDATE and DELETE)")
+    if isinstance(plan, Modify) and plan.condition is not None and plan.timestamp is not None:
+        cursor.refuse("USING TIMESTAMP in a conditional statement (Cassandra refuses it)")
     cursor.end()
     return plan, cursor.markers()
 
@@ -571,7 +556,7 @@ def _select(cursor: Cursor, schema: Schema) -> Plan:
     table = _table(cursor, schema)
     for column in columns:
         table.type_of(column, cursor)
-    where = _where(cursor, table, _relations(cursor, table), full_key=False) if cursor.accept("where") else None
+    where = _where(cursor, table, full_key=False) if cursor.accept("where") else None
     for words in (("order", "by"), ("group", "by"), ("per", "partition"), ("allow", "filtering")):
         if cursor.is_word(*words):
             cursor.refuse(" ".join(words).upper())
@@ -623,7 +608,6 @@ def _insert(name: str, cursor: Cursor, schema: Schema) -> Plan:
         cursor.refuse(f"an INSERT without the primary key column {missing[0]}")
     condition = NOT_EXISTS if cursor.accept("if", "not", "exists") else None
     ttl, timestamp = _using(cursor) if cursor.accept("using") else (None, None)
-    _no_timestamp_in_transaction(cursor, condition, timestamp)
     key_t = table.table
     where = Where(table, tuple(given[c] for c in key_t.partition), tuple(given[c] for c in key_t.clustering))
     cells = tuple((c, t) for c, t in given.items() if c not in table.key)
@@ -638,9 +622,8 @@ def _update(name: str, cursor: Cursor, schema: Schema) -> Plan:
     if len({c for c, _ in cells}) != len(cells):
         cursor.refuse("a column set twice")
     cursor.expect("where")
-    where = _where(cursor, table, _relations(cursor, table), full_key=True)
+    where = _where(cursor, table, full_key=True)
     condition = _condition(cursor, table)
-    _no_timestamp_in_transaction(cursor, condition, timestamp)
     return Modify(name, table, where, tuple(cells), ttl, timestamp, condition=condition)
 
 
@@ -667,9 +650,8 @@ def _delete(name: str, cursor: Cursor, schema: Schema) -> Plan:
             cursor.refuse(f"DELETE of the primary key column {column}")
     ttl, timestamp = _using(cursor, ttl_allowed=False) if cursor.accept("using") else (None, None)
     cursor.expect("where")
-    where = _where(cursor, table, _relations(cursor, table), full_key=True)
+    where = _where(cursor, table, full_key=True)
     condition = _condition(cursor, table)
-    _no_timestamp_in_transaction(cursor, condition, timestamp)
     cells = tuple((c, Term(c, None)) for c in columns)  # a null: a tombstone cell
     return Modify(name, table, where, cells, ttl, timestamp, delete=not columns, condition=condition)
 
@@ -692,8 +674,3 @@ def _compare(cursor: Cursor, table: TableDef) -> tuple[str, Term]:
     if op != "=":
         cursor.refuse(f"the condition {column} {op} ... (only =)")
     return column, _term(cursor, column, table.type_of(column, cursor))
-
-
-def _no_timestamp_in_transaction(cursor: Cursor, condition: object, timestamp: Term | None) -> None:
-    if condition is not None and timestamp is not None:
-        cursor.refuse("USING TIMESTAMP in a conditional statement (Cassandra refuses it)")

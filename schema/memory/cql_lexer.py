@@ -55,16 +55,13 @@ def tokenize(text: str) -> list[Token]:
             continue
         if kind == "positional":
             raise UnsupportedCql("positional ? markers (bind by :name)")
-        if kind == "string":
-            tokens.append(Token("string", raw[1:-1].replace("''", "'")))
-        elif kind == "quoted":
-            tokens.append(Token("quoted", raw[1:-1].replace('""', '"')))
+        if kind in ("string", "quoted"):
+            raw = raw[1:-1].replace(raw[0] * 2, raw[0])  # inside, a doubled quote stands for one
         elif kind == "marker":
-            tokens.append(Token("marker", raw[1:]))
+            raw = raw[1:]
         elif kind == "name":
-            tokens.append(Token("name", raw.lower()))
-        else:
-            tokens.append(Token(str(kind), raw))
+            raw = raw.lower()
+        tokens.append(Token(str(kind), raw))
     return tokens
 
 

@@ -163,15 +163,11 @@ def _alter(schema: Schema, cursor: Cursor) -> None:
     if not cursor.accept("add"):
         cursor.refuse("ALTER TABLE other than ADD")
     exists_ok = cursor.accept("if", "not", "exists")
-    added: list[tuple[str, CqlType]] = []
     if cursor.accept("("):
-        while True:
-            added.append((cursor.name(), parse_type(cursor)))
-            if not cursor.accept(","):
-                break
+        added = cursor.listed(lambda: (cursor.name(), parse_type(cursor)))
         cursor.expect(")")
     else:
-        added.append((cursor.name(), parse_type(cursor)))
+        added = [(cursor.name(), parse_type(cursor))]
     cursor.end()
     columns = schema[name].columns
     for column, kind in added:

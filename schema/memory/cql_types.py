@@ -35,7 +35,7 @@ class CqlType:
     @property
     def bind(self) -> Convert:
         """A bound value (not None, not UNSET) as it is stored."""
-        return _binder(self)
+        return _bind_collection(self) if self.name in ("set", "list", "tuple") else _SCALARS[self.name]
 
     @property
     def out(self) -> Convert | None:
@@ -63,10 +63,6 @@ def parse_type(cursor: Cursor) -> CqlType:
     return CqlType(name)
 
 
-def _binder(t: CqlType) -> Convert:
-    return _bind_collection(t) if t.name in ("set", "list", "tuple") else _SCALARS[t.name]
-
-
 def _bind_int(name: str, bits: int) -> Convert:
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
@@ -78,11 +74,15 @@ def _bind_int(name: str, bits: int) -> Convert:
     return bind
 
 
-def _checked(python: type, name: str) -> Convert:
+def _checked(
+    python: type | tuple[type, ...], name: str, convert: Convert | None = None, refused: type | tuple[type, ...] = ()
+) -> Convert:
+    """A binder that takes instances of ``python`` (but not of ``refused``), as they are or ``convert``ed."""
+
     def bind(value: Any) -> Any:
-        if not isinstance(value, python):
+        if not isinstance(value, python) or isinstance(value, refused):
             raise TypeError(f"Received an argument of invalid type for a {name} column: {type(value).__name__}")
-        return value
+        return value if convert is None else convert(value)
 
     return bind
 
@@ -98,24 +98,6 @@ def _bind_timestamp(value: Any) -> datetime:
     raise TypeError(f"Received an argument of invalid type for a timestamp column: {type(value).__name__}")
 
 
-def _bind_date(value: Any) -> date:
-    if isinstance(value, date) and not isinstance(value, datetime):
-        return value
-    raise TypeError(f"Received an argument of invalid type for a date column: {type(value).__name__}")
-
-
-def _bind_float(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise TypeError(f"Received an argument of invalid type for a double column: {type(value).__name__}")
-
-
-def _bind_blob(value: Any) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"Received an argument of invalid type for a blob column: {type(value).__name__}")
-
-
 # Each scalar type by name, with its binder (a type not named here is refused: ``parse_type``).
 _SCALARS: dict[str, Convert] = {
     "text": _checked(str, "text"),
@@ -127,13 +109,13 @@ _SCALARS: dict[str, Convert] = {
     "tinyint": _bind_int("tinyint", 8),
     "varint": _checked(int, "varint"),
     "boolean": _checked(bool, "boolean"),
-    "double": _bind_float,
-    "float": _bind_float,
+    "double": _checked((int, float), "double", float, refused=bool),
+    "float": _checked((int, float), "double", float, refused=bool),  # bound as a double is
     "uuid": _checked(UUID, "uuid"),
     "timeuuid": _checked(UUID, "timeuuid"),
-    "blob": _bind_blob,
+    "blob": _checked((bytes, bytearray, memoryview), "blob", bytes),
     "timestamp": _bind_timestamp,
-    "date": _bind_date,
+    "date": _checked(date, "date", refused=datetime),
 }
 
 

@@ -103,8 +103,7 @@ class Cell:
 
 @dataclasses.dataclass(slots=True)
 class Row:
-    marker: Cell | None = None
-    cells: dict[str, Cell] = dataclasses.field(default_factory=dict)
+    cells: dict[str, Cell] = dataclasses.field(default_factory=dict)  # the row marker's among them
     deleted_ts: int | None = None
     # The row as last read, (from second, until second, (order, values) or None): kept until a write
     # lands on it or its first cell expires, so a partition read after a write to one row of it reuses
@@ -114,33 +113,28 @@ class Row:
     def put(self, column: str, cell: Cell) -> None:
         if self.deleted_ts is not None and cell.ts <= self.deleted_ts:
             return
-        old = self.marker if column == _MARKER else self.cells.get(column)
+        old = self.cells.get(column)
         if old is not None and old.rank() > cell.rank():
             return
         self.read = None
-        if column == _MARKER:
-            self.marker = cell
-        else:
-            self.cells[column] = cell
+        self.cells[column] = cell
 
     def delete(self, ts: int) -> None:
         self.read = None
         self.deleted_ts = ts if self.deleted_ts is None else max(ts, self.deleted_ts)
         self.cells = {c: cell for c, cell in self.cells.items() if cell.ts > self.deleted_ts}
-        if self.marker is not None and self.marker.ts <= self.deleted_ts:
-            self.marker = None
 
     def expires(self, now_s: int) -> float:
         """The first second at which one of this row's live cells dies (inf: none will)."""
-        cells = [*self.cells.values(), self.marker] if self.marker is not None else self.cells.values()
-        return min((c.until_s for c in cells if c.until_s is not None and c.live(now_s)), default=math.inf)
+        return min(
+            (c.until_s for c in self.cells.values() if c.until_s is not None and c.live(now_s)), default=math.inf
+        )
 
     def values(self, now_s: int) -> Values | None:
-        """The live cells, or None if the row does not exist now."""
+        """The live cells (the row marker left out), or None if the row does not exist now."""
         live = Values({c: cell.value for c, cell in self.cells.items() if cell.live(now_s)})
-        if live or (self.marker is not None and self.marker.live(now_s)):
-            return live
-        return None
+        marker = live.pop(_MARKER, None)
+        return live if live or marker is not None else None
 
 
 class Tables:

@@ -36,8 +36,7 @@ def written_us(tables: Tables, table_name: str, key: dict[str, Any]) -> int | No
     t = table(table_name)
     partition, clustering = t.split(key)
     row = tables._data.get(t.name, {}).get(partition, {}).get(clustering)
-    cells = [] if row is None else [*row.cells.values(), *([row.marker] if row.marker is not None else [])]
-    return max((cell.ts for cell in cells), default=None)
+    return max((cell.ts for cell in row.cells.values()), default=None) if row is not None else None
 
 
 def auto_pauses(tables: Tables, client_id: str, schedule_id: UUID) -> list[tuple[datetime, str]]:
