@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import structlog
 
+from tests.unit.settling import Clock, Direct
 from tickd.poller.delivery import DeliveryResult
-from tickd.poller.fire import Fire, FireContext, Settler, outcome_of
+from tickd.poller.fire import Fire, FireContext, Settler
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
@@ -37,29 +38,11 @@ TARGET = HttpCallback(url="https://notices.test/hook")
 FAILED = DeliveryResult.failed(3, "HTTP 500", retriable=False)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-class Direct:
-    """Outcomes written at once (the writer's batching is not what is tested here)."""
-
-    def __init__(self, store: object) -> None:
-        self._store = store
-
-    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
-        await self._store.record_outcomes([outcome_of(row, status, result, fired_at)])  # type: ignore[attr-defined]
-
-
 class Instance:
     """One instance's settler for client c1 (its settings as given) on the memory store."""
 
     def __init__(self, settings: ClientSettings) -> None:
-        self.clock = Clock()
+        self.clock = Clock(START)
         self.store = memory_store(self.clock)
         self.client = Client("c1", 1, True, "", START, START, settings=settings)
         ctx = FireContext(

@@ -16,14 +16,14 @@ import pytest
 import structlog
 from msgspec import UnsetType
 
+from tests.unit.settling import Clock, Direct
 from tickd.poller.delivery import DeliveryResult
-from tickd.poller.fire import Fire, FireContext, Settler, outcome_of
+from tickd.poller.fire import Fire, FireContext, Settler
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
 from tickd.poller.stats import TenantStats
 from tickd.schema import redrives, stats, timing
-from tickd.schema.cassandra import CassandraStore
 from tickd.schema.memory import memory_store
 from tickd.schema.model import (
     MAX_TRIES,
@@ -43,29 +43,11 @@ from tickd.service.views import dead_letter_view, run_view
 START = datetime(2030, 5, 1, 9, 0, 0, tzinfo=UTC)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-class Direct:
-    """The outcome writer, writing each outcome at once (the real one waits for its flush)."""
-
-    def __init__(self, store: CassandraStore) -> None:
-        self._store = store
-
-    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
-        await self._store.record_outcomes([outcome_of(row, status, result, fired_at)])
-
-
 class Node:
     """A settler and the context its fires are counted in, on the memory store."""
 
     def __init__(self) -> None:
-        self.clock = Clock()
+        self.clock = Clock(START)
         self.store = memory_store(self.clock)
         self.stats = TenantStats(self.store, "n0", self.clock, structlog.get_logger())
         client = Client("c1", 1, True, "", START, START)

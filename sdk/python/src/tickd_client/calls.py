@@ -237,22 +237,22 @@ def get_schedule(schedule_id: str) -> Call[Schedule]:
 
 def audit(start: Time | None = None, end: Time | None = None, *, page_size: int = 100) -> Call[Page[AuditRecord]]:
     """The client's audit trail in [start, end) (default: the last 7 days), newest first."""
-    params: dict[str, str | int] = {"limit": page_size}
-    if start is not None:
-        params["from"] = time_value(start)
-    if end is not None:
-        params["to"] = time_value(end)
-    return Call("GET", _path("audit"), _paged(AuditRecord, "records"), params=params)
+    return Call("GET", _path("audit"), _paged(AuditRecord, "records"), params=_range(start, end, page_size))
 
 
 def notices(start: Time | None = None, end: Time | None = None, *, page_size: int = 100) -> Call[Page[Notice]]:
     """Your notifications in [start, end) (default: the last 7 days), newest first."""
+    return Call("GET", _path("notifications"), _paged(Notice, "notices"), params=_range(start, end, page_size))
+
+
+def _range(start: Time | None, end: Time | None, page_size: int) -> dict[str, str | int]:
+    """The query of a listing by time range, newest first (audit trail, notifications)."""
     params: dict[str, str | int] = {"limit": page_size}
     if start is not None:
         params["from"] = time_value(start)
     if end is not None:
         params["to"] = time_value(end)
-    return Call("GET", _path("notifications"), _paged(Notice, "notices"), params=params)
+    return params
 
 
 def get_settings() -> Call[ClientSettings]:
