@@ -166,7 +166,7 @@ async def dead_letter_ids(sc: Scenario, client: Tenant) -> dict[str, int]:
     today = datetime.now(UTC).date()
     letters = []
     for day in {today - timedelta(days=1), today}:
-        letters += await sc.store.dead_letters(client.client_id, day)
+        letters += await sc.store.list_dead_letters(client.client_id, day)
     return {d.fire_id: d.attempts for d in letters}
 
 
