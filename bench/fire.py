@@ -32,7 +32,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,13 +47,12 @@ from tests.acceptance.harness import (
     Made,
     PollerProcess,
     Receiver,
-    create_client,
-    schedule_row,
+    now_utc,
 )
 from tickd.schema import timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.migrate import drop, migrate
-from tickd.schema.model import Callback, Client, HttpCallback, KafkaCallback, Schedule
+from tickd.schema.model import Callback, Client, HttpCallback, KafkaCallback, Location, Schedule
 from tickd.schema.settings import StoreSettings
 
 P99_LIMIT_S = 1.0
@@ -176,7 +175,7 @@ class Seeder:
         if len(rows) >= 5000:
             self.rate = len(rows) / took
         log(f"{client.client_id}: {len(rows)} schedules seeded in {took:.1f} s ({len(rows) / took:.0f}/s)")
-        return [Made(r) for r in rows]
+        return [Made(r, r.fire_id) for r in rows]
 
 
 def evenly(start: datetime, rate: float, seconds: float) -> list[datetime]:
@@ -202,6 +201,27 @@ class Result:
 
     def __post_init__(self) -> None:
         self.holds = self.delivered == self.count and self.lateness.p99 < P99_LIMIT_S
+
+
+def schedule_row(client: Client, fire_at: datetime, callback: Callback, now: datetime) -> Schedule:
+    """The row the API would write for a create at ``now``: a random id, the due time, the poller by id."""
+    schedule_id = uuid.uuid4()
+    fire_at = fire_at.replace(microsecond=fire_at.microsecond // 1000 * 1000)
+    poller_id = timing.poller_id_for(schedule_id, client.poller_count)
+    payload = json.dumps({"n": schedule_id.hex[:8]}).encode()
+    location = Location(poller_id, timing.due_time(fire_at, now))
+    return Schedule(client.client_id, schedule_id, location, fire_at, payload, callback, now)
+
+
+async def create_client(
+    store: CassandraStore, client_id: str, poller_count: int, kafka_topics: Iterable[str] = ()
+) -> Client:
+    """A client written straight to the store: the bench seeds its schedules there too (its subject is
+    the fire path, not the API's)."""
+    now = now_utc()
+    client = Client(client_id, poller_count, True, "x", now, now, kafka_topics=frozenset(kafka_topics))
+    assert await store.create_client(client), f"client {client_id} already exists"
+    return client
 
 
 async def measure(
