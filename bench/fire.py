@@ -206,7 +206,7 @@ class Result:
 def schedule_row(client: Client, fire_at: datetime, callback: Callback, now: datetime) -> Schedule:
     """The row the API would write for a create at ``now``: a random id, the due time, the poller by id."""
     schedule_id = uuid.uuid4()
-    fire_at = fire_at.replace(microsecond=fire_at.microsecond // 1000 * 1000)
+    fire_at = timing.truncate_ms(fire_at)
     poller_id = timing.poller_id_for(schedule_id, client.poller_count)
     payload = json.dumps({"n": schedule_id.hex[:8]}).encode()
     location = Location(poller_id, timing.due_time(fire_at, now))
