@@ -185,6 +185,7 @@ class Node:
         Releasing before leaving matters: while our heartbeat row exists nobody claims our instances,
         so no instance can run twice during the handover."""
         self._log.info("node_stopping", instances=len(self._running))
+        self._placement.close()
         await self._placement.stop_all("shutdown", drain_s=self._s.shutdown_deadline_s, release=True)
         await self._gate.close()
         try:  # the last statistics of this run, if the store takes them soon; never holds the stop up
