@@ -25,7 +25,9 @@ async def test_a_claim_won_while_the_node_stops_is_given_back_not_run() -> None:
     claiming, answer = asyncio.Event(), asyncio.Event()
     claim = store.claim
 
-    async def claim_finishing_what_it_began(key: InstanceKey, node_id: str, seen: Claim | None, now: datetime) -> Claim | None:
+    async def claim_finishing_what_it_began(
+        key: InstanceKey, node_id: str, seen: Claim | None, now: datetime
+    ) -> Claim | None:
         claiming.set()
         write = asyncio.ensure_future(answer.wait())
         while not write.done():  # like a write that is sent: a cancel waits for its answer
