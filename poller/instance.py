@@ -36,7 +36,7 @@ from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
-from tickd.schema.model import Claim, Client
+from tickd.schema.model import Claim, Client, HotMark
 from tickd.schema.store import Store
 
 __all__ = ["InstanceCrashed", "InstanceDrained", "LeaseLost", "OpenMinute", "PollerInstance"]
@@ -153,9 +153,9 @@ class PollerInstance:
 
     # -- hot marks ------------------------------------------------------------------------------------
 
-    def on_mark(self, minute: datetime, touched_at: datetime, since: datetime) -> None:
-        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh."""
-        self._loader.on_mark(minute, touched_at, since)
+    def on_mark(self, mark: HotMark, since: datetime) -> None:
+        """A write landed in ``mark.minute`` inside the look-ahead window: re-read it while the mark is fresh."""
+        self._loader.on_mark(mark, since)
 
     def marks_polled(self, polled_at: datetime) -> None:
         """The node read the hot marks, in a poll that began at ``polled_at``."""

@@ -25,7 +25,7 @@ from tickd.poller.fire import durably
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import FiringPlan, OpenMinute
 from tickd.poller.settings import PollerSettings
-from tickd.schema.model import InstanceKey
+from tickd.schema.model import HotMark, InstanceKey
 from tickd.schema.store import Store
 
 Clock = Callable[[], datetime]
@@ -151,16 +151,19 @@ class MinuteLoader:
 
     # -- hot marks ------------------------------------------------------------------------------------
 
-    def on_mark(self, minute: datetime, touched_at: datetime, since: datetime) -> None:
-        """A write landed in ``minute`` inside the look-ahead window: re-read it while the mark is fresh.
+    def on_mark(self, mark: HotMark, since: datetime) -> None:
+        """A write landed in ``mark.minute`` inside the look-ahead window: re-read it while the mark is fresh.
 
         A mark keeps only its latest write, so earlier writes that changed it since the node's last
         good poll (``since``) are re-read too, not only those near ``touched_at``."""
-        state = self._plan.open.get(minute)
-        # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time.
-        if state is None or touched_at == state.last_touch:
+        state = self._plan.open.get(mark.minute)
+        # Any change of the mark is a new write: with skewed clocks a later write can carry an earlier time,
+        # and two writes in one millisecond the same time (told apart by their write ids, seed 102070).
+        identity = (mark.touched_at, mark.write_id)
+        if state is None or identity == state.last_mark:
             return
-        state.last_touch = touched_at
+        state.last_mark = identity
+        touched_at = mark.touched_at
         self._plan.marks_new()
         start = min(touched_at, since)
         if state.first_touch is None or start < state.first_touch:

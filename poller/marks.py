@@ -35,11 +35,11 @@ class MarkPoll:
         found = await aio.gather(*(self._store.hot_marks(m) for m in watched))
         # A mark keeps only its latest write: every write that changed it landed after our last good poll.
         since, self._polled_at = self._polled_at or now, now
-        for minute, marks in zip(watched, found, strict=True):
+        for marks in found:
             for mark in marks:
                 running = self._running.get(mark.instance)
                 if running is not None and not running.stopping:
-                    running.instance.on_mark(minute, mark.touched_at, since)
+                    running.instance.on_mark(mark, since)
         for running in self._running.values():
             running.instance.marks_polled(now)
 

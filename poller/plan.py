@@ -57,7 +57,7 @@ class OpenMinute:
     horizon: datetime | None = None
     # The slice being read, if one is: rows up to its end (None: the rest of the minute) are taken.
     loading: SliceRead | None = None
-    last_touch: datetime | None = None
+    last_mark: tuple[datetime, UUID | None] | None = None  # the hot mark last seen: (touched_at, write_id)
     first_touch: datetime | None = None
     hot_until: datetime | None = None
 

@@ -553,6 +553,7 @@ class HotMark:
     minute: datetime
     instance: InstanceKey
     touched_at: datetime
+    write_id: UUID | None = None  # one per write: two writes in one millisecond differ (None: an older writer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ horizon), as writes the schedule writes put in their own batches.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from tickd.schema import timing
@@ -17,7 +18,8 @@ def hot_mark(instance: InstanceKey, loc: Location, now: datetime, hot_window_s: 
     """The hot mark a write at ``loc`` needs if a poller may already have loaded its minute."""
     if not timing.is_hot(loc.due_at, now, hot_window_s):
         return []
-    values = {"touched_at": now, "minute": loc.minute, **fields_of(instance)}
+    # Its own id: another write in the same millisecond would leave the same touched_at (seed 102070).
+    values = {"touched_at": now, "write_id": uuid.uuid4(), "minute": loc.minute, **fields_of(instance)}
     return [("mark_hot", values)]
 
 
@@ -97,7 +99,7 @@ class Coordination(Part):
 
     async def hot_marks(self, minute: datetime) -> list[HotMark]:
         rows = await self._db.rows("read_hot_marks", {"minute": minute})
-        return [HotMark(minute, InstanceKey(r.client_id, r.poller_id), utc(r.touched_at)) for r in rows]
+        return [HotMark(minute, InstanceKey(r.client_id, r.poller_id), utc(r.touched_at), r.write_id) for r in rows]
 
     async def get_horizon(self, instance: InstanceKey) -> datetime | None:
         rows = await self._db.rows("get_horizon", fields_of(instance))

@@ -381,6 +381,21 @@ async def test_a_cancel_inside_the_hot_window_leaves_a_mark(
     assert InstanceKey(client_id, 1) in {m.instance for m in await store.hot_marks(s.location.minute)}
 
 
+async def test_two_hot_writes_in_one_millisecond_leave_marks_a_poller_tells_apart(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A create and its cancel at the same API time (one millisecond: what a mark's time keeps) each leave
+    a mark of their own, so a poller that saw the create's mark still sees the cancel's (seed 102070)."""
+    s = new_schedule(env.later(5), poller_id=2)
+    at = env.now()
+    await store.create_schedule(s, at)
+    first = next(m for m in await store.hot_marks(s.location.minute) if m.instance == InstanceKey(client_id, 2))
+    await store.cancel_schedule(s, at)
+    second = next(m for m in await store.hot_marks(s.location.minute) if m.instance == InstanceKey(client_id, 2))
+    assert second.touched_at == first.touched_at  # the same time ...
+    assert second.write_id is not None and second.write_id != first.write_id  # ... another write
+
+
 async def test_requeue_keeps_the_fire_id_and_moves_the_row(
     env: Env, store: Store, new_schedule: Factory, client_id: str
 ) -> None:
