@@ -73,7 +73,7 @@ def touched(cql: Session, minute: datetime, client_id: str) -> dict[int, datetim
 
 
 def mark(minute: datetime, client_id: str, poller_id: int) -> dict[str, Any]:
-    return {"minute": minute, "client_id": client_id, "poller_id": poller_id, "touched_at": FIRST}
+    return {"minute": minute, "client_id": client_id, "poller_id": poller_id, "touched_at": FIRST, "write_id": None}
 
 
 def write_between(cql: Session, minute: datetime, client_id: str) -> Callable[[], None]:

@@ -125,7 +125,9 @@ async def test_a_request_the_server_refuses_is_store_unavailable(db: Bridge) -> 
     with pytest.raises(StoreUnavailable, match=r"^list_runs: InvalidRequest: LIMIT must be strictly positive"):
         await db.rows("list_runs", {"client_id": "c", "schedule_id": uuid.uuid4(), "before": START, "max_rows": 0})
     with pytest.raises(TypeError):  # as the driver's serializer: never sent
-        await db.write("mark_hot", {"minute": MINUTE, "client_id": "c", "poller_id": 2**31, "touched_at": START})
+        await db.write(
+            "mark_hot", {"minute": MINUTE, "client_id": "c", "poller_id": 2**31, "touched_at": START, "write_id": None}
+        )
 
 
 # -- lightweight transactions --------------------------------------------------------------------------
@@ -181,7 +183,9 @@ async def test_ttls_expire_in_whole_seconds_and_a_tables_default_applies(db: Bri
         "heartbeat_at": START,
     }
     await db.write("heartbeat", {**node, "ttl": 2})
-    await db.write("mark_hot", {"minute": MINUTE, "client_id": "c", "poller_id": 0, "touched_at": START})
+    await db.write(
+        "mark_hot", {"minute": MINUTE, "client_id": "c", "poller_id": 0, "touched_at": START, "write_id": None}
+    )
     clock.now = START.replace(microsecond=0) + timedelta(seconds=1, microseconds=999_999)
     assert len(await db.rows("live_nodes", {"cluster": "k"})) == 1
     clock.advance(0.000_001)
@@ -326,7 +330,10 @@ class Points(NoFaults):
 
 
 def _marks(*pollers: int, minute: datetime = MINUTE) -> list[tuple[str, dict[str, Any]]]:
-    return [("mark_hot", {"minute": minute, "client_id": "c", "poller_id": p, "touched_at": START}) for p in pollers]
+    return [
+        ("mark_hot", {"minute": minute, "client_id": "c", "poller_id": p, "touched_at": START, "write_id": None})
+        for p in pollers
+    ]
 
 
 async def test_an_unlogged_batch_over_two_partitions_can_half_apply(db: Bridge, connection: MemoryConnection) -> None:
