@@ -7,9 +7,10 @@ convicted (10 s to over a minute) makes every logged batch time out with write t
 nothing applied (``errors.BatchNotLogged``). The same writes then go unlogged, phase after phase, each
 phase sent only after the one before it was acknowledged:
 
-1. the pointer and the signals (``insert_ref``, ``mark_hot``, ``raise_horizon``): alone they change
-   nothing a client or a poller acts on (a pointer without its row reads as not found; a hot mark only
-   makes a poller read a minute again);
+1. the pointer, the signals and tag entries (``insert_ref``, ``mark_hot``, ``raise_horizon``,
+   ``insert_tag``): alone they change nothing a client or a poller acts on (a pointer without its row
+   reads as not found; a hot mark only makes a poller read a minute again; a tag entry is checked
+   against the schedule it names);
 2. the rows (a create's, a move's new row): from here the schedule can fire, and reads find it;
 3. the fences (abandoned changes' targets marked moved);
 4. last, the status write that retires or changes the row a change starts from (the old row of a move,
@@ -34,7 +35,7 @@ from tickd.schema import aio
 
 log = structlog.get_logger(__name__)
 
-SIGNALS = frozenset({"insert_ref", "mark_hot", "raise_horizon"})
+SIGNALS = frozenset({"insert_ref", "mark_hot", "raise_horizon", "insert_tag"})
 ROWS = frozenset({"insert_schedule", "insert_retry", "insert_event"})
 STATUSES = frozenset({"set_status", "set_status_version"})
 

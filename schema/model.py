@@ -635,3 +635,56 @@ class ListCursor:
             return cls(timing.from_epoch_ms(int(ms)), UUID(hex=hex_id) if hex_id else None)
         except (ValueError, UnicodeDecodeError):
             raise InvalidInput("cursor is not one this API handed out", field="cursor") from None
+
+
+# -- bulk actions (issue 28) -------------------------------------------------------------------------------
+
+BULK_ACTIONS = ("cancel", "pause", "resume", "trigger")
+
+
+class BulkState(enum.StrEnum):
+    QUEUED = "queued"  # waiting for a replica to take it
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"  # stopped by its client: what it did stands, the rest is left
+
+
+@dataclass(frozen=True, slots=True)
+class BulkFilter:
+    """Which schedules a bulk job acts on: those with ``tag`` (key, value), and, if given, of ``status``,
+    due in [``due_from``, ``due_to``), calling ``target`` (a callback URL's host, or a Kafka topic)."""
+
+    tag: tuple[str, str]
+    status: Status | None = None
+    due_from: datetime | None = None
+    due_to: datetime | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkJob:
+    """A bulk action and its progress. ``cursor``: where the next page starts (None: at the beginning);
+    ``matched``: schedules the filter selected so far; ``changed``: those the action changed; ``unchanged``:
+    those already as the action leaves them (cancelled, paused; counted once more after a resume);
+    ``failed``: those it could not change, the first few (schedule id, reason) in
+    ``failures``. ``owner`` and ``lease_until``: the replica running it, until when."""
+
+    client_id: str
+    job_id: UUID
+    action: str
+    filter: BulkFilter
+    dry_run: bool
+    state: BulkState
+    created_at: datetime
+    updated_at: datetime
+    actor: str = ""
+    request_id: str = ""
+    cursor: str | None = None
+    matched: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    failures: tuple[tuple[str, str], ...] = ()
+    finished_at: datetime | None = None
+    owner: str = ""
+    lease_until: datetime | None = None

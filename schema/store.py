@@ -13,6 +13,8 @@ from uuid import UUID
 
 from tickd.schema.model import (
     AuditRecord,
+    BulkJob,
+    BulkState,
     BusinessKey,
     Chained,
     Checkpoint,
@@ -282,7 +284,42 @@ class AuditStore(Protocol):
         """A client-day's notices, as ``page_client_audit`` pages records."""
 
 
-class Store(ClientStore, ScheduleStore, CoordinationStore, AuditStore, Protocol):
+class BulkStore(Protocol):
+    async def tagged(
+        self, client_id: str, tag: tuple[str, str], shard: int, after: UUID | None, max_rows: int
+    ) -> list[UUID]:
+        """Ids of schedules indexed under ``tag`` in one shard (of ``TAG_SHARDS``), after ``after``. An
+        entry may be stale (the tag removed, the schedule finished or gone): check the schedule."""
+
+    async def forget_tagged(self, client_id: str, tag: tuple[str, str], schedule_id: UUID) -> None:
+        """Drop an index entry whose schedule is gone."""
+
+    async def create_bulk_job(self, job: BulkJob) -> BulkJob:
+        """Store a new job (queued) and list it as open; the job already stored under its id if one is."""
+
+    async def get_bulk_job(self, client_id: str, job_id: UUID) -> BulkJob | None: ...
+
+    async def list_bulk_jobs(self, client_id: str, before: UUID | None, max_rows: int) -> list[BulkJob]:
+        """A client's jobs, newest first, strictly before ``before``."""
+
+    async def open_bulk_jobs(self, max_rows: int) -> list[tuple[str, UUID]]:
+        """(client id, job id) of the jobs not finished (a finished one may linger: check its state)."""
+
+    async def take_bulk_job(self, job: BulkJob, owner: str, lease_until: datetime, now: datetime) -> BulkJob | None:
+        """Take the job's lease (compare-and-set on the owner and lease it was read with), running it;
+        None if another replica moved them since."""
+
+    async def save_bulk_job(self, job: BulkJob, seen_state: BulkState) -> bool:
+        """Save progress under ``job.owner``'s lease while the job is in ``seen_state``; False if not."""
+
+    async def stop_bulk_job(self, job: BulkJob, now: datetime) -> bool:
+        """Cancel the job if still in the state it was read in; False if it moved on meanwhile."""
+
+    async def close_bulk_job(self, client_id: str, job_id: UUID) -> None:
+        """No longer list the job as open."""
+
+
+class Store(ClientStore, ScheduleStore, CoordinationStore, AuditStore, BulkStore, Protocol):
     """Everything tickd stores."""
 
     async def ping(self) -> None:

@@ -18,6 +18,7 @@ from tickd.schema.cassandra.bridge import (
     is_unavailable,
     unavailable,
 )
+from tickd.schema.cassandra.bulk import BulkJobs
 from tickd.schema.cassandra.clients import ClientRows
 from tickd.schema.cassandra.coordination import Coordination, Horizons
 from tickd.schema.cassandra.dead_letters import DeadLetters
@@ -29,7 +30,9 @@ from tickd.schema.cassandra.throttle import Throttle
 from tickd.schema.settings import StoreSettings
 
 
-class CassandraStore(ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination, Audit):
+class CassandraStore(
+    ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination, Audit, BulkJobs
+):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``; on any
     other ``Submit`` connection (``schema.memory.memory_store``), construct it with the connection's
     statements. ``connection`` is public, as procrastinate's ``App.connector``: tests reach a memory

@@ -30,6 +30,7 @@ from tickd.schema.cassandra.bridge import (
     utc,
     write_bytes,
 )
+from tickd.schema.cassandra.bulk import tag_writes
 from tickd.schema.cassandra.coordination import Horizons, hot_mark, new_row_signals
 from tickd.schema.cassandra.dead_letters import dead_letter_key
 from tickd.schema.cassandra.runs import run_write
@@ -160,6 +161,7 @@ def creation(
         row_insert(s, now, kept),
         ref_insert(s, now, kept, clock_us),
         *new_row_signals(horizons, s.instance, s.location, now, settings.hot_window_s),
+        *tag_writes(s, now, kept),
     ]
 
 
@@ -320,6 +322,8 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         if keep_status:  # see insert_retry in queries.cql
             insert = ("insert_retry", {k: v for k, v in insert[1].items() if k != "ts"})
         writes = [insert, *self._signals(new.instance, new.location, now)]
+        if base is not None:  # a client's change may set tags, or move a one-time schedule's expiry
+            writes += tag_writes(new, now, self._retention(current.client_id))
         if current.location != new.location or new.schedule_id != current.schedule_id:
             writes += self._moved(current, [current.location], now, ts)
         if base is not None:

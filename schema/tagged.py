@@ -1,0 +1,87 @@
+"""A client's schedules by tag, over the tag index (``BulkStore.tagged``), with no time window: the listing
+``GET /v1/schedules?tag=`` answers when it has no ``from``/``to``, and what a bulk job walks.
+
+The index is read shard after shard, each in schedule-id order, and every entry is checked against the
+schedule it names (read by id): a stale entry (the tag removed, the schedule finished, moved or gone) is
+skipped, and one whose schedule is gone is deleted. A page reads entries until it holds ``limit``
+schedules or has read ``budget`` entries; only a run of ``budget`` stale entries gives an empty page, and
+its cursor goes on from there."""
+
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from tickd.schema import aio
+from tickd.schema.cassandra.bulk import TAG_SHARDS
+from tickd.schema.model import BulkFilter, HttpCallback, Schedule, Status
+from tickd.schema.store import Store
+
+# Schedules read by id at once (two reads each: pointer, row).
+RESOLVE_CONCURRENCY = 8
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TagCursor:
+    """Where a walk of the index resumes: in ``shard``, after ``after`` (None: the shard's start)."""
+
+    shard: int = 0
+    after: UUID | None = None
+
+    def encode(self) -> str:
+        return f"t1:{self.shard}:{self.after.hex if self.after else ''}"
+
+    @classmethod
+    def decode(cls, text: str) -> TagCursor:
+        """``ValueError`` for text no ``encode`` made."""
+        version, shard, after = text.split(":")
+        if version != "t1" or not shard.isdigit() or not 0 <= int(shard) < TAG_SHARDS:
+            raise ValueError("not a tag cursor")
+        return cls(int(shard), UUID(hex=after) if after else None)
+
+
+def target_of(s: Schedule) -> str:
+    """What a schedule calls: its callback URL's host, or its Kafka topic."""
+    callback = s.callback
+    if isinstance(callback, HttpCallback):
+        return (urlsplit(callback.url).hostname or "").lower()
+    return callback.topic
+
+
+def selects(f: BulkFilter, s: Schedule) -> bool:
+    """Whether ``s`` (as stored now) is one of the schedules ``f`` selects."""
+    options = s.options
+    if options is None or f.tag not in options.tags or s.status is Status.MOVED:
+        return False
+    if options.event is not None or options.retry_of is not None or options.notice:
+        return False
+    if f.status is not None and s.status is not f.status:
+        return False
+    due = s.location.due_at
+    if (f.due_from is not None and due < f.due_from) or (f.due_to is not None and due >= f.due_to):
+        return False
+    return f.target is None or target_of(s) == f.target.lower()
+
+
+async def page(
+    store: Store, client_id: str, f: BulkFilter, cursor: TagCursor | None, limit: int, budget: int
+) -> tuple[list[Schedule], TagCursor | None]:
+    """Up to ``limit`` schedules ``f`` selects, from ``cursor`` on, reading at most ``budget`` index
+    entries; and the cursor to go on from (None: the index is read to its end)."""
+    at = cursor or TagCursor()
+    found: list[Schedule] = []
+    read = 0
+    while at.shard < TAG_SHARDS and len(found) < limit and read < budget:
+        want = min(limit - len(found), budget - read)
+        ids = await store.tagged(client_id, f.tag, at.shard, at.after, want)
+        read += len(ids)
+        calls = [lambda sid=sid: store.get_schedule(client_id, sid) for sid in ids]
+        schedules = await aio.gather_limited(calls, RESOLVE_CONCURRENCY)
+        for sid, s in zip(ids, schedules, strict=True):
+            if s is None:
+                await store.forget_tagged(client_id, f.tag, sid)
+            elif selects(f, s):
+                found.append(s)
+        at = TagCursor(at.shard, ids[-1]) if len(ids) == want else TagCursor(at.shard + 1)
+    return found, at if at.shard < TAG_SHARDS else None
