@@ -28,7 +28,8 @@ ACTOR = "tickd"
 AUTO_PAUSED = "schedule.auto_paused"
 DEAD_LETTERED = "fire.dead_lettered"
 RESUMED = "schedule.resumed"
-KINDS = (AUTO_PAUSED, DEAD_LETTERED, RESUMED)
+BULK_DONE = "bulk_job.done"  # a bulk job (service.bulk) finished
+KINDS = (AUTO_PAUSED, DEAD_LETTERED, RESUMED, BULK_DONE)
 
 _NOTICE = Options(notice=True)
 _last_ns = 0

@@ -21,7 +21,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -38,6 +38,21 @@ from tickd.service.validation import to_ms
 
 log = structlog.get_logger("tickd.api")
 REQUEST_ID = web.RequestKey("request_id", str)
+# Who a change is recorded as made by, when not the caller's key: a bulk job's changes name the key that
+# created the job (``service.actions.JobCaller``).
+ACTOR = web.RequestKey("actor", str)
+
+
+class Caller(Protocol):
+    """Who asks for a change: an ``aiohttp`` request, or a bulk job's stand-in (``actions.JobCaller``):
+    the app, and the request id and actor its records carry."""
+
+    @property
+    def app(self) -> web.Application: ...
+
+    def get(self, key: Any, default: Any, /) -> Any: ...
+
+
 ADMIN = "admin"
 CREATE = "schedule.create"
 _DAY = timedelta(days=1)
@@ -94,7 +109,7 @@ def body_fields(raw: bytes | None) -> dict[str, Any]:
 
 
 def record(
-    request: web.Request,
+    request: Caller,
     client_id: str,
     by: Client | None,
     action: str,
@@ -109,7 +124,7 @@ def record(
         client_id=client_id,
         at=at,
         audit_id=notices.record_id(),
-        actor=actor(by),
+        actor=request.get(ACTOR, "") or actor(by),
         action=action,
         target=target,
         changes=msgspec.json.encode(fields or {}).decode(),
@@ -119,7 +134,7 @@ def record(
     )
 
 
-async def write(request: web.Request, records: Sequence[AuditRecord]) -> None:
+async def write(request: Caller, records: Sequence[AuditRecord]) -> None:
     """Write the records of a confirmed change; a failure is logged, never the change's answer."""
     if not records:
         return
@@ -184,7 +199,7 @@ async def schedule_page(
 
 
 async def schedules_changed(
-    request: web.Request, by: Client, action: str, changes: Iterable[tuple[Schedule, bytes | None]]
+    request: Caller, by: Client, action: str, changes: Iterable[tuple[Schedule, bytes | None]]
 ) -> None:
     """Record a confirmed change of each schedule by the client's key, with its request body's fields
     (creates only with TICKD_AUDIT_CREATES, the default)."""
@@ -209,13 +224,13 @@ async def schedules_changed(
 
 
 async def changed(
-    request: web.Request, client_id: str, by: Client | None, action: str, target: str, raw: bytes | None = None
+    request: Caller, client_id: str, by: Client | None, action: str, target: str, raw: bytes | None = None
 ) -> None:
     """Record a confirmed change of a policy, a client or a dead letter."""
     await write(request, [record(request, client_id, by, action, target, at=now(), fields=body_fields(raw))])
 
 
-async def notify(request: web.Request, client: Client, kind: str, schedule: Schedule) -> None:
+async def notify(request: Caller, client: Client, kind: str, schedule: Schedule) -> None:
     """A notice of a change a request made (``schema.notices``, e.g. a resume), for the client's feed and
     target; a failure is logged, never the change's answer."""
     fields = {"version": schedule.version, "actor": actor(client)}

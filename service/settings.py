@@ -145,6 +145,17 @@ class ApiSettings:
     reserved_topics: frozenset[str] = frozenset()
     # A Kafka grant overlapping another client's: refused (409) when True, else granted with a warning.
     refuse_grant_overlaps: bool = False
+    # Bulk jobs (service.bulk): whether this replica runs them, how often it looks for open ones, how long a
+    # replica's lease of a job lasts without a saved page, schedules per saved page, the schedules a
+    # second one client's jobs act on (per replica running them), the jobs a replica runs at once, and
+    # the open jobs a client may have.
+    bulk_runner: bool = True
+    bulk_poll_s: float = 2.0
+    bulk_lease_s: float = 30.0
+    bulk_page: int = 100
+    bulk_rate_per_s: float = 100.0
+    bulk_jobs_parallel: int = 4
+    bulk_open_max: int = 4
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -235,4 +246,11 @@ class ApiSettings:
             store_budget_s=store_budget_s,
             reserved_topics=reserved_from_env(env),
             refuse_grant_overlaps=env_bool(env, "TICKD_KAFKA_REFUSE_GRANT_OVERLAPS", cls.refuse_grant_overlaps),
+            bulk_runner=env_bool(env, "TICKD_BULK_RUNNER", cls.bulk_runner),
+            bulk_poll_s=env_float(env, "TICKD_BULK_POLL_S", cls.bulk_poll_s, low=0.05, high=300.0),
+            bulk_lease_s=env_float(env, "TICKD_BULK_LEASE_S", cls.bulk_lease_s, low=1.0, high=3600.0),
+            bulk_page=env_int(env, "TICKD_BULK_PAGE", cls.bulk_page, low=1, high=1000),
+            bulk_rate_per_s=env_float(env, "TICKD_BULK_RATE_PER_S", cls.bulk_rate_per_s, low=0.1, high=100_000.0),
+            bulk_jobs_parallel=env_int(env, "TICKD_BULK_JOBS_PARALLEL", cls.bulk_jobs_parallel, low=1, high=64),
+            bulk_open_max=env_int(env, "TICKD_BULK_OPEN_MAX", cls.bulk_open_max, low=1, high=1000),
         )

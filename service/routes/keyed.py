@@ -24,15 +24,12 @@ from aiohttp import web
 
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
-from tickd.service import audit, idempotency, keys, params, preconditions, recurring
+from tickd.service import actions, audit, idempotency, keys, params, preconditions, recurring
 from tickd.service.declare import Routes
 from tickd.service.routes.common import conflict, now, read_json, schedule_answer
 from tickd.service.routes.schedules import (
     _BODY_OVERHEAD,
     _build,
-    _cancel,
-    _check_mutable,
-    _confirmed,
     _creator,
 )
 from tickd.service.validation import ScheduleCreate, decode
@@ -74,7 +71,8 @@ async def _create(
     stands = await (store.claim_business_key(claim) if held is None else store.move_business_key(held, claim))
     if stands is None or stands.schedule_id != schedule.schedule_id:
         return None
-    await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
+    write = request.app[keys.CREATES].create(schedule, now())
+    await actions.confirmed_change(request, at, [schedule.location.due_at], None, write)
     return schedule
 
 
@@ -85,9 +83,11 @@ async def _replace(request: web.Request, client: Client, body: ScheduleCreate, c
     at = now()
     built = await _build(request, client, body, at, current.schedule_id)
     updated = dataclasses.replace(built, created_at=current.created_at)
-    left_s = _check_mutable(request, current, at)
+    left_s = actions.check_mutable(request, current, at)
     replace = request.app[keys.STORE].replace_schedule(current, updated, at)
-    return await _confirmed(request, at, [current.location.due_at, updated.location.due_at], left_s, replace)
+    return await actions.confirmed_change(
+        request, at, [current.location.due_at, updated.location.due_at], left_s, replace
+    )
 
 
 @routes.put(
@@ -174,10 +174,10 @@ async def delete_by_key(request: web.Request) -> web.Response:
         if current.status is Status.CANCELLED:
             return schedule_answer(current)
         at = now()
-        left_s = _check_mutable(request, current, at, stops=True)
+        left_s = actions.check_mutable(request, current, at, stops=True)
         try:
             with preconditions.conditional(wanted):
-                cancelled = await _cancel(request, current, at, left_s)
+                cancelled = await actions.cancel_now(request, current, at, left_s)
         except Conflict as exc:
             if wanted is not None and exc.code == Conflict.code:
                 raise wanted.changed_meanwhile() from None

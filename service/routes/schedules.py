@@ -4,15 +4,16 @@ Change guarantee: a DELETE or PATCH answered 200 is seen by the poller before th
 time (pollers re-read partitions marked hot within TICKD_MUTATION_GUARD_S), so a cancelled schedule
 never fires and a rescheduled one fires only at its new time. Closer to the due time than the guard,
 the change is refused with 409 ``fire_imminent`` and the schedule fires as it was; but a cancel or pause
-of a one-time schedule whose fire is in retry is taken at any time (``_check_mutable``).
+of a one-time schedule whose fire is in retry is taken at any time (``actions.check_mutable``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -21,12 +22,11 @@ import structlog
 from aiohttp import web
 from msgspec import UNSET, UnsetType
 
-from tickd.schema import notices, timing, tracing, triggers
 from tickd.schema import recurrence as rec
+from tickd.schema import timing, tracing, triggers
 from tickd.schema.errors import Conflict, NotFound, TickdError
 from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
-from tickd.service import audit, budgets, idempotency, keys, params, pauses, preconditions, recurring
-from tickd.service.confirm import confirmed
+from tickd.service import actions, audit, budgets, idempotency, keys, params, preconditions, recurring
 from tickd.service.creates import groups
 from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, json_response, status_of
@@ -56,7 +56,6 @@ from tickd.service.views import (
     RunList,
     ScheduleList,
     ScheduleView,
-    public_status,
     run_view,
     schedule_view,
 )
@@ -204,7 +203,8 @@ async def create_schedule(request: web.Request) -> web.Response:
                 return replayed
             schedule = replayed
     # Confirmed within the hot-write deadline of the request time the due time was computed from.
-    await _confirmed(request, at, [schedule.location.due_at], None, request.app[keys.CREATES].create(schedule, now()))
+    write = request.app[keys.CREATES].create(schedule, now())
+    await actions.confirmed_change(request, at, [schedule.location.due_at], None, write)
     request.app[keys.METRICS].schedules_created.inc()
     log.info("schedule_created", client_id=client.client_id, schedule_id=str(schedule.schedule_id))
     await audit.schedules_changed(request, client, audit.CREATE, [(schedule, raw)])
@@ -306,7 +306,7 @@ async def _write_batch(request: web.Request, built: list[Schedule | BaseExceptio
         try:
             async with gate:
                 written = store.create_schedules([schedule for _, schedule in group], at)
-                await _confirmed(request, at, [s.location.due_at for _, s in group], None, written)
+                await actions.confirmed_change(request, at, [s.location.due_at for _, s in group], None, written)
         except TickdError as exc:
             answers.update((index, _item_error(index, exc)) for index, _ in group)
             return
@@ -406,53 +406,6 @@ async def list_schedules(request: web.Request) -> web.Response:
 async def get_schedule(request: web.Request) -> web.Response:
     _, schedule = await _current(request)
     return schedule_answer(await recurring.with_last_error(request.app[keys.STORE], schedule))
-
-
-def _check_mutable(request: web.Request, schedule: Schedule, at: datetime, *, stops: bool = False) -> float | None:
-    """Refuse a change the schedule's state forbids; the seconds left to confirm it (None: no limit).
-
-    ``stops``: the change stops the schedule (cancel, pause). A schedule whose fire is in retry takes such
-    a change at any time, so a failing endpoint can always be stopped: the poller reads the schedule again
-    before each retry's attempt (``poller.fire.Settler``), though an attempt already on the wire may arrive."""
-    if schedule.status is Status.CANCELLED:
-        raise conflict("the schedule is cancelled", "already_cancelled")
-    if schedule.status in (Status.SUCCEEDED, Status.FAILED):
-        raise conflict("the schedule has already fired", "already_fired")
-    if stops and schedule.attempts > 0:
-        return None
-    if schedule.repeat is not None or schedule.status is Status.PAUSED:
-        # A paused row does not fire (pollers fire only scheduled rows): no fire to race with.
-        return None  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
-    guard_s = request.app[keys.SETTINGS].mutation_guard_s
-    left_s = (schedule.location.due_at - at).total_seconds() - guard_s
-    if left_s < 0:
-        raise conflict(f"the schedule fires in less than {guard_s:g} s; it can no longer change", "fire_imminent")
-    return left_s
-
-
-async def _confirmed(
-    request: web.Request, at: datetime, dues: Sequence[datetime], left_s: float | None, write: Awaitable[T]
-) -> T:
-    """``service.confirm.confirmed`` with this API's hot window and hot-write deadline."""
-    settings = request.app[keys.SETTINGS]
-    return await confirmed(
-        write,
-        at=at,
-        dues=dues,
-        left_s=left_s,
-        hot_window_s=settings.hot_window_s,
-        deadline_s=settings.hot_write_deadline_s,
-        now=now,
-    )
-
-
-async def _cancel(request: web.Request, current: Schedule, at: datetime, left_s: float | None) -> Schedule:
-    """Cancel ``current``, answered as reads will show it: a cancelled row keeps the version it was
-    cancelled at (the store tells a landed cancel by its status, ``schema.changes.abandoned``), so that
-    is its ETag; a cancelled schedule takes no change but another cancel."""
-    cancel = request.app[keys.STORE].cancel_schedule(current, at)
-    cancelled = await _confirmed(request, at, [current.location.due_at], left_s, cancel)
-    return dataclasses.replace(cancelled, version=current.version)
 
 
 async def _retrying_races(request: web.Request, change: Callable[[Client, Schedule], Awaitable[Schedule]]) -> Schedule:
@@ -591,10 +544,10 @@ async def patch_schedule(request: web.Request) -> web.Response:
         pause_after = recurring.pause_after(patch.pause_after_failures, current.options, repeat)
         timed = (fire_at, recurring.with_extras(options, tags, pause_after), seq)
         updated = _updated(settings, client, current, changes, timed, at)
-        left_s = _check_mutable(request, current, at)
+        left_s = actions.check_mutable(request, current, at)
         replace = request.app[keys.STORE].replace_schedule(current, updated, at)
         dues = [current.location.due_at, updated.location.due_at]
-        return await _confirmed(request, at, dues, left_s, replace)
+        return await actions.confirmed_change(request, at, dues, left_s, replace)
 
     updated = await _retrying_races(request, change)
     log.info("schedule_updated", client_id=updated.client_id, schedule_id=str(updated.schedule_id))
@@ -613,17 +566,8 @@ async def patch_schedule(request: web.Request) -> web.Response:
     "still arrive).",
 )
 async def cancel_schedule(request: web.Request) -> web.Response:
-    async def cancel(client: Client, current: Schedule) -> Schedule:
-        if current.status is Status.CANCELLED:
-            return current  # cancelling twice is not an error
-        at = now()
-        cancelled = await _cancel(request, current, at, _check_mutable(request, current, at, stops=True))
-        await audit.schedules_changed(request, client, "schedule.cancel", [(cancelled, None)])
-        return cancelled
-
-    cancelled = await _retrying_races(request, cancel)
-    client_id, current = cancelled.client_id, cancelled
-    log.info("schedule_cancelled", client_id=client_id, schedule_id=str(current.schedule_id))
+    cancelled = await _retrying_races(request, functools.partial(actions.cancel, request))
+    log.info("schedule_cancelled", client_id=cancelled.client_id, schedule_id=str(cancelled.schedule_id))
     return schedule_answer(cancelled)
 
 
@@ -638,18 +582,7 @@ async def cancel_schedule(request: web.Request) -> web.Response:
 )
 async def pause_schedule(request: web.Request) -> web.Response:
     """Pause: the schedule fires nothing until resumed. Pausing a paused schedule is 200 (idempotent)."""
-
-    async def pause(client: Client, current: Schedule) -> Schedule:
-        if current.status is Status.PAUSED:
-            return current
-        at = now()
-        left_s = _check_mutable(request, current, at, stops=True)
-        write = request.app[keys.STORE].pause_schedule(current, at)
-        paused = await _confirmed(request, at, [current.location.due_at], left_s, write)
-        await audit.schedules_changed(request, client, "schedule.pause", [(paused, None)])
-        return paused
-
-    paused = await _retrying_races(request, pause)
+    paused = await _retrying_races(request, functools.partial(actions.pause, request))
     log.info("schedule_paused", client_id=paused.client_id, schedule_id=str(paused.schedule_id))
     return schedule_answer(paused)
 
@@ -665,25 +598,7 @@ async def pause_schedule(request: web.Request) -> web.Response:
 )
 async def resume_schedule(request: web.Request) -> web.Response:
     """Resume a paused schedule (``service.pauses``); 409 ``not_paused`` for one that is not."""
-
-    async def resume(client: Client, current: Schedule) -> Schedule:
-        if current.status is not Status.PAUSED:
-            raise conflict(f"the schedule is not paused (it is {public_status(current.status)})", "not_paused")
-        at = now()
-        store, plan = request.app[keys.STORE], pauses.resume(current, client, at)
-        if plan.skipped:
-            await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
-        if plan.resumed is None:
-            ended = await _cancel(request, current, at, None)  # the rule has nothing left: it ends
-            await audit.schedules_changed(request, client, "schedule.resume_ended", [(ended, None)])
-            return ended
-        write = store.resume_schedule(current, plan.resumed, at)
-        resumed = await _confirmed(request, at, [plan.resumed.location.due_at], None, write)
-        await audit.schedules_changed(request, client, "schedule.resume", [(resumed, None)])
-        await audit.notify(request, client, notices.RESUMED, resumed)
-        return resumed
-
-    resumed = await _retrying_races(request, resume)
+    resumed = await _retrying_races(request, functools.partial(actions.resume, request))
     log.info("schedule_resumed", client_id=resumed.client_id, schedule_id=str(resumed.schedule_id))
     return schedule_answer(resumed)
 
@@ -724,26 +639,13 @@ async def trigger_schedule(request: web.Request) -> web.Response:
             if replayed is not None:
                 return replayed
             at = bound.created_at or at  # the first request's trigger, rebuilt: the same id
-    trigger = triggers.trigger_row(client, parent, at)
-    await _confirmed(request, at, [at], None, request.app[keys.CREATES].create(trigger, now()))
+    trigger = await actions.write_trigger(request, client, parent, at)
     log.info(
         "schedule_triggered",
         client_id=client.client_id,
         schedule_id=str(parent.schedule_id),
         trigger_id=str(trigger.schedule_id),
     )
-    record = audit.record(
-        request,
-        client.client_id,
-        client,
-        "schedule.trigger",
-        str(trigger.schedule_id),
-        at=audit.now(),
-        fields={"trigger_id": str(trigger.schedule_id), "fire_id": trigger.fire_id},
-        schedule_id=parent.schedule_id,
-        version=parent.version,
-    )
-    await audit.write(request, [record])
     return schedule_answer(trigger, 201)
 
 

@@ -1,0 +1,146 @@
+"""A client's changes of one schedule (cancel, pause, resume, trigger): the rules and the writes, once, for
+whoever asks: a request to the schedule's own endpoint, or a bulk job acting on many (``service.bulk``).
+
+Each takes the schedule as read and the ``Caller`` (the app, and who asked: the request id and actor its
+audit records carry); a change the schedule's state forbids raises ``Conflict`` with a code, as the
+endpoints answer it. The change guarantee (``routes.schedules``) holds for both: a change near the fire is
+refused (409 ``fire_imminent``), and one not confirmed in time is a 503, never a late success."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tickd.schema import notices, triggers
+from tickd.schema.model import Client, Schedule, Status
+from tickd.service import audit, keys, pauses
+from tickd.service.audit import Caller
+from tickd.service.confirm import confirmed
+from tickd.service.routes.common import conflict, now
+from tickd.service.views import public_status
+
+T = TypeVar("T")
+
+
+class JobCaller(dict[Any, Any]):
+    """A bulk job's stand-in for the request of each change it makes: its audit records name the job's
+    actor (the key that created it) and carry ``bulk:<job id>`` as their request id."""
+
+    def __init__(self, app: web.Application, request_id: str, actor: str) -> None:
+        super().__init__({audit.REQUEST_ID: request_id, audit.ACTOR: actor})
+        self._app = app
+
+    @property
+    def app(self) -> web.Application:
+        return self._app
+
+
+def check_mutable(caller: Caller, schedule: Schedule, at: datetime, *, stops: bool = False) -> float | None:
+    """Refuse a change the schedule's state forbids; the seconds left to confirm it (None: no limit).
+
+    ``stops``: the change stops the schedule (cancel, pause). A schedule whose fire is in retry takes such
+    a change at any time, so a failing endpoint can always be stopped: the poller reads the schedule again
+    before each retry's attempt (``poller.fire.Settler``), though an attempt already on the wire may arrive."""
+    if schedule.status is Status.CANCELLED:
+        raise conflict("the schedule is cancelled", "already_cancelled")
+    if schedule.status in (Status.SUCCEEDED, Status.FAILED):
+        raise conflict("the schedule has already fired", "already_fired")
+    if stops and schedule.attempts > 0:
+        return None
+    if schedule.repeat is not None or schedule.status is Status.PAUSED:
+        # A paused row does not fire (pollers fire only scheduled rows): no fire to race with.
+        return None  # the poller's compare-and-set before each occurrence keeps a changed rule's old one unfired
+    guard_s = caller.app[keys.SETTINGS].mutation_guard_s
+    left_s = (schedule.location.due_at - at).total_seconds() - guard_s
+    if left_s < 0:
+        raise conflict(f"the schedule fires in less than {guard_s:g} s; it can no longer change", "fire_imminent")
+    return left_s
+
+
+async def confirmed_change(
+    caller: Caller, at: datetime, dues: Sequence[datetime], left_s: float | None, write: Awaitable[T]
+) -> T:
+    """``service.confirm.confirmed`` with this API's hot window and hot-write deadline."""
+    settings = caller.app[keys.SETTINGS]
+    return await confirmed(
+        write,
+        at=at,
+        dues=dues,
+        left_s=left_s,
+        hot_window_s=settings.hot_window_s,
+        deadline_s=settings.hot_write_deadline_s,
+        now=now,
+    )
+
+
+async def cancel_now(caller: Caller, current: Schedule, at: datetime, left_s: float | None) -> Schedule:
+    """Cancel ``current``, answered as reads will show it: a cancelled row keeps the version it was
+    cancelled at (the store tells a landed cancel by its status, ``schema.changes.abandoned``)."""
+    write = caller.app[keys.STORE].cancel_schedule(current, at)
+    cancelled = await confirmed_change(caller, at, [current.location.due_at], left_s, write)
+    return dataclasses.replace(cancelled, version=current.version)
+
+
+async def cancel(caller: Caller, client: Client, current: Schedule) -> Schedule:
+    """Cancel; cancelling a cancelled schedule changes nothing and is no error."""
+    if current.status is Status.CANCELLED:
+        return current
+    at = now()
+    cancelled = await cancel_now(caller, current, at, check_mutable(caller, current, at, stops=True))
+    await audit.schedules_changed(caller, client, "schedule.cancel", [(cancelled, None)])
+    return cancelled
+
+
+async def pause(caller: Caller, client: Client, current: Schedule) -> Schedule:
+    """Pause: the schedule fires nothing until resumed. Pausing a paused schedule changes nothing."""
+    if current.status is Status.PAUSED:
+        return current
+    at = now()
+    left_s = check_mutable(caller, current, at, stops=True)
+    write = caller.app[keys.STORE].pause_schedule(current, at)
+    paused = await confirmed_change(caller, at, [current.location.due_at], left_s, write)
+    await audit.schedules_changed(caller, client, "schedule.pause", [(paused, None)])
+    return paused
+
+
+async def resume(caller: Caller, client: Client, current: Schedule) -> Schedule:
+    """Resume a paused schedule (``service.pauses``); ``Conflict`` ``not_paused`` for one that is not."""
+    if current.status is not Status.PAUSED:
+        raise conflict(f"the schedule is not paused (it is {public_status(current.status)})", "not_paused")
+    at = now()
+    store, plan = caller.app[keys.STORE], pauses.resume(current, client, at)
+    if plan.skipped:
+        await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
+    if plan.resumed is None:
+        ended = await cancel_now(caller, current, at, None)  # the rule has nothing left: it ends
+        await audit.schedules_changed(caller, client, "schedule.resume_ended", [(ended, None)])
+        return ended
+    write = store.resume_schedule(current, plan.resumed, at)
+    resumed = await confirmed_change(caller, at, [plan.resumed.location.due_at], None, write)
+    await audit.schedules_changed(caller, client, "schedule.resume", [(resumed, None)])
+    await audit.notify(caller, client, notices.RESUMED, resumed)
+    return resumed
+
+
+async def write_trigger(caller: Caller, client: Client, parent: Schedule, at: datetime) -> Schedule:
+    """Write the trigger of ``parent`` made at ``at`` (its id and fire id derive from both), confirmed as a
+    create is, and record it."""
+    trigger = triggers.trigger_row(client, parent, at)
+    await confirmed_change(caller, at, [at], None, caller.app[keys.CREATES].create(trigger, now()))
+    record = audit.record(
+        caller,
+        client.client_id,
+        client,
+        "schedule.trigger",
+        str(trigger.schedule_id),
+        at=audit.now(),
+        fields={"trigger_id": str(trigger.schedule_id), "fire_id": trigger.fire_id},
+        schedule_id=parent.schedule_id,
+        version=parent.version,
+    )
+    await audit.write(caller, [record])
+    return trigger

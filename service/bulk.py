@@ -1,0 +1,274 @@
+"""Bulk jobs: cancel, pause, resume or trigger every schedule with a tag (narrowed by status, due range and
+target), or only count them (a dry run), in the background, on whichever API replica holds the job.
+
+A job is a row (``schema.cassandra.bulk``): created queued by ``POST /v1/bulk-jobs`` and listed as open;
+every replica's ``BulkRunner`` polls the open jobs and takes one whose lease is free or ran out (a
+compare-and-set), then walks the tag index (``schema.tagged``) a page at a time, applies the action to
+each schedule the filter selects (``service.actions``: the same rules and writes as the schedule's own
+endpoint, audited as the job's creator with request id ``bulk:<job id>``), and saves the page's progress
+(cursor, counts) under its lease, renewing it. A replica that dies mid-job leaves the job to the next
+taker once the lease runs out, from its last saved page: the schedules of the page it was on are acted on
+again, which changes nothing (a cancel or pause of one already so, a resume of one not paused, a trigger
+under the idempotency key ``bulk:<job id>:<schedule id>``), so each schedule is changed once.
+
+A tenant's jobs on a replica share one rate (``TICKD_BULK_RATE_PER_S`` schedules a second): a job never
+crowds out fires or the tenant's own requests. A client cancels a job with ``POST .../cancel``: its
+runner stops at its next save (what it did stands)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import os
+import socket
+import time
+from datetime import timedelta
+
+import structlog
+from aiohttp import web
+
+from tickd.schema import notices, tagged, triggers
+from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
+from tickd.schema.model import BulkJob, BulkState, Client, IdempotencyKey, Schedule, Status
+from tickd.schema.tagged import TagCursor
+from tickd.service import actions, idempotency, keys
+from tickd.service.routes.common import now
+
+log = structlog.get_logger("tickd.api")
+
+# Failures a job keeps (schedule id, reason), besides counting them all.
+FAILURES_KEPT = 20
+# Index entries one page may read, per schedule it may hold (stale entries cost reads, not pages).
+ENTRIES_PER_SCHEDULE = 10
+# A change that raced another change of the same schedule is tried again on a fresh read, this often.
+_RACE_RETRIES = 3
+# What a change ended as.
+CHANGED, UNCHANGED, FAILED = "changed", "unchanged", "failed"
+
+
+class Rate:
+    """A token bucket per client: ``wait`` returns once the client may act on one more schedule."""
+
+    def __init__(self, per_s: float, burst: float) -> None:
+        self.per_s, self.burst = per_s, burst
+        self._buckets: dict[str, tuple[float, float]] = {}  # client id: (tokens, when counted)
+
+    async def wait(self, client_id: str) -> None:
+        while True:
+            clock = time.monotonic()
+            tokens, at = self._buckets.get(client_id, (self.burst, clock))
+            tokens = min(self.burst, tokens + (clock - at) * self.per_s)
+            if tokens >= 1:
+                self._buckets[client_id] = (tokens - 1, clock)
+                return
+            self._buckets[client_id] = (tokens, clock)
+            await asyncio.sleep((1 - tokens) / self.per_s)
+
+
+def replica_id() -> str:
+    """This API process, as a job's owner."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class BulkRunner:
+    """Runs the open bulk jobs whose lease this replica takes (at most ``bulk_jobs_parallel`` at once)."""
+
+    def __init__(self, app: web.Application, owner: str | None = None) -> None:
+        self._app = app
+        self._s = app[keys.SETTINGS]
+        self.owner = owner or replica_id()
+        self._rate = Rate(self._s.bulk_rate_per_s, max(1.0, self._s.bulk_rate_per_s))
+        self._running: dict[tuple[str, object], asyncio.Task[None]] = {}
+
+    @property
+    def page_size(self) -> int:
+        """Schedules per saved page: small enough that a page at the tenant's rate ends well inside the lease."""
+        fits = int(self._s.bulk_rate_per_s * self._s.bulk_lease_s / 3)
+        return max(1, min(self._s.bulk_page, fits))
+
+    async def run(self) -> None:
+        """Poll the open jobs until cancelled; a store hiccup is logged and the next poll tries again."""
+        try:
+            while True:
+                try:
+                    await self.poll()
+                except StoreUnavailable as exc:
+                    log.warning("bulk_poll_failed", error=str(exc))
+                await asyncio.sleep(self._s.bulk_poll_s)
+        finally:
+            for task in self._running.values():
+                task.cancel()
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    async def poll(self) -> None:
+        """Take the open jobs free to take, while this replica has room for more."""
+        store = self._app[keys.STORE]
+        for client_id, job_id in await store.open_bulk_jobs(1000):
+            if len(self._running) >= self._s.bulk_jobs_parallel:
+                return
+            if (client_id, job_id) in self._running:
+                continue
+            job = await store.get_bulk_job(client_id, job_id)
+            if job is None or job.state in (BulkState.DONE, BulkState.CANCELLED):
+                await store.close_bulk_job(client_id, job_id)  # expired, or finished and not yet unlisted
+                continue
+            at = now()
+            if job.owner and job.owner != self.owner and job.lease_until is not None and job.lease_until > at:
+                continue  # another replica runs it
+            taken = await store.take_bulk_job(job, self.owner, at + timedelta(seconds=self._s.bulk_lease_s), at)
+            if taken is None:
+                continue
+            log.info("bulk_job_taken", client_id=client_id, job_id=str(job_id), cursor=taken.cursor, previous=job.owner)
+            task = asyncio.create_task(self._run_logged(taken))
+            self._running[(client_id, job_id)] = task
+            task.add_done_callback(functools.partial(self._forget, (client_id, job_id)))
+
+    def _forget(self, key: tuple[str, object], _: asyncio.Task[None]) -> None:
+        self._running.pop(key, None)
+
+    async def _run_logged(self, job: BulkJob) -> None:
+        try:
+            await self.run_job(job)
+        except StoreUnavailable as exc:  # the lease runs out and a replica takes it on from the last page
+            log.warning("bulk_job_interrupted", client_id=job.client_id, job_id=str(job.job_id), error=str(exc))
+        except Exception:
+            log.exception("bulk_job_crashed", client_id=job.client_id, job_id=str(job.job_id))
+
+    async def run_job(self, job: BulkJob) -> BulkJob:
+        """Run ``job`` (its lease held) page by page until done, cancelled or taken over; the job as saved last."""
+        store = self._app[keys.STORE]
+        client = await store.get_client(job.client_id)
+        caller = actions.JobCaller(self._app, f"bulk:{job.job_id}", job.actor)
+        cursor = TagCursor.decode(job.cursor) if job.cursor else None
+        while True:
+            size = self.page_size
+            found, cursor = await tagged.page(
+                store, job.client_id, job.filter, cursor, size, size * ENTRIES_PER_SCHEDULE
+            )
+            counts = {CHANGED: 0, UNCHANGED: 0, FAILED: 0}
+            failures = list(job.failures)
+            for schedule in found:
+                await self._rate.wait(job.client_id)
+                outcome, reason = await self._apply(caller, client, job, schedule)
+                counts[outcome] += 1
+                if reason and len(failures) < FAILURES_KEPT:
+                    failures.append((str(schedule.schedule_id), reason))
+            at = now()
+            done = cursor is None
+            saved = dataclasses.replace(
+                job,
+                cursor=cursor.encode() if cursor is not None else job.cursor,
+                matched=job.matched + len(found),
+                changed=job.changed + counts[CHANGED],
+                unchanged=job.unchanged + counts[UNCHANGED],
+                failed=job.failed + counts[FAILED],
+                failures=tuple(failures),
+                updated_at=at,
+                lease_until=at + timedelta(seconds=self._s.bulk_lease_s),
+                state=BulkState.DONE if done else BulkState.RUNNING,
+                finished_at=at if done else None,
+            )
+            if not await store.save_bulk_job(saved, BulkState.RUNNING):
+                log.info(
+                    "bulk_job_stopped", client_id=job.client_id, job_id=str(job.job_id), reason="cancelled_or_taken"
+                )
+                return job
+            job = saved
+            if done:
+                log.info(
+                    "bulk_job_done",
+                    client_id=job.client_id,
+                    job_id=str(job.job_id),
+                    action=job.action,
+                    matched=job.matched,
+                    changed=job.changed,
+                    failed=job.failed,
+                )
+                await self._notify_done(client, job)
+                return job
+
+    async def _apply(
+        self, caller: actions.JobCaller, client: Client | None, job: BulkJob, schedule: Schedule
+    ) -> tuple[str, str | None]:
+        """Act on one schedule: (what it ended as, the failure's reason if it failed)."""
+        if job.dry_run:
+            return UNCHANGED, None
+        if client is None or (job.action == "trigger" and not client.active):
+            return FAILED, "client_inactive" if client is not None else "client_gone"
+        current: Schedule | None = schedule
+        for _ in range(_RACE_RETRIES):
+            if current is None:
+                return FAILED, "gone"
+            try:
+                return await self._change(caller, client, job, current)
+            except NotFound:
+                return FAILED, "gone"
+            except Conflict as exc:
+                if exc.code != Conflict.code:  # a rule refused it (fire_imminent, already_fired ...)
+                    return FAILED, exc.code
+            current = await self._app[keys.STORE].get_schedule(client.client_id, schedule.schedule_id)
+        return FAILED, "changed_concurrently"
+
+    async def _change(
+        self, caller: actions.JobCaller, client: Client, job: BulkJob, current: Schedule
+    ) -> tuple[str, None]:
+        action = job.action
+        if action == "cancel":
+            if current.status is Status.CANCELLED:
+                return UNCHANGED, None
+            await actions.cancel(caller, client, current)
+        elif action == "pause":
+            if current.status is Status.PAUSED:
+                return UNCHANGED, None
+            await actions.pause(caller, client, current)
+        elif action == "resume":
+            if current.status is not Status.PAUSED:
+                return UNCHANGED, None
+            await actions.resume(caller, client, current)
+        elif action == "trigger":
+            if current.status is Status.CANCELLED:
+                return UNCHANGED, None
+            if not await self._trigger(caller, client, job, current):
+                return UNCHANGED, None
+        else:
+            raise AssertionError(f"unknown bulk action {action!r}")
+        return CHANGED, None
+
+    async def _trigger(self, caller: actions.JobCaller, client: Client, job: BulkJob, parent: Schedule) -> bool:
+        """Trigger ``parent`` once for this job; False if the job already did (before a takeover)."""
+        store, settings, at = self._app[keys.STORE], self._s, now()
+        key = f"bulk:{job.job_id}:{parent.schedule_id}"
+        reservation = IdempotencyKey(client.client_id, key, triggers.trigger_id(parent.schedule_id, at), None, at)
+        bound = await store.reserve_idempotency_key(reservation)
+        if bound is not reservation:  # an earlier run of this job got here: its trigger, or the same one again
+            takeover_s = settings.idempotency_takeover_s
+            if not idempotency.abandoned(bound, at, takeover_s) and bound.created_at is not None:
+                # Its write may still be in flight: wait until it cannot be, then look (only this job
+                # writes under this key, so what is not there by then never will be).
+                await asyncio.sleep(takeover_s - (at - bound.created_at).total_seconds())
+            if await idempotency.written(store, bound, 0.0) is not None:
+                return False
+            at = bound.created_at or at  # the first attempt's trigger, rebuilt: the same id
+        await actions.write_trigger(caller, client, parent, at)
+        return True
+
+    async def _notify_done(self, client: Client | None, job: BulkJob) -> None:
+        if client is None:
+            return
+        detail = {
+            "job_id": str(job.job_id),
+            "action": job.action,
+            "dry_run": job.dry_run,
+            "matched": job.matched,
+            "changed": job.changed,
+            "unchanged": job.unchanged,
+            "failed": job.failed,
+        }
+        record = notices.notice(
+            client.client_id, notices.BULK_DONE, str(job.job_id), now(), detail, None, job.request_id
+        )
+        try:
+            await notices.notify(self._app[keys.STORE], client, record)
+        except StoreUnavailable as exc:
+            log.warning("notice_write_failed", kind=notices.BULK_DONE, job_id=str(job.job_id), error=str(exc))
