@@ -560,7 +560,26 @@ class Settler:
             return
         if result is None:
             result = DeliveryResult.failed(row.attempts, "superseded: the schedule was changed", retriable=False)
-        await self._outcomes.record(row, Status.MOVED, result, self._ctx.clock())
+        below = await self._below_change(row, current)
+        await self._outcomes.record(row, Status.MOVED, result, self._ctx.clock(), below)
+
+    async def _below_change(self, row: Schedule, current: Schedule | None) -> int | None:
+        """The timestamp to mark ``row`` superseded at. The pointer naming this very row, still scheduled,
+        is a client change in place (a pause, a cancel) whose pointer moved and whose status write is on
+        its way, or was lost: the mark goes just below that write, so the change wins whenever it lands
+        (simulation seed 200056: an auto-pause's write, slower than the mark, lost to it, and the schedule
+        was left neither paused nor firing). None: the writer's clock."""
+        if current is None or current.location != row.location:
+            return None
+        ref = await durably(
+            self._ctx.log,
+            "read_ref",
+            lambda: self._store.get_ref(row.client_id, row.schedule_id),
+            self._metrics,
+        )
+        if ref is None or ref.location != row.location or ref.write_ts is None or ref.changed_version != ref.version:
+            return None
+        return ref.write_ts - 1
 
 
 def rechecked(row: Schedule) -> bool:
@@ -628,7 +647,7 @@ class FailureNotices:
             await self._pause(client, row, threshold, at)
 
     async def _failed_in_a_row(self, row: Schedule, threshold: int) -> bool:
-        """Whether the ``threshold - 1`` occurrences before ``row``'s all ended dead-lettered."""
+        """Whether the ``threshold - 1`` occurrences just before ``row``'s all ended dead-lettered."""
         if threshold == 1:
             return True
         before = await durably(
@@ -637,7 +656,11 @@ class FailureNotices:
             lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold - 1),
             self._metrics,
         )
-        return len(before) == threshold - 1 and all(run.status is Status.FAILED for run in before)
+        if len(before) != threshold - 1 or any(run.status is not Status.FAILED for run in before):
+            return False
+        # The runs just before it, none missing: an occurrence late or still in retry has no run yet, and
+        # the one before it is not "in a row" with this one (simulation seed 200222).
+        return row.seq <= 0 or [run.seq for run in before] == [row.seq - 1 - i for i in range(threshold - 1)]
 
     async def _pause(self, client: Client, row: Schedule, threshold: int, at: datetime) -> None:
         schedule_id = row.public_id
@@ -707,8 +730,10 @@ def tried(row: Schedule, result: DeliveryResult, sent_at: datetime) -> Schedule:
     return dataclasses.replace(row, tries=add_tries(row.tries, tries_of(row, result, sent_at)))
 
 
-def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> FireOutcome:
-    """What storage records of one fire of ``row``."""
+def outcome_of(
+    row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime, write_ts: int | None = None
+) -> FireOutcome:
+    """What storage records of one fire of ``row`` (at ``write_ts``, if given: ``FireOutcome.write_ts``)."""
     options = row.options
     events, window_ms = options.expansion if options is not None else (0, 0)
     return FireOutcome(
@@ -726,6 +751,7 @@ def outcome_of(row: Schedule, status: Status, result: DeliveryResult, fired_at: 
         window_ms=window_ms,
         run_of=options.retry_of if options is not None else None,
         tries=add_tries(row.tries, tries_of(row, result, fired_at)),
+        write_ts=write_ts,
     )
 
 
@@ -738,9 +764,11 @@ class OutcomeWriter:
         self._waiting: list[tuple[FireOutcome, asyncio.Future[None]]] = []
         self._queued = asyncio.Event()
 
-    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
+    async def record(
+        self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime, write_ts: int | None = None
+    ) -> None:
         """Queue the outcome for the next per-partition batch and wait until it is durable."""
-        outcome = (outcome_of(row, status, result, fired_at), asyncio.get_running_loop().create_future())
+        outcome = (outcome_of(row, status, result, fired_at, write_ts), asyncio.get_running_loop().create_future())
         self._waiting.append(outcome)
         self._queued.set()
         await asyncio.shield(outcome[1])

@@ -58,8 +58,10 @@ def abandoned(current: Schedule, ref: ScheduleRef, live: Schedule | None, target
     if ref.location == current.location:
         # A cancel (or a change keeping the due time) whose writes did not land: landed, the row would
         # carry its status or its version. A paused row carries its pause's version, so one still at
-        # ``current``'s is a change after the pause (a resume in place, a cancel) that did not land.
-        return live.status in (Status.SCHEDULED, Status.PAUSED)
+        # ``current``'s is a change after the pause (a resume in place, a cancel) that did not land. A row
+        # marked moved at ``current``'s version and place is one a poller found superseded by this very
+        # change, its write not landed (the mark is written below the change's, poller.fire: seed 200181).
+        return live.status in (Status.SCHEDULED, Status.PAUSED, Status.MOVED)
     return ref.previous == current.location and target is None
 
 

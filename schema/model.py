@@ -462,6 +462,9 @@ class FireOutcome:
     run_of: UUID | None = None
     # Every attempt of the fire so far, this one's included (bounded: ``add_tries``).
     tries: tuple[Try, ...] = ()
+    # Written at this timestamp (µs) instead of the writer's clock: a superseded row's mark, just below
+    # the client change that superseded it, so the change's own write of the row wins whenever it lands.
+    write_ts: int | None = None
 
     @property
     def run_id(self) -> UUID:

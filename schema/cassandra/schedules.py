@@ -142,6 +142,7 @@ def outcome_write(o: FireOutcome, retention_s: int) -> Write:
         "fired_at": o.fired_at,
         "last_error": unset_if_none(o.last_error),
         "tries": tries_value(o.tries),
+        "ts": unset_if_none(o.write_ts),
     }
     return "record_outcome", values
 

@@ -25,5 +25,7 @@ class Direct:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
-        await self._store.record_outcomes([outcome_of(row, status, result, fired_at)])
+    async def record(
+        self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime, write_ts: int | None = None
+    ) -> None:
+        await self._store.record_outcomes([outcome_of(row, status, result, fired_at, write_ts)])

@@ -1,0 +1,95 @@
+"""A pause (an auto-pause, or a client's) races the poller chaining the occurrence it pauses: the pointer is
+bumped, the row's paused status is on its way when the chain's compare-and-set fails and the poller marks
+the occurrence superseded. The change must win, however the race ends (simulation seeds 200056, 200181):
+- its status write landing after the mark still leaves the schedule paused (the mark is written just below
+  the change's timestamp, not at the poller's clock);
+- its status write lost, the pause tried again adopts the half-landed change and lands (a row marked moved
+  at the pointer's place and the old version is that change's, not a conflict).
+And an auto-pause counts failures "in a row" only over occurrences with nothing missing between them
+(seed 200222: an occurrence late or in retry has no run yet, and was skipped over)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from tests.unit.test_auto_pause import FAILED, Instance, every_minute
+from tickd.poller.fire import Fire
+from tickd.poller.plan import OpenMinute
+from tickd.schema.errors import StoreUnavailable
+from tickd.schema.model import Chain, ClientSettings, Status
+
+
+class HoldStatusWrite:
+    """Store faults: the next paused-status write waits for ``release`` (``lose``: then fails, unapplied)."""
+
+    def __init__(self, *, lose: bool = False) -> None:
+        self.held, self.release, self.lose = asyncio.Event(), asyncio.Event(), lose
+        self._armed = True
+
+    async def before(self, op: str) -> None:
+        if self._armed and op == "batch:set_status_version":
+            self._armed = False
+            self.held.set()
+            await self.release.wait()
+            if self.lose:
+                raise StoreUnavailable("set_status_version: OperationTimedOut (simulated)")
+
+    async def after(self, op: str) -> None:
+        return None
+
+    async def batchlog(self, op: str) -> None:
+        return None
+
+
+async def chained_while_paused(inst: Instance, faults: HoldStatusWrite) -> tuple[asyncio.Task[object], uuid.UUID]:
+    """A pause held at its status write while the poller chains the occurrence it pauses; the pause's task,
+    and the schedule's id."""
+    row = await inst.create(every_minute())
+    current = await inst.store.get_schedule("c1", row.schedule_id)
+    assert current is not None
+    inst.store.connection.faults = faults  # type: ignore[attr-defined]
+    pause = asyncio.create_task(inst.store.pause_schedule(current, inst.clock()))
+    await faults.held.wait()  # the pointer is bumped, the paused status not written
+    inst.clock.now = current.location.due_at
+    chained = await inst.settler.chain(Fire(current, OpenMinute(current.location.minute)))
+    assert chained is not None and chained.outcome is Chain.CHANGED  # the occurrence is dropped, marked
+    faults.release.set()
+    await asyncio.gather(pause, return_exceptions=True)
+    return pause, row.schedule_id
+
+
+async def test_a_pause_landing_after_the_poller_marked_its_occurrence_still_pauses() -> None:
+    inst = Instance(ClientSettings())
+    pause, schedule_id = await chained_while_paused(inst, HoldStatusWrite())
+    assert pause.exception() is None
+    current = await inst.store.get_schedule("c1", schedule_id)
+    assert current is not None and current.status is Status.PAUSED  # not "moved": neither paused nor firing
+
+
+async def test_a_pause_whose_write_was_lost_is_finished_by_trying_again() -> None:
+    inst = Instance(ClientSettings())
+    faults = HoldStatusWrite(lose=True)
+    pause, row_id = await chained_while_paused(inst, faults)
+    assert isinstance(pause.exception(), StoreUnavailable)  # answered "unknown": the pointer bumped, no row
+    current = await inst.store.get_schedule("c1", row_id)
+    assert current is not None and current.status is Status.MOVED  # the poller's mark, below the change
+    paused = await inst.store.pause_schedule(current, inst.clock())  # adopts the lost change, lands
+    assert paused.status is Status.PAUSED
+    stored = await inst.store.get_schedule("c1", row_id)
+    assert stored is not None and stored.status is Status.PAUSED
+
+
+async def test_failures_in_a_row_skip_over_no_occurrence() -> None:
+    inst = Instance(ClientSettings(pause_after_failures=2))
+    row = await inst.create(every_minute())
+    await inst.occurrence(row, FAILED)  # occurrence 1: dead-lettered
+    second = await inst.store.get_schedule("c1", row.schedule_id)
+    assert second is not None and second.seq == 2
+    inst.clock.now = second.location.due_at
+    chained = await inst.settler.chain(Fire(second, OpenMinute(second.location.minute)))
+    assert chained is not None  # occurrence 2 went on to 3 and is still out (late, or in retry): no run yet
+    await inst.occurrence(row, FAILED)  # occurrence 3: dead-lettered
+    assert await inst.status(row) is Status.SCHEDULED  # 1 and 3 are not two in a row
+    await inst.occurrence(row, FAILED)  # occurrence 4: 3 and 4 are
+    assert await inst.status(row) is Status.PAUSED
