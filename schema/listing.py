@@ -7,10 +7,11 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from tickd.schema import aio, timing
-from tickd.schema.model import Client, InstanceKey, ListCursor, Page, Schedule, Status
+from tickd.schema.model import Client, HttpCallback, InstanceKey, ListCursor, Page, Schedule, Status
 
 # Partition reads in flight at once, and partitions per page (a page may end early on the budget): 512
 # cost the API 1.4 s of CPU on 2 busy shared cores (make bench-isolation, the widest listing), 256 half.
@@ -39,6 +40,7 @@ class ListFilter:
     status: Status | None
     after: ListCursor | None
     tag: tuple[str, str] | None = None
+    target: str | None = None
 
     def __call__(self, s: Schedule) -> bool:
         due = s.location.due_at
@@ -51,11 +53,21 @@ class ListFilter:
             return False
         if self.tag is not None and (s.options is None or self.tag not in s.options.tags):
             return False
+        if self.target is not None and target_of(s) != self.target.lower():
+            return False
         if self.after is None:
             return True
         if self.after.schedule_id is None:
             return due >= self.after.due_at
         return (due, s.schedule_id) > (self.after.due_at, self.after.schedule_id)
+
+
+def target_of(s: Schedule) -> str:
+    """What a schedule calls: its HTTP callback URL's host (lower case), or its Kafka topic."""
+    callback = s.callback
+    if isinstance(callback, HttpCallback):
+        return (urlsplit(callback.url).hostname or "").lower()
+    return callback.topic
 
 
 # Event-row batches of one fire written at once: a fire of 10,000 events written all together queues the
@@ -114,9 +126,10 @@ class Listing:
         after: ListCursor | None,
         limit: int,
         tag: tuple[str, str] | None = None,
+        target: str | None = None,
     ) -> Page:
         begin = max(start, after.due_at) if after is not None else start
-        keep = ListFilter(start, end, status, after, tag)
+        keep = ListFilter(start, end, status, after, tag, target)
         step = max(1, LIST_CONCURRENCY // client.poller_span)
         rows = _Rows(LIST_ROW_BUDGET, max(1, LIST_ROW_BUDGET // (step * client.poller_span)))
         minute, reads, found = timing.minute_bucket(begin), 0, list[Schedule]()

@@ -171,9 +171,10 @@ class ScheduleStore(Protocol):
         after: ListCursor | None,
         limit: int,
         tag: tuple[str, str] | None = None,
+        target: str | None = None,
     ) -> Page:
         """A client's schedules due in [start, end), in (due_at, schedule_id) order, ``limit`` at a time
-        (of ``status`` and carrying the (key, value) ``tag``, if given).
+        (of ``status``, carrying the (key, value) ``tag`` and calling ``target``, if given).
 
         Reads the minute partitions of every poller id below ``client.poller_span``. A page may hold
         fewer than ``limit`` items (even none) and still carry a cursor: each page reads a bounded

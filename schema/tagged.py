@@ -9,13 +9,15 @@ its cursor goes on from there."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
-from urllib.parse import urlsplit
 from uuid import UUID
 
 from tickd.schema import aio
 from tickd.schema.cassandra.bulk import TAG_SHARDS
-from tickd.schema.model import BulkFilter, HttpCallback, Schedule, Status
+from tickd.schema.errors import InvalidInput
+from tickd.schema.listing import target_of
+from tickd.schema.model import BulkFilter, Schedule, Status
 from tickd.schema.store import Store
 
 # Schedules read by id at once (two reads each: pointer, row).
@@ -30,23 +32,20 @@ class TagCursor:
     after: UUID | None = None
 
     def encode(self) -> str:
-        return f"t1:{self.shard}:{self.after.hex if self.after else ''}"
+        raw = f"t1:{self.shard}:{self.after.hex if self.after else ''}"
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
     @classmethod
     def decode(cls, text: str) -> TagCursor:
-        """``ValueError`` for text no ``encode`` made."""
-        version, shard, after = text.split(":")
-        if version != "t1" or not shard.isdigit() or not 0 <= int(shard) < TAG_SHARDS:
-            raise ValueError("not a tag cursor")
-        return cls(int(shard), UUID(hex=after) if after else None)
-
-
-def target_of(s: Schedule) -> str:
-    """What a schedule calls: its callback URL's host, or its Kafka topic."""
-    callback = s.callback
-    if isinstance(callback, HttpCallback):
-        return (urlsplit(callback.url).hostname or "").lower()
-    return callback.topic
+        """The cursor a walk handed out; ``InvalidInput`` (field ``cursor``) for anything else."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            version, shard, after = raw.split(":")
+            if version != "t1" or not shard.isdigit() or not 0 <= int(shard) < TAG_SHARDS:
+                raise ValueError(raw)
+            return cls(int(shard), UUID(hex=after) if after else None)
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidInput("cursor is not one this API handed out", field="cursor") from None
 
 
 def selects(f: BulkFilter, s: Schedule) -> bool:

@@ -20,6 +20,7 @@ from tickd.schema.store import Store
 from tickd.schema.traced import traced
 from tickd.service import audit, declare, keys, limits, refusals
 from tickd.service.auth import Authenticator, ClientCache
+from tickd.service.bulk import BulkRunner
 from tickd.service.creates import CreateCombiner
 from tickd.service.errors import Handler, error_middleware
 from tickd.service.metrics import ApiMetrics
@@ -105,6 +106,8 @@ def create_app(
         _use_store(app, store)
     else:
         app.cleanup_ctx.append(_connected_store(store_settings or StoreSettings.from_env()))
+    if settings.bulk_runner:
+        app.cleanup_ctx.append(_bulk_runner)
     declared = operations()
     declare.mount(app, declared)
     app.middlewares.append(declare.no_query_guard(declared))  # inside error_middleware: its 400 is answered as any
@@ -112,6 +115,14 @@ def create_app(
     ui.setup(app)
     ops.setup(app)
     return app
+
+
+async def _bulk_runner(app: web.Application) -> AsyncIterator[None]:
+    """Run the bulk jobs this replica takes (``service.bulk``) while the app serves."""
+    task = asyncio.create_task(BulkRunner(app).run())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _use_store(app: web.Application, store: Store) -> None:

@@ -18,7 +18,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from tickd.schema.errors import InvalidInput
 from tickd.schema.model import ListCursor
 from tickd.service.errors import Invalid, Malformed
-from tickd.service.validation import NAME_PATTERN, Moment, convert, worded
+from tickd.service.validation import NAME_PATTERN, TAG_FILTER_PATTERN, TARGET_PATTERN, Moment, convert, worded
 
 T = TypeVar("T")
 
@@ -35,17 +35,20 @@ Cursor = Annotated[str, Meta(pattern=CURSOR_PATTERN, description="next_cursor of
 Limit = Annotated[int, Meta(ge=1, le=1000, description="1-1000, default 100")]
 
 
-TAG_FILTER_PATTERN = worded(
-    r"^[a-z0-9][a-z0-9_.-]{0,62}=[\x20-\x7e]{0,128}(?!\n)$", "key=value, as the schedule's tags give them"
-)
-
-
 class ListQuery(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
-    start: Moment
-    end: Moment
+    """Schedules due in [from, to); with ``tag`` and neither, every schedule with the tag (any due time)."""
+
+    start: Moment | UnsetType = UNSET
+    end: Moment | UnsetType = UNSET
     status: Literal["scheduled", "succeeded", "failed", "cancelled", "paused"] | UnsetType = UNSET
     tag: Annotated[str, Meta(pattern=TAG_FILTER_PATTERN, description="key=value: only schedules with this tag")] | (
         UnsetType
+    ) = UNSET
+    target: (
+        Annotated[
+            str, Meta(pattern=TARGET_PATTERN, description="only schedules calling this host (HTTP) or topic (Kafka)")
+        ]
+        | UnsetType
     ) = UNSET
     limit: Limit = 100
     cursor: Cursor | UnsetType = UNSET

@@ -133,6 +133,10 @@ TAG_KEY_PATTERN = worded(
     r"^[a-z0-9][a-z0-9_.-]{0,62}(?!\n)$", "1-63 characters of a-z, 0-9, _ . -, not starting with _ . -"
 )
 TAG_VALUE_PATTERN = worded(r"^[\x20-\x7e]{0,128}(?!\n)$", "0-128 printable ASCII characters")
+TAG_FILTER_PATTERN = worded(
+    r"^[a-z0-9][a-z0-9_.-]{0,62}=[\x20-\x7e]{0,128}(?!\n)$", "key=value, as the schedule's tags give them"
+)
+TARGET_PATTERN = worded(r"^[A-Za-z0-9._-]{1,255}(?!\n)$", "a callback URL's host name, or a Kafka topic")
 TagKey = Annotated[str, Meta(pattern=TAG_KEY_PATTERN)]
 TagValue = Annotated[str, Meta(pattern=TAG_VALUE_PATTERN)]
 Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=MAX_TAGS, description=f"at most {MAX_TAGS} key: value labels")]
@@ -499,3 +503,22 @@ def check_http_shape(target: HttpTarget, prefix: str, settings: ApiSettings) -> 
     callback = as_callback(target)
     assert isinstance(callback, HttpCallback)
     return callback, host
+
+
+class BulkFilterBody(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    """Which schedules a bulk job acts on: those with ``tag`` (key=value), and if given, of ``status``,
+    due in [from, to), calling ``target`` (an HTTP callback's host, or a Kafka topic)."""
+
+    tag: Annotated[str, Meta(pattern=TAG_FILTER_PATTERN, description="key=value: schedules with this tag")]
+    status: Literal["scheduled", "paused", "cancelled", "succeeded", "failed"] | UnsetType = UNSET
+    start: Moment | UnsetType = UNSET
+    end: Moment | UnsetType = UNSET
+    target: Annotated[str, Meta(min_length=1, max_length=255, pattern=TARGET_PATTERN)] | UnsetType = UNSET
+
+
+class BulkJobCreate(Struct, forbid_unknown_fields=True):
+    """A bulk job: ``action`` on every schedule ``filter`` selects, or with ``dry_run`` only counted."""
+
+    action: Literal["cancel", "pause", "resume", "trigger"]
+    filter: BulkFilterBody
+    dry_run: bool = False

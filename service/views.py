@@ -6,11 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
+import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from tickd.schema import timing
 from tickd.schema.model import (
     AuditRecord,
+    BulkJob,
     Callback,
     Client,
     ClientSettings,
@@ -474,4 +476,68 @@ def dead_letter_view(letter: DeadLetter, *, payload: bool = True) -> DeadLetterV
         redriven_at=letter.redriven_at,
         redriven_due_at=letter.redriven_due_at,
         tries=try_views(letter.tries) if payload else UNSET,
+    )
+
+
+class BulkFilterView(Struct):
+    tag: str
+    status: str | None
+    start: datetime | None = msgspec.field(name="from")
+    end: datetime | None = msgspec.field(name="to")
+    target: str | None = None
+
+
+class BulkFailure(Struct):
+    schedule_id: str
+    reason: str
+
+
+class BulkJobView(Struct):
+    """A bulk job and its progress: ``matched`` schedules the filter selected so far, ``changed`` the action
+    changed, ``unchanged`` already as it leaves them (or every one, in a dry run), ``failed`` it could not
+    change (the first few in ``failures``, with the reason: fire_imminent, already_fired, gone ...)."""
+
+    job_id: UUID
+    action: str
+    filter: BulkFilterView
+    dry_run: bool
+    state: str
+    matched: int
+    changed: int
+    unchanged: int
+    failed: int
+    failures: list[BulkFailure]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class BulkJobList(Struct):
+    jobs: list[BulkJobView]
+    next_cursor: str | None
+
+
+def bulk_job_view(job: BulkJob) -> BulkJobView:
+    f = job.filter
+    filter_view = BulkFilterView(
+        f"{f.tag[0]}={f.tag[1]}",
+        public_status(f.status) if f.status is not None else None,
+        f.due_from,
+        f.due_to,
+        f.target,
+    )
+    return BulkJobView(
+        job_id=job.job_id,
+        action=job.action,
+        filter=filter_view,
+        dry_run=job.dry_run,
+        state=job.state.value,
+        matched=job.matched,
+        changed=job.changed,
+        unchanged=job.unchanged,
+        failed=job.failed,
+        failures=[BulkFailure(sid, reason) for sid, reason in job.failures],
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        finished_at=job.finished_at,
     )

@@ -7,6 +7,7 @@ from tickd.service.declare import Operation
 from tickd.service.routes import (
     admin,
     audit,
+    bulk,
     clients,
     dead_letters,
     keyed,
@@ -19,7 +20,7 @@ from tickd.service.routes import (
 )
 
 # The order of the API reference (and of bench-isolation's rows): the client API, then operations.
-_MODULES = (clients, schedules, keyed, stats, dead_letters, throttle, audit, notices, admin, ui, ops)
+_MODULES = (clients, schedules, keyed, bulk, stats, dead_letters, throttle, audit, notices, admin, ui, ops)
 
 
 def operations() -> tuple[Operation, ...]:

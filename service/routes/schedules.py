@@ -23,13 +23,24 @@ from aiohttp import web
 from msgspec import UNSET, UnsetType
 
 from tickd.schema import recurrence as rec
-from tickd.schema import timing, tracing, triggers
+from tickd.schema import tagged, timing, tracing, triggers
 from tickd.schema.errors import Conflict, NotFound, TickdError
-from tickd.schema.model import Callback, Client, IdempotencyKey, ListCursor, Location, Options, Repeat, Schedule, Status
+from tickd.schema.model import (
+    BulkFilter,
+    Callback,
+    Client,
+    IdempotencyKey,
+    ListCursor,
+    Location,
+    Options,
+    Repeat,
+    Schedule,
+    Status,
+)
 from tickd.service import actions, audit, budgets, idempotency, keys, params, preconditions, recurring
 from tickd.service.creates import groups
 from tickd.service.declare import Routes
-from tickd.service.errors import Forbidden, Invalid, json_response, status_of
+from tickd.service.errors import Forbidden, Invalid, Malformed, json_response, status_of
 from tickd.service.routes.common import conflict, now, read_json, schedule_answer
 from tickd.service.settings import ApiSettings
 from tickd.service.validation import (
@@ -376,6 +387,10 @@ async def schedule_runs(request: web.Request) -> web.Response:
 
 
 def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, datetime]:
+    if isinstance(query.start, UnsetType) or isinstance(query.end, UnsetType):
+        missing = "from" if isinstance(query.start, UnsetType) else "to"
+        why = "from and to are both required, unless tag is given without either"
+        raise Malformed(why, field=missing, code="missing_field")
     start, end = parse_time(query.start, "from"), parse_time(query.end, "to")
     if not 0 < (end - start).total_seconds() <= max_range_s:
         raise Invalid(f"to must be after from, at most {max_range_s} s later", field="to", code="out_of_range")
@@ -384,22 +399,36 @@ def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, da
 
 @routes.get(
     "/v1/schedules",
-    "List schedules due in [from, to), paged",
+    "List schedules due in [from, to), or every schedule with a tag; paged",
     response=ScheduleList,
     query=params.ListQuery,
-    description="A page may be short (even empty) and still have a next_cursor: keep paging until it is null. "
-    "List items carry no payload (GET of one schedule does).",
+    description="With from and to: schedules due in that range (at most TICKD_LIST_MAX_RANGE_S), in due order; "
+    "a page may be short (even empty) and still have a next_cursor: keep paging until it is null. With tag "
+    "and neither: every schedule with the tag, whatever its due time, in no particular order, full pages "
+    "(a page is short only at the end, or after 10 index entries per item found stale). status and target "
+    "narrow either. List items carry no payload (GET of one schedule does).",
 )
 async def list_schedules(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     query = params.query(params.ListQuery, request)
-    start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)
     status = None if isinstance(query.status, UnsetType) else Status(query.status)
-    after = params.cursor(query.cursor)
-    tag = None if isinstance(query.tag, UnsetType) else query.tag.partition("=")[::2]
+    tag = None if isinstance(query.tag, UnsetType) else _tag(query.tag)
+    target = None if isinstance(query.target, UnsetType) else query.target
     store = request.app[keys.STORE]
-    page = await store.list_schedules(client, start, end, status, after, query.limit, tag)
+    if tag is not None and isinstance(query.start, UnsetType) and isinstance(query.end, UnsetType):
+        cursor = None if isinstance(query.cursor, UnsetType) else tagged.TagCursor.decode(query.cursor)
+        wanted = BulkFilter(tag, status, target=target)
+        found, after = await tagged.page(store, client.client_id, wanted, cursor, query.limit, query.limit * 10)
+        next_cursor = after.encode() if after is not None else None
+        return json_response(ScheduleList([schedule_view(s, payload=False) for s in found], next_cursor))
+    start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)
+    page = await store.list_schedules(client, start, end, status, params.cursor(query.cursor), query.limit, tag, target)
     return json_response(ScheduleList([schedule_view(s, payload=False) for s in page.items], page.cursor))
+
+
+def _tag(text: str) -> tuple[str, str]:
+    key, _, value = text.partition("=")
+    return key, value
 
 
 @routes.get("/v1/schedules/{schedule_id}", "Get a schedule", response=ScheduleView)

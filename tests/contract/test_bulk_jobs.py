@@ -115,15 +115,16 @@ async def test_one_replica_holds_a_job_and_saves_only_under_its_lease(env: Env, 
     mine = await store.take_bulk_job(queued, "api-a", lease, env.now())
     assert mine is not None and mine.state is BulkState.RUNNING
     assert await store.take_bulk_job(queued, "api-b", lease, env.now()) is None  # read before the take: lost
-    progress = dataclasses.replace(mine, cursor="t1:3:", matched=7, changed=5, unchanged=2, failures=(("x", "y"),))
+    cursor = tagged.TagCursor(3).encode()
+    progress = dataclasses.replace(mine, cursor=cursor, matched=7, changed=5, unchanged=2, failures=(("x", "y"),))
     assert await store.save_bulk_job(progress, BulkState.RUNNING)
     stored = await store.get_bulk_job(client_id, queued.job_id)
     assert stored is not None
-    assert (stored.cursor, stored.matched, stored.changed, stored.unchanged) == ("t1:3:", 7, 5, 2)
+    assert (stored.cursor, stored.matched, stored.changed, stored.unchanged) == (progress.cursor, 7, 5, 2)
     assert stored.failures == (("x", "y"),) and stored.filter.status is Status.PAUSED
     # Another replica takes it over once read as it is now (the lease ran out); the old owner's save fails.
     theirs = await store.take_bulk_job(stored, "api-b", env.later(60), env.now())
-    assert theirs is not None and theirs.cursor == "t1:3:"
+    assert theirs is not None and theirs.cursor == progress.cursor
     assert not await store.save_bulk_job(dataclasses.replace(progress, matched=8), BulkState.RUNNING)
     done = dataclasses.replace(theirs, state=BulkState.DONE, finished_at=env.now())
     assert await store.save_bulk_job(done, BulkState.RUNNING)

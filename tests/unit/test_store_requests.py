@@ -36,6 +36,10 @@ CONDITIONAL = {
     "mark_dead_letter_redriven",
     "claim_business_key",
     "move_business_key",
+    "insert_bulk_job",
+    "take_bulk_job",
+    "save_bulk_job",
+    "stop_bulk_job",
 }
 
 

@@ -1,0 +1,174 @@
+"""Bulk jobs (``service.bulk``): create one (an action on every schedule a tag selects, or a dry run that
+counts them), read one's progress, list them, cancel one."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+import structlog
+from aiohttp import web
+from msgspec import Struct, UnsetType
+
+from tickd.schema.errors import Conflict, NotFound
+from tickd.schema.model import BulkFilter, BulkJob, BulkState, Client, IdempotencyKey, Status
+from tickd.service import audit, idempotency, keys, params
+from tickd.service.declare import Routes
+from tickd.service.errors import Forbidden, Invalid, TooManyRequests, json_response
+from tickd.service.routes.common import conflict, now, read_json
+from tickd.service.validation import BulkJobCreate, decode, parse_time
+from tickd.service.views import BulkJobList, BulkJobView, bulk_job_view
+
+log = structlog.get_logger("tickd.api")
+_MAX_BODY = 4 * 1024
+
+
+class BulkJobPath(Struct, forbid_unknown_fields=True):
+    job_id: uuid.UUID
+
+
+class BulkListQuery(Struct, forbid_unknown_fields=True):
+    limit: params.Limit = 100
+    cursor: params.Cursor | UnsetType = msgspec.UNSET
+
+
+routes = Routes("bulk-jobs", path_params=(BulkJobPath,))
+
+
+def _filter(body: BulkJobCreate) -> BulkFilter:
+    f = body.filter
+    key, _, value = f.tag.partition("=")
+    due_from = None if isinstance(f.start, UnsetType) else parse_time(f.start, "filter.from")
+    due_to = None if isinstance(f.end, UnsetType) else parse_time(f.end, "filter.to")
+    if due_from is not None and due_to is not None and due_to <= due_from:
+        raise Invalid("filter.to must be after filter.from", field="filter.to", code="out_of_range")
+    status = None if isinstance(f.status, UnsetType) else Status(f.status)
+    target = None if isinstance(f.target, UnsetType) else f.target
+    return BulkFilter((key, value), status, due_from, due_to, target)
+
+
+@routes.post(
+    "/v1/bulk-jobs",
+    "Start a bulk job: cancel, pause, resume or trigger every schedule with a tag, or count them (dry_run)",
+    ok=202,
+    also={200: "Replayed (Idempotency-Key)"},
+    request=BulkJobCreate,
+    response=BulkJobView,
+    headers=params.CreateHeaders,
+    errors=(403, 429),
+    description="The job runs in the background, at TICKD_BULK_RATE_PER_S schedules a second for this client; "
+    "GET /v1/bulk-jobs/{job_id} shows its progress, and a notification (bulk_job.done) tells when it is done. "
+    "filter: tag (key=value, required), and optionally status, from/to (due time), target (an HTTP "
+    "callback's host or a Kafka topic). dry_run: true counts the schedules (matched) and changes nothing. A "
+    "schedule changed once is not changed again if the job is resumed after a replica failed. 429 "
+    "too_many_bulk_jobs past TICKD_BULK_OPEN_MAX open jobs.",
+)
+async def create_bulk_job(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    raw = await read_json(request, _MAX_BODY)
+    body = decode(BulkJobCreate, raw)
+    wanted = _filter(body)
+    if body.action == "trigger" and not body.dry_run and not client.active:
+        raise Forbidden("this client is deactivated and cannot trigger", code="client_inactive")
+    request.app[keys.LIMITER].take(client.client_id)
+    store, at = request.app[keys.STORE], now()
+    job_id = uuid.uuid1()
+    key = params.headers(params.CreateHeaders, request).idempotency_key
+    if not isinstance(key, UnsetType):
+        digest = idempotency.request_digest(request.method, request.path, raw)
+        reservation = IdempotencyKey(client.client_id, f"bulk:{key}", job_id, digest, at)
+        bound = await store.reserve_idempotency_key(reservation)
+        if bound is not reservation:
+            idempotency.check_same_request(bound, digest)
+            existing = await store.get_bulk_job(client.client_id, bound.schedule_id)
+            if existing is not None:
+                return json_response(bulk_job_view(existing), 200, headers={"Idempotent-Replayed": "true"})
+            job_id = bound.schedule_id  # its first request stopped before storing the job: store it now
+    await _room_for_one_more(request, client)
+    job = BulkJob(
+        client_id=client.client_id,
+        job_id=job_id,
+        action=body.action,
+        filter=wanted,
+        dry_run=body.dry_run,
+        state=BulkState.QUEUED,
+        created_at=at,
+        updated_at=at,
+        actor=audit.actor(client),
+        request_id=request.get(audit.REQUEST_ID, ""),
+    )
+    stored = await store.create_bulk_job(job)
+    log.info("bulk_job_created", client_id=client.client_id, job_id=str(job_id), action=job.action, dry_run=job.dry_run)
+    await audit.changed(request, client.client_id, client, "bulk_job.create", str(job_id), raw)
+    return json_response(bulk_job_view(stored), 202)
+
+
+async def _room_for_one_more(request: web.Request, client: Client) -> None:
+    limit = request.app[keys.SETTINGS].bulk_open_max
+    store = request.app[keys.STORE]
+    mine = [job_id for client_id, job_id in await store.open_bulk_jobs(10_000) if client_id == client.client_id]
+    if len(mine) < limit:
+        return
+    # An open entry may outlive its job by a moment (unlisted after its last save): count the running ones.
+    jobs = [await store.get_bulk_job(client.client_id, job_id) for job_id in mine[: limit * 2]]
+    if sum(1 for j in jobs if j is not None and j.state in (BulkState.QUEUED, BulkState.RUNNING)) >= limit:
+        raise TooManyRequests(
+            f"this client has {limit} bulk jobs open (TICKD_BULK_OPEN_MAX); wait for one to finish or cancel one",
+            code="too_many_bulk_jobs",
+        )
+
+
+@routes.get("/v1/bulk-jobs", "The client's bulk jobs, newest first", response=BulkJobList, query=BulkListQuery)
+async def list_bulk_jobs(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    query = params.query(BulkListQuery, request)
+    before = None
+    if not isinstance(query.cursor, UnsetType):
+        try:
+            before = uuid.UUID(hex=query.cursor)
+        except ValueError:
+            raise Invalid("cursor is not one this API handed out", field="cursor") from None
+    jobs = await request.app[keys.STORE].list_bulk_jobs(client.client_id, before, query.limit)
+    cursor = jobs[-1].job_id.hex if len(jobs) == query.limit else None
+    return json_response(BulkJobList([bulk_job_view(j) for j in jobs], cursor))
+
+
+async def _job(request: web.Request) -> tuple[Client, BulkJob]:
+    client = await request.app[keys.AUTH].client(request)
+    job_id = params.path(BulkJobPath, request).job_id
+    job = await request.app[keys.STORE].get_bulk_job(client.client_id, job_id)
+    if job is None:
+        raise NotFound("no such bulk job", field="job_id")
+    return client, job
+
+
+@routes.get("/v1/bulk-jobs/{job_id}", "A bulk job and its progress", response=BulkJobView)
+async def get_bulk_job(request: web.Request) -> web.Response:
+    _, job = await _job(request)
+    return json_response(bulk_job_view(job))
+
+
+@routes.post(
+    "/v1/bulk-jobs/{job_id}/cancel",
+    "Stop a bulk job: what it did stands, the rest is left (cancelling a cancelled job is 200)",
+    response=BulkJobView,
+    errors=(409,),
+    description="409 already_done for a job that finished.",
+)
+async def cancel_bulk_job(request: web.Request) -> web.Response:
+    client, job = await _job(request)
+    store = request.app[keys.STORE]
+    for _ in range(5):  # the runner saves a page now and then: read again and retry
+        if job.state is BulkState.CANCELLED:
+            return json_response(bulk_job_view(job))
+        if job.state is BulkState.DONE:
+            raise conflict("the bulk job is done", "already_done")
+        if await store.stop_bulk_job(job, now()):
+            await audit.changed(request, client.client_id, client, "bulk_job.cancel", str(job.job_id))
+            stopped = await store.get_bulk_job(client.client_id, job.job_id)
+            return json_response(bulk_job_view(stopped or job))
+        again = await store.get_bulk_job(client.client_id, job.job_id)
+        if again is None:
+            raise NotFound("no such bulk job", field="job_id")
+        job = again
+    raise Conflict("the bulk job kept changing; retry")
