@@ -674,9 +674,16 @@ class FailureNotices:
                 self._log, "auto_pause", lambda: self._store.pause_schedule(current, at), self._metrics
             )
         except Conflict:
-            # A client's change landed in between, or this pause did and its answer was lost (then retried).
-            self._log.info("auto_pause_dropped_schedule_changed", schedule_id=str(schedule_id))
-            return
+            # A client's change landed in between, or this pause did and its answer was lost (then retried):
+            # a schedule paused at the very next version is this pause's (seed 200531: its last read failed
+            # after it landed, and the pause went unrecorded and unannounced).
+            landed = await durably(
+                self._log, "read_schedule", lambda: self._store.get_schedule(row.client_id, schedule_id), self._metrics
+            )
+            if landed is None or landed.status is not Status.PAUSED or landed.version != current.version + 1:
+                self._log.info("auto_pause_dropped_schedule_changed", schedule_id=str(schedule_id))
+                return
+            paused = landed
         self._log.warning(
             "schedule_auto_paused", client_id=row.client_id, schedule_id=str(schedule_id), failed_in_a_row=threshold
         )

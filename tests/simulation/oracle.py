@@ -181,7 +181,7 @@ class Oracle:
             # out already, or not: a paused schedule fires nothing new), except one that was in retry when
             # the pause landed: a pause stops a fire in retry, as a client's does (seed 55: an earlier
             # occurrence's retry, stuck on a write, dropped by its next owner after the pause).
-            last = _nominal_ms(p.paused_by) if p.paused_by is not None else timing.to_epoch_ms(p.paused_at)
+            last = _nominal_ms(p.paused_by) if p.paused_by is not None else self._last_dead_letter(p)
             tried = {d.fire_id for d in self.deliveries if d.schedule_id == p.schedule_id and not d.ok}
             expected = [
                 n for n in expected if timing.to_epoch_ms(n) <= last and timing.fire_id(p.schedule_id, n) not in tried
@@ -193,6 +193,16 @@ class Oracle:
             if not all(self._done(k, seen) for k in _keys(key, p.events)):
                 problems.append(f"{p.schedule_id}: occurrence {nominal} skipped (never delivered)")
         return problems
+
+    def _last_dead_letter(self, p: Promise) -> int:
+        """For a pause whose audit record is missing (its node killed in between): the nominal time (ms) of
+        the schedule's last dead-lettered occurrence by the pause, the one that set it off; the pause's own
+        time if none is known. Occurrences after it may have been paused before they fired."""
+        assert p.paused_at is not None
+        paused_ms = timing.to_epoch_ms(p.paused_at)
+        prefix = f"{p.schedule_id}:"
+        dead = [_nominal_ms(k) for k in self.dead_letters if k.startswith(prefix) and k.count(":") == 1]
+        return max((ms for ms in dead if ms <= paused_ms), default=paused_ms)
 
     def _check_auto_pause(self, p: Promise, expected: list[datetime], delivered: set[int]) -> list[str]:
         """An auto-pause follows ``pause_after`` dead letters in a row, the last one its trigger; after it

@@ -16,6 +16,7 @@ import uuid
 from tests.unit.test_auto_pause import FAILED, Instance, every_minute
 from tickd.poller.fire import Fire
 from tickd.poller.plan import OpenMinute
+from tickd.schema import notices
 from tickd.schema.errors import StoreUnavailable
 from tickd.schema.model import Chain, ClientSettings, Status
 
@@ -93,3 +94,36 @@ async def test_failures_in_a_row_skip_over_no_occurrence() -> None:
     assert await inst.status(row) is Status.SCHEDULED  # 1 and 3 are not two in a row
     await inst.occurrence(row, FAILED)  # occurrence 4: 3 and 4 are
     assert await inst.status(row) is Status.PAUSED
+
+
+class LoseAnswerAfterPause:
+    """Store faults: the first pointer read after a paused-status write fails after the write landed (the
+    pause's last step: its answer is lost, and the pause is tried again)."""
+
+    def __init__(self) -> None:
+        self.paused = self.failed = False
+
+    async def before(self, op: str) -> None:
+        if self.paused and not self.failed and op == "get_ref":
+            self.failed = True
+            raise StoreUnavailable("get_ref: WriteTimeout after applying (simulated)")
+
+    async def after(self, op: str) -> None:
+        self.paused = self.paused or op == "batch:set_status_version"
+
+    async def batchlog(self, op: str) -> None:
+        return None
+
+
+async def test_an_auto_pause_whose_answer_was_lost_is_still_recorded_and_announced() -> None:
+    """Seed 200531: the pause landed, its last read failed, the retry found the schedule changed (by itself)
+    and dropped the pause: no audit record, no notice."""
+    inst = Instance(ClientSettings(pause_after_failures=1))
+    row = await inst.create(every_minute())
+    faults = LoseAnswerAfterPause()
+    inst.store.connection.faults = faults  # type: ignore[attr-defined]
+    await inst.occurrence(row, FAILED)
+    assert faults.failed and await inst.status(row) is Status.PAUSED
+    [change] = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
+    assert change.action == "schedule.auto_pause"
+    assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
