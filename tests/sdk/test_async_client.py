@@ -204,3 +204,14 @@ async def test_stats(tenant: AsyncTickd, dev: Dev) -> None:
         await asyncio.sleep(0.2)
     assert (counted.fired, counted.delivered, counted.retried, counted.failed) == (1, 0, 0, 1)
     assert counted.lateness_max_s is not None and counted.lateness_max_s >= 0
+
+
+async def test_bulk_jobs(tenant: AsyncTickd, dev: Dev) -> None:
+    for i in range(3):
+        await tenant.create_schedule(delay_s=3600 * (i + 1), callback=dev.healthz(), tags={"team": "async"})
+    job = await tenant.create_bulk_job("cancel", tag="team=async")
+    done = await tenant.wait_bulk_job(job.job_id, poll_s=0.1, timeout_s=60)
+    assert (done.matched, done.changed) == (3, 3)
+    statuses = {s.status async for s in tenant.list_schedules(tag="team=async")}
+    assert statuses == {"cancelled"}
+    assert [j.job_id async for j in tenant.list_bulk_jobs()] == [job.job_id]

@@ -378,3 +378,24 @@ def test_settings_and_notifications_commands(tickd: Run, dev: Dev) -> None:
     code, out, _ = tickd("notifications", "-o", "json")
     assert code == 0 and [n["kind"] for n in _json(out) if n.get("schedule_id") == schedule_id] == ["schedule.resumed"]
     assert tickd("notifications", "--from", "not-a-time")[0] == cli.INVALID
+
+
+def test_bulk_commands(tickd: Run, dev: Dev) -> None:
+    tag = f"cli={uuid.uuid4().hex[:8]}"
+    hook = ["--callback-url", f"{dev.url}/healthz", "--tag", tag, "-q"]
+    made = {tickd("schedules", "create", "--delay-s", str(3600 * (i + 1)), *hook)[1].strip() for i in range(3)}
+    code, out, _ = tickd("schedules", "list", "--tag", tag, "-o", "json")  # a tag alone: any due time
+    assert code == 0 and {s["schedule_id"] for s in _json(out)} == made
+    code, out, _ = tickd("bulk", "pause", "--tag", tag, "--dry-run", "--wait", "--poll-s", "0.1", "-o", "json")
+    assert code == 0 and (_json(out)["state"], _json(out)["matched"], _json(out)["changed"]) == ("done", 3, 0)
+    code, out, _ = tickd("bulk", "pause", "--tag", tag, "--wait", "--poll-s", "0.1", "-o", "json")
+    assert code == 0 and _json(out)["changed"] == 3
+    job_id = _json(out)["job_id"]
+    code, out, _ = tickd("schedules", "list", "--tag", tag, "--status", "paused", "-o", "json")
+    assert code == 0 and {s["schedule_id"] for s in _json(out)} == made
+    code, out, _ = tickd("bulk", "get", job_id, "-o", "json")
+    assert code == 0 and _json(out)["state"] == "done"
+    code, out, _ = tickd("bulk", "list")
+    assert code == 0 and job_id in out and "matched" in out  # the table's columns
+    assert tickd("bulk", "stop", job_id)[0] != 0  # done: 409 already_done
+    assert tickd("bulk", "pause")[0] == cli.USAGE  # --tag is required

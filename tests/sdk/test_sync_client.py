@@ -401,3 +401,27 @@ def test_settings_are_read_and_changed_field_by_field(tenant: Tickd, dev: Dev) -
     with pytest.raises(Invalid) as bad:
         tenant.patch_settings(pause_after_failures=-1)
     assert bad.value.field == "pause_after_failures"
+
+
+def test_bulk_jobs_count_pause_and_list_by_tag(tenant: Tickd, dev: Dev) -> None:
+    made = {
+        tenant.create_schedule(delay_s=3600 * (i + 1), callback=dev.healthz(), tags={"team": "sdk"}).schedule_id
+        for i in range(4)
+    }
+    assert {s.schedule_id for s in tenant.list_schedules(tag="team=sdk", page_size=3)} == made  # no window
+    counted = tenant.wait_bulk_job(
+        tenant.create_bulk_job("pause", tag="team=sdk", dry_run=True).job_id, poll_s=0.1, timeout_s=60
+    )
+    assert (counted.state, counted.matched, counted.changed) == ("done", 4, 0)
+    job = tenant.create_bulk_job("pause", tag="team=sdk", status="scheduled", idempotency_key="sdk-pause")
+    assert (
+        tenant.create_bulk_job("pause", tag="team=sdk", status="scheduled", idempotency_key="sdk-pause").job_id
+        == job.job_id
+    )
+    done = tenant.wait_bulk_job(job.job_id, poll_s=0.1, timeout_s=60)
+    assert (done.matched, done.changed, done.failed) == (4, 4, 0)
+    assert {tenant.get_schedule(s).status for s in made} == {"paused"}
+    assert [j.job_id for j in tenant.list_bulk_jobs()][:2] == [job.job_id, counted.job_id]
+    with pytest.raises(Conflict) as finished:
+        tenant.cancel_bulk_job(counted.job_id)
+    assert finished.value.code == "already_done"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Self, TypeVar, Unpack
 
@@ -18,6 +19,7 @@ from tickd_client.models import (
     ApiKey,
     AuditRecord,
     BatchItem,
+    BulkJob,
     Client,
     ClientSettings,
     Cluster,
@@ -159,11 +161,63 @@ class AsyncTickd:
         return await self.send(calls.preview(rule, count, after))
 
     def list_schedules(
-        self, start: Time, end: Time, *, status: str | None = None, tag: str | None = None, page_size: int = 100
+        self,
+        start: Time | None = None,
+        end: Time | None = None,
+        *,
+        status: str | None = None,
+        tag: str | None = None,
+        target: str | None = None,
+        page_size: int = 100,
     ) -> AsyncIterator[Schedule]:
-        """Every schedule due in ``[start, end)`` (with ``tag`` ``key=value``, if given), page after page
-        (pages can be short; this follows them)."""
-        return self._pages(calls.list_schedules(start, end, status=status, tag=tag, page_size=page_size))
+        """Every schedule due in ``[start, end)``, page after page (pages can be short; this follows them);
+        or, with ``tag`` (``key=value``) and no range, every schedule with the tag, whatever its due time.
+        ``status`` and ``target`` (a callback's host, or a Kafka topic) narrow either."""
+        call = calls.list_schedules(start, end, status=status, tag=tag, target=target, page_size=page_size)
+        return self._pages(call)
+
+    async def create_bulk_job(
+        self,
+        action: str,
+        *,
+        tag: str,
+        status: str | None = None,
+        due_from: Time | None = None,
+        due_to: Time | None = None,
+        target: str | None = None,
+        dry_run: bool = False,
+        idempotency_key: str | None = None,
+    ) -> BulkJob:
+        """Start ``action`` (cancel, pause, resume, trigger) on every schedule with ``tag`` (narrowed by
+        ``status``, due range and ``target``), in the background; ``dry_run`` only counts them. Follow it
+        with ``get_bulk_job`` (or ``wait_bulk_job``)."""
+        wanted: dict[str, Any] = {"tag": tag}
+        for name, value in (("status", status), ("from", due_from), ("to", due_to), ("target", target)):
+            if value is not None:
+                wanted[name] = value
+        return await self.send(calls.create_bulk_job(action, wanted, dry_run=dry_run, idempotency_key=idempotency_key))
+
+    async def get_bulk_job(self, job_id: str) -> BulkJob:
+        return await self.send(calls.get_bulk_job(job_id))
+
+    def list_bulk_jobs(self, *, page_size: int = 100) -> AsyncIterator[BulkJob]:
+        """Your bulk jobs, newest first, page after page."""
+        return self._pages(calls.list_bulk_jobs(page_size=page_size))
+
+    async def cancel_bulk_job(self, job_id: str) -> BulkJob:
+        """Stop a bulk job: what it did stands, the rest is left."""
+        return await self.send(calls.cancel_bulk_job(job_id))
+
+    async def wait_bulk_job(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float = 3600.0) -> BulkJob:
+        """The job once it is done or cancelled; ``TimeoutError`` if it is not within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = await self.get_bulk_job(job_id)
+            if job.finished:
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bulk job {job_id} not finished within {timeout_s:g} s (it is {job.state})")
+            await asyncio.sleep(poll_s)
 
     async def get_schedule(self, schedule_id: str) -> Schedule:
         return await self.send(calls.get_schedule(schedule_id))

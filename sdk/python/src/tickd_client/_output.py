@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickd_client.models import AuditRecord, BatchItem, Client, DeadLetter, Occurrence, Policy, Run, Schedule
+from tickd_client.models import AuditRecord, BatchItem, BulkJob, Client, DeadLetter, Occurrence, Policy, Run, Schedule
 
 # The columns of a list, per kind of row; a single object prints all its fields.
 COLUMNS: dict[type, tuple[str, ...]] = {
@@ -21,6 +21,7 @@ COLUMNS: dict[type, tuple[str, ...]] = {
     Occurrence: ("utc", "local", "timezone"),
     AuditRecord: ("at", "actor", "action", "target", "version", "request_id"),
     DeadLetter: ("dead_letter_id", "fire_id", "failed_at", "attempts", "last_error", "redriven_due_at"),
+    BulkJob: ("job_id", "action", "state", "dry_run", "matched", "changed", "unchanged", "failed", "created_at"),
 }
 
 

@@ -15,6 +15,7 @@ from tickd_client.models import (
     ApiKey,
     AuditRecord,
     BatchItem,
+    BulkJob,
     Client,
     ClientSettings,
     Cluster,
@@ -220,15 +221,51 @@ def preview(rule: RuleFields, count: int = 10, after: Time | None = None) -> Cal
 
 
 def list_schedules(
-    start: Time, end: Time, *, status: str | None = None, tag: str | None = None, page_size: int = 100
+    start: Time | None,
+    end: Time | None,
+    *,
+    status: str | None = None,
+    tag: str | None = None,
+    target: str | None = None,
+    page_size: int = 100,
 ) -> Call[Page[Schedule]]:
-    """``tag``: ``key=value``, only the schedules carrying it."""
-    params: dict[str, str | int] = {"from": time_value(start), "to": time_value(end), "limit": page_size}
-    if status is not None:
-        params["status"] = status
-    if tag is not None:
-        params["tag"] = tag
+    """Due in ``[start, end)``; or, with ``tag`` (``key=value``) and neither, every schedule with the tag.
+    ``target``: only schedules calling that host (HTTP) or topic (Kafka)."""
+    params: dict[str, str | int] = {"limit": page_size}
+    if start is not None:
+        params["from"] = time_value(start)
+    if end is not None:
+        params["to"] = time_value(end)
+    for name, value in (("status", status), ("tag", tag), ("target", target)):
+        if value is not None:
+            params[name] = value
     return Call("GET", _path("schedules"), _paged(Schedule, "schedules"), params=params)
+
+
+def create_bulk_job(
+    action: str, filter: Mapping[str, Any], *, dry_run: bool = False, idempotency_key: str | None = None
+) -> Call[BulkJob]:
+    """Repeatable only with a key: the API then answers a repeat with the job the first one started."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+    body = {"action": action, "filter": {k: _filter_value(v) for k, v in filter.items()}, "dry_run": dry_run}
+    return Call("POST", _path("bulk-jobs"), _one(BulkJob), body, headers=headers, repeatable=bool(headers))
+
+
+def _filter_value(value: Any) -> Any:
+    return time_value(value) if isinstance(value, datetime) else value
+
+
+def get_bulk_job(job_id: str) -> Call[BulkJob]:
+    return Call("GET", _path("bulk-jobs", str(job_id)), _one(BulkJob))
+
+
+def list_bulk_jobs(*, page_size: int = 100) -> Call[Page[BulkJob]]:
+    return Call("GET", _path("bulk-jobs"), _paged(BulkJob, "jobs"), params={"limit": page_size})
+
+
+def cancel_bulk_job(job_id: str) -> Call[BulkJob]:
+    """Stopping a stopped job changes nothing, so it is repeatable."""
+    return Call("POST", _path("bulk-jobs", str(job_id), "cancel"), _one(BulkJob))
 
 
 def get_schedule(schedule_id: str) -> Call[Schedule]:

@@ -189,10 +189,34 @@ def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
 
 
 def _schedules_list(client: Tickd, args: argparse.Namespace) -> Any:
-    start = _time(args.start) if args.start else datetime.now(UTC)
-    end = _time(args.end) if args.end else _default_end(start)
-    found = client.list_schedules(start, end, status=args.status, tag=args.tag, page_size=args.page_size)
+    start: Time | None = None
+    end: Time | None = None
+    if args.tag is None or args.start or args.end:  # a tag alone lists every schedule with it
+        start = _time(args.start) if args.start else datetime.now(UTC)
+        end = _time(args.end) if args.end else _default_end(start)
+    found = client.list_schedules(
+        start, end, status=args.status, tag=args.tag, target=args.target, page_size=args.page_size
+    )
     return list(itertools.islice(found, args.limit))
+
+
+def _bulk_start(action: str) -> Handler:
+    def start(client: Tickd, args: argparse.Namespace) -> Any:
+        job = client.create_bulk_job(
+            action,
+            tag=args.tag,
+            status=args.status,
+            due_from=_optional_time(args.start),
+            due_to=_optional_time(args.end),
+            target=args.target,
+            dry_run=args.dry_run,
+            idempotency_key=args.idempotency_key,
+        )
+        if args.wait:
+            job = client.wait_bulk_job(job.job_id, poll_s=args.poll_s, timeout_s=args.wait_s)
+        return job.job_id if args.quiet else job
+
+    return start
 
 
 def _default_end(start: Time) -> Time:
@@ -481,7 +505,8 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--from", dest="start", help="default: now")
     listing.add_argument("--to", dest="end", help="default: --from + 1 day")
     listing.add_argument("--status", choices=("scheduled", "paused", "succeeded", "failed", "cancelled"))
-    listing.add_argument("--tag", help="key=value: only schedules with this tag")
+    listing.add_argument("--tag", help="key=value: only schedules with this tag (alone: every one, any due time)")
+    listing.add_argument("--target", help="only schedules calling this host (HTTP) or topic (Kafka)")
     listing.add_argument("--page-size", type=int, default=100)
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
     for name, change, help in (
@@ -520,6 +545,35 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     _rule_args(preview)
     preview.add_argument("--count", type=int, default=10)
     preview.add_argument("--after", help="from this time (default: now)")
+
+
+def _bulk(commands: Any, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser(
+        "bulk", help="act on every schedule with a tag: cancel, pause, resume, trigger (background jobs)"
+    ).add_subparsers(required=True, metavar="COMMAND")
+    for action, help in (
+        ("cancel", "cancel every schedule the filter selects"),
+        ("pause", "pause every schedule the filter selects"),
+        ("resume", "resume every paused schedule the filter selects"),
+        ("trigger", "fire every schedule the filter selects once more now"),
+    ):
+        leaf = _leaf(group, action, _bulk_start(action), help, common)
+        leaf.add_argument("--tag", required=True, help="key=value: the schedules with this tag")
+        leaf.add_argument("--status", choices=("scheduled", "paused", "succeeded", "failed", "cancelled"))
+        leaf.add_argument("--from", dest="start", help="only those due at or after this time")
+        leaf.add_argument("--to", dest="end", help="only those due before this time")
+        leaf.add_argument("--target", help="only those calling this host (HTTP) or topic (Kafka)")
+        leaf.add_argument("--dry-run", action="store_true", help="count them; change nothing")
+        leaf.add_argument("--wait", action="store_true", help="wait until the job is done and print it")
+        leaf.add_argument("--wait-s", type=float, default=3600.0, help="at most this long (default 3600)")
+        leaf.add_argument("--poll-s", type=float, default=1.0, help="how often to look (default 1)")
+        leaf.add_argument("--idempotency-key", help="the same key and request start one job")
+        leaf.add_argument("--quiet", "-q", action="store_true", help="print only the job id")
+    _leaf(group, "get", lambda c, a: c.get_bulk_job(a.job_id), "a job and its progress", common).add_argument("job_id")
+    jobs = _leaf(group, "list", lambda c, a: list(itertools.islice(c.list_bulk_jobs(), a.limit)), "your jobs", common)
+    jobs.add_argument("--limit", type=int, default=None, help="stop after this many")
+    stop = _leaf(group, "stop", lambda c, a: c.cancel_bulk_job(a.job_id), "stop a job (what it did stands)", common)
+    stop.add_argument("job_id")
 
 
 def _policies(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -577,6 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     _clients(commands, common)
     _schedules(commands, common)
+    _bulk(commands, common)
     _dead_letters(commands, common)
     _policies(commands, common)
     events = commands.add_parser("events", help="throttled events").add_subparsers(required=True, metavar="COMMAND")

@@ -153,6 +153,33 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class BulkJob:
+    """A bulk job (``POST /v1/bulk-jobs``) and its progress. ``state``: queued, running, done or
+    cancelled; ``filter``: ``tag`` and, if given, ``status``, ``from``, ``to``, ``target``; ``matched``:
+    schedules the filter selected so far, ``changed`` those the action changed, ``unchanged`` those
+    already as it leaves them (every one, in a dry run), ``failed`` those it could not change (the first
+    few in ``failures``, each ``{"schedule_id", "reason"}``)."""
+
+    job_id: str
+    action: str
+    filter: dict[str, Any]
+    dry_run: bool
+    state: str
+    matched: int
+    changed: int
+    unchanged: int
+    failed: int
+    failures: list[dict[str, str]]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "cancelled")
+
+
+@dataclass(frozen=True)
 class ClientSettings:
     """Your own settings: the default of ``pause_after_failures`` for your recurring schedules (0: never),
     the target your notifications are delivered to (None: the feed only), and how long your records are
