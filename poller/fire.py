@@ -634,6 +634,10 @@ class FailureNotices:
         self._store = store
         self._metrics = metrics
         self._log = log
+        # Schedules being paused, each with the fires waiting to: one pause at a time per schedule, so a
+        # pause that finds the schedule paused at the next version knows it was its own (seed 300029:
+        # two occurrences dead-lettered at once, both paused it, both said so).
+        self._pausing: dict[UUID, tuple[asyncio.Lock, int]] = {}
 
     async def dead_lettered(self, client: Client, row: Schedule, result: DeliveryResult, at: datetime) -> None:
         if notices.is_notice(row):  # a notification that could not be delivered: its dead letter says so
@@ -644,7 +648,17 @@ class FailureNotices:
         await self._notify(client, record)
         threshold = _pause_threshold(client, row)
         if threshold and await self._failed_in_a_row(row, threshold):
-            await self._pause(client, row, threshold, at)
+            lock, waiting = self._pausing.get(row.public_id, (asyncio.Lock(), 0))
+            self._pausing[row.public_id] = (lock, waiting + 1)
+            try:
+                async with lock:
+                    await self._pause(client, row, threshold, at)
+            finally:
+                lock, waiting = self._pausing[row.public_id]
+                if waiting == 1:
+                    del self._pausing[row.public_id]
+                else:
+                    self._pausing[row.public_id] = (lock, waiting - 1)
 
     async def _failed_in_a_row(self, row: Schedule, threshold: int) -> bool:
         """Whether the ``threshold - 1`` occurrences just before ``row``'s all ended dead-lettered."""

@@ -127,3 +127,19 @@ async def test_an_auto_pause_whose_answer_was_lost_is_still_recorded_and_announc
     [change] = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
     assert change.action == "schedule.auto_pause"
     assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
+
+
+async def test_two_fires_dead_lettered_at_once_pause_and_announce_once() -> None:
+    """Seed 300029: two occurrences dead-lettered in the same moment both paused the schedule; the one whose
+    answer was lost took the other's pause for its own, and the schedule was announced paused twice."""
+    inst = Instance(ClientSettings(pause_after_failures=1))
+    row = await inst.create(every_minute())
+    current = await inst.store.get_schedule("c1", row.schedule_id)
+    assert current is not None
+    inst.store.connection.faults = LoseAnswerAfterPause()  # type: ignore[attr-defined]
+    failures = inst.settler._failures
+    await asyncio.gather(*(failures.dead_lettered(inst.client, current, FAILED, inst.clock()) for _ in range(2)))
+    assert await inst.status(row) is Status.PAUSED
+    assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
+    changes = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
+    assert [c.action for c in changes] == ["schedule.auto_pause"]
