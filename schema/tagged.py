@@ -22,6 +22,10 @@ from tickd.schema.store import Store
 
 # Schedules read by id at once (two reads each: pointer, row).
 RESOLVE_CONCURRENCY = 8
+# Index entries one listing page reads at most, whatever its limit: each is two reads, and a page must fit
+# in a request's store budget (acceptance O7: a status filter none of 10,000 entries matched took 20,000
+# reads and a 503).
+PAGE_BUDGET = 2000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

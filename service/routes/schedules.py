@@ -405,7 +405,8 @@ def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, da
     description="With from and to: schedules due in that range (at most TICKD_LIST_MAX_RANGE_S), in due order; "
     "a page may be short (even empty) and still have a next_cursor: keep paging until it is null. With tag "
     "and neither: every schedule with the tag, whatever its due time, in no particular order, full pages "
-    "(a page is short only at the end, or after 10 index entries per item found stale). status and target "
+    "(a page is short only at the end, or once it has read 2,000 index entries: a status or target filter "
+    "that few match). status and target "
     "narrow either. List items carry no payload (GET of one schedule does).",
 )
 async def list_schedules(request: web.Request) -> web.Response:
@@ -418,7 +419,8 @@ async def list_schedules(request: web.Request) -> web.Response:
     if tag is not None and isinstance(query.start, UnsetType) and isinstance(query.end, UnsetType):
         cursor = None if isinstance(query.cursor, UnsetType) else tagged.TagCursor.decode(query.cursor)
         wanted = BulkFilter(tag, status, target=target)
-        found, after = await tagged.page(store, client.client_id, wanted, cursor, query.limit, query.limit * 10)
+        budget = min(query.limit * 10, tagged.PAGE_BUDGET)
+        found, after = await tagged.page(store, client.client_id, wanted, cursor, query.limit, budget)
         next_cursor = after.encode() if after is not None else None
         return json_response(ScheduleList([schedule_view(s, payload=False) for s in found], next_cursor))
     start, end = _list_range(query, request.app[keys.SETTINGS].list_max_range_s)

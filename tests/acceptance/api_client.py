@@ -24,7 +24,8 @@ from tickd.service.settings import ApiSettings
 
 ADMIN_TOKEN = "acceptance-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-SETTINGS = ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True)
+# The in-process API runs no bulk jobs: a scenario about them runs them on API processes it can kill.
+SETTINGS = ApiSettings(admin_token=ADMIN_TOKEN, callback_allow_private=True, bulk_runner=False)
 Api = TestClient[Any, Any]
 
 

@@ -37,6 +37,7 @@ from tickd.schema.model import Schedule
 
 REPO = Path(__file__).resolve().parents[2]
 POLLER_BIN = Path(sys.executable).parent / "tickd-poller"
+API_BIN = Path(sys.executable).parent / "tickd-api"
 KAFKA_BOOTSTRAP = os.environ.get("TICKD_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
 # Fast timing knobs: a dead node is noticed in seconds, not minutes.
@@ -148,6 +149,7 @@ class PollerProcess:
         """``prefix`` runs the node through another command (``ip netns exec <ns>``: tests/cluster)."""
         self.node_id = node_id
         self.prefix = list(prefix)
+        self.command = [str(POLLER_BIN)]  # another tickd process in its place: ``api_process``
         self.name = log_name or node_id
         self.metrics_port = free_port()
         self.log_path = log_dir / f"{self.name}.log"
@@ -173,7 +175,7 @@ class PollerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            [*self.prefix, str(POLLER_BIN)],
+            [*self.prefix, *self.command],
             env=self.env,
             cwd=REPO,
             stdin=subprocess.DEVNULL,
