@@ -28,7 +28,9 @@ class Outcomes:
     def __init__(self) -> None:
         self.recorded: list[tuple[uuid.UUID, Status, str | None]] = []
 
-    async def record(self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime) -> None:
+    async def record(
+        self, row: Schedule, status: Status, result: DeliveryResult, fired_at: datetime, write_ts: int | None = None
+    ) -> None:
         self.recorded.append((row.schedule_id, status, result.error))
 
 
