@@ -6,6 +6,7 @@
 import { ApiError, BadId, isId, session, signIn, signOut } from "./api.js";
 import { h, mount, notice } from "./dom.js";
 import * as admin from "./admin.js";
+import * as bulkView from "./bulk.js";
 import * as letters from "./letters.js";
 import * as notices from "./notices.js";
 import * as stats from "./stats.js";
@@ -18,6 +19,7 @@ const VIEWS = {
     { path: "preview", label: "Cron preview", view: tenant.preview },
     { path: "policies", label: "Throttle policies", view: tenant.policies },
     { path: "stats", label: "Lateness", view: stats.stats },
+    { path: "bulk", label: "Bulk actions", view: bulkView.bulk },
     { path: "notifications", label: "Notifications", view: notices.notices },
   ],
   admin: [
