@@ -106,7 +106,7 @@ _RANGE = re.compile(r"Expected `\w+` (?:of length )?[<>]=? ")
 _AT = re.compile(r" - at (?:`key` in )?`\$(.*)`$")
 _NAMED = re.compile(r"field `([^`]*)`")
 # JSON Schema counts 1764.0 as an integer, msgspec does not: such a top-level field is given again as 1764.
-_INT_GOT_FLOAT = re.compile(r"^Expected `[^`]*\bint\b[^`]*`, got `float` - at `\$\.(\w+)`$")
+_INT_GOT_FLOAT = re.compile(r"^Expected `[^`]*\bint\b[^`]*`, got `float` - at `\$\.(\w+(?:\.\w+)*)`$")
 _VERBATIM = frozenset({"payload"})  # delivered byte for byte, never rewritten
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -325,16 +325,30 @@ def decode(kind: type[T], body: bytes, *, prefix: str = "") -> T:
 
 
 def _integral_floats(body: bytes, error: str) -> bytes | None:
-    """``body`` with the top-level integer field msgspec refused as a float (``1764.0``) written as an
-    integer, if its value is integral; None otherwise. Only on the error path; strings stay refused."""
+    """``body`` with the integer field msgspec refused as a float (``1764.0``) written as an integer, if its
+    value is integral; None otherwise. The field may be nested in objects (``filter.from``). Only on the
+    error path; strings stay refused, and the top-level field it is in is the only one written again."""
     match = _INT_GOT_FLOAT.match(error)
-    if match is None or match.group(1) in _VERBATIM:
+    if match is None:
+        return None
+    top, *inner = match.group(1).split(".")
+    if top in _VERBATIM:
         return None
     fields = msgspec.json.decode(body, type=dict[str, Raw])
-    value = msgspec.json.decode(fields[match.group(1)])
+    whole = msgspec.json.decode(fields[top])
+    holder, name = None, top
+    value: Any = whole
+    for part in inner:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        holder, name, value = value, part, value[part]
     if not (isinstance(value, float) and value.is_integer()):
         return None
-    fields[match.group(1)] = Raw(msgspec.json.encode(int(value)))
+    if holder is None:
+        whole = int(value)
+    else:
+        holder[name] = int(value)
+    fields[top] = Raw(msgspec.json.encode(whole))
     return msgspec.json.encode(fields)
 
 

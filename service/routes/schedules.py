@@ -40,7 +40,7 @@ from tickd.schema.model import (
 from tickd.service import actions, audit, budgets, idempotency, keys, params, preconditions, recurring
 from tickd.service.creates import groups
 from tickd.service.declare import Routes
-from tickd.service.errors import Forbidden, Invalid, Malformed, json_response, status_of
+from tickd.service.errors import Forbidden, Invalid, json_response, status_of
 from tickd.service.routes.common import conflict, now, read_json, schedule_answer
 from tickd.service.settings import ApiSettings
 from tickd.service.validation import (
@@ -390,7 +390,7 @@ def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, da
     if isinstance(query.start, UnsetType) or isinstance(query.end, UnsetType):
         missing = "from" if isinstance(query.start, UnsetType) else "to"
         why = "from and to are both required, unless tag is given without either"
-        raise Malformed(why, field=missing, code="missing_field")
+        raise Invalid(why, field=missing, code="missing_field")
     start, end = parse_time(query.start, "from"), parse_time(query.end, "to")
     if not 0 < (end - start).total_seconds() <= max_range_s:
         raise Invalid(f"to must be after from, at most {max_range_s} s later", field="to", code="out_of_range")

@@ -165,8 +165,8 @@ async def test_bad_client_registration(api: Api, rows: Rows, body: dict[str, Any
 @pytest.mark.parametrize(
     ("params", "status", "code", "field"),
     [
-        ({"to": "2030-01-01T00:00:00Z"}, 400, "missing_field", "from"),
-        ({"from": "2030-01-01T00:00:00Z"}, 400, "missing_field", "to"),
+        ({"to": "2030-01-01T00:00:00Z"}, 422, "missing_field", "from"),  # optional when a tag is given
+        ({"from": "2030-01-01T00:00:00Z"}, 422, "missing_field", "to"),
         ({"from": "2030-01-01T00:00:00", "to": "2030-01-01T01:00:00Z"}, 400, "invalid_value", "from"),
         ({"from": "yesterday", "to": "2030-01-01T01:00:00Z"}, 400, "invalid_value", "from"),
         ({"from": "2030-01-01T01:00:00Z", "to": "2030-01-01T00:00:00Z"}, 422, "out_of_range", "to"),
