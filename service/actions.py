@@ -20,7 +20,7 @@ from tickd.schema.model import Client, Schedule, Status
 from tickd.service import audit, keys, pauses
 from tickd.service.audit import Caller
 from tickd.service.confirm import confirmed
-from tickd.service.routes.common import conflict, now
+from tickd.service.routes.common import conflict
 from tickd.service.views import public_status
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ async def confirmed_change(
         left_s=left_s,
         hot_window_s=settings.hot_window_s,
         deadline_s=settings.hot_write_deadline_s,
-        now=now,
+        now=lambda: audit.app_now(caller.app),
     )
 
 
@@ -89,7 +89,7 @@ async def cancel(caller: Caller, client: Client, current: Schedule) -> Schedule:
     """Cancel; cancelling a cancelled schedule changes nothing and is no error."""
     if current.status is Status.CANCELLED:
         return current
-    at = now()
+    at = audit.app_now(caller.app)
     cancelled = await cancel_now(caller, current, at, check_mutable(caller, current, at, stops=True))
     await audit.schedules_changed(caller, client, "schedule.cancel", [(cancelled, None)])
     return cancelled
@@ -99,7 +99,7 @@ async def pause(caller: Caller, client: Client, current: Schedule) -> Schedule:
     """Pause: the schedule fires nothing until resumed. Pausing a paused schedule changes nothing."""
     if current.status is Status.PAUSED:
         return current
-    at = now()
+    at = audit.app_now(caller.app)
     left_s = check_mutable(caller, current, at, stops=True)
     write = caller.app[keys.STORE].pause_schedule(current, at)
     paused = await confirmed_change(caller, at, [current.location.due_at], left_s, write)
@@ -111,7 +111,7 @@ async def resume(caller: Caller, client: Client, current: Schedule) -> Schedule:
     """Resume a paused schedule (``service.pauses``); ``Conflict`` ``not_paused`` for one that is not."""
     if current.status is not Status.PAUSED:
         raise conflict(f"the schedule is not paused (it is {public_status(current.status)})", "not_paused")
-    at = now()
+    at = audit.app_now(caller.app)
     store, plan = caller.app[keys.STORE], pauses.resume(current, client, at)
     if plan.skipped:
         await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
@@ -130,14 +130,14 @@ async def write_trigger(caller: Caller, client: Client, parent: Schedule, at: da
     """Write the trigger of ``parent`` made at ``at`` (its id and fire id derive from both), confirmed as a
     create is, and record it."""
     trigger = triggers.trigger_row(client, parent, at)
-    await confirmed_change(caller, at, [at], None, caller.app[keys.CREATES].create(trigger, now()))
+    await confirmed_change(caller, at, [at], None, caller.app[keys.CREATES].create(trigger, audit.app_now(caller.app)))
     record = audit.record(
         caller,
         client.client_id,
         client,
         "schedule.trigger",
         str(trigger.schedule_id),
-        at=audit.now(),
+        at=audit.app_now(caller.app),
         fields={"trigger_id": str(trigger.schedule_id), "fire_id": trigger.fire_id},
         schedule_id=parent.schedule_id,
         version=parent.version,

@@ -205,7 +205,7 @@ async def schedules_changed(
     (creates only with TICKD_AUDIT_CREATES, the default)."""
     if action == CREATE and not request.app[keys.SETTINGS].audit_creates:
         return
-    at = now()
+    at = app_now(request.app)
     records = [
         record(
             request,
@@ -227,14 +227,16 @@ async def changed(
     request: Caller, client_id: str, by: Client | None, action: str, target: str, raw: bytes | None = None
 ) -> None:
     """Record a confirmed change of a policy, a client or a dead letter."""
-    await write(request, [record(request, client_id, by, action, target, at=now(), fields=body_fields(raw))])
+    await write(
+        request, [record(request, client_id, by, action, target, at=app_now(request.app), fields=body_fields(raw))]
+    )
 
 
 async def notify(request: Caller, client: Client, kind: str, schedule: Schedule) -> None:
     """A notice of a change a request made (``schema.notices``, e.g. a resume), for the client's feed and
     target; a failure is logged, never the change's answer."""
     fields = {"version": schedule.version, "actor": actor(client)}
-    at = now()
+    at = app_now(request.app)
     record = notices.notice(
         client.client_id, kind, str(schedule.schedule_id), at, fields, schedule.schedule_id, request.get(REQUEST_ID, "")
     )
@@ -246,3 +248,9 @@ async def notify(request: Caller, client: Client, kind: str, schedule: Schedule)
 
 def now() -> datetime:
     return to_ms(datetime.now(UTC))
+
+
+def app_now(app: web.Application) -> datetime:
+    """The time by the app's clock (``keys.CLOCK``; the wall clock if it has none), to the ms."""
+    clock = app.get(keys.CLOCK)
+    return to_ms(clock()) if clock is not None else now()

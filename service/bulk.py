@@ -22,8 +22,7 @@ import dataclasses
 import functools
 import os
 import socket
-import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 from aiohttp import web
@@ -32,8 +31,7 @@ from tickd.schema import notices, tagged, triggers
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
 from tickd.schema.model import BulkJob, BulkState, Client, IdempotencyKey, Schedule, Status
 from tickd.schema.tagged import TagCursor
-from tickd.service import actions, idempotency, keys
-from tickd.service.routes.common import now
+from tickd.service import actions, audit, idempotency, keys
 
 log = structlog.get_logger("tickd.api")
 
@@ -56,7 +54,7 @@ class Rate:
 
     async def wait(self, client_id: str) -> None:
         while True:
-            clock = time.monotonic()
+            clock = asyncio.get_running_loop().time()
             tokens, at = self._buckets.get(client_id, (self.burst, clock))
             tokens = min(self.burst, tokens + (clock - at) * self.per_s)
             if tokens >= 1:
@@ -80,6 +78,9 @@ class BulkRunner:
         self.owner = owner or replica_id()
         self._rate = Rate(self._s.bulk_rate_per_s, max(1.0, self._s.bulk_rate_per_s))
         self._running: dict[tuple[str, object], asyncio.Task[None]] = {}
+
+    def _now(self) -> datetime:
+        return audit.app_now(self._app)
 
     @property
     def page_size(self) -> int:
@@ -113,7 +114,7 @@ class BulkRunner:
             if job is None or job.state in (BulkState.DONE, BulkState.CANCELLED):
                 await store.close_bulk_job(client_id, job_id)  # expired, or finished and not yet unlisted
                 continue
-            at = now()
+            at = self._now()
             if job.owner and job.owner != self.owner and job.lease_until is not None and job.lease_until > at:
                 continue  # another replica runs it
             taken = await store.take_bulk_job(job, self.owner, at + timedelta(seconds=self._s.bulk_lease_s), at)
@@ -154,7 +155,7 @@ class BulkRunner:
                 counts[outcome] += 1
                 if reason and len(failures) < FAILURES_KEPT:
                     failures.append((str(schedule.schedule_id), reason))
-            at = now()
+            at = self._now()
             done = cursor is None
             saved = dataclasses.replace(
                 job,
@@ -237,7 +238,7 @@ class BulkRunner:
 
     async def _trigger(self, caller: actions.JobCaller, client: Client, job: BulkJob, parent: Schedule) -> bool:
         """Trigger ``parent`` once for this job; False if the job already did (before a takeover)."""
-        store, settings, at = self._app[keys.STORE], self._s, now()
+        store, settings, at = self._app[keys.STORE], self._s, self._now()
         key = f"bulk:{job.job_id}:{parent.schedule_id}"
         reservation = IdempotencyKey(client.client_id, key, triggers.trigger_id(parent.schedule_id, at), None, at)
         bound = await store.reserve_idempotency_key(reservation)
@@ -266,7 +267,7 @@ class BulkRunner:
             "failed": job.failed,
         }
         record = notices.notice(
-            client.client_id, notices.BULK_DONE, str(job.job_id), now(), detail, None, job.request_id
+            client.client_id, notices.BULK_DONE, str(job.job_id), self._now(), detail, None, job.request_id
         )
         try:
             await notices.notify(self._app[keys.STORE], client, record)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime
 
 from aiohttp import web
 
@@ -31,3 +33,6 @@ ADMIN_LOCKS = web.AppKey("admin_locks", defaultdict[str, asyncio.Lock])
 # PUTs by business key are serialised per (client, key) on a replica: racing PUTs queue instead of
 # colliding in the store's compare-and-set (where, under load, they could outlast the hot-write deadline).
 KEY_LOCKS = web.AppKey("key_locks", KeyedLocks)
+# The clock changes made outside a request read (service.actions, service.bulk), if not the wall clock's:
+# the simulation runs bulk jobs on its virtual, skewed clock.
+CLOCK: web.AppKey[Callable[[], datetime]] = web.AppKey("clock")
