@@ -111,8 +111,13 @@ class BulkRunner:
             if (client_id, job_id) in self._running:
                 continue
             job = await store.get_bulk_job(client_id, job_id)
-            if job is None or job.state in (BulkState.DONE, BulkState.CANCELLED):
-                await store.close_bulk_job(client_id, job_id)  # expired, or finished and not yet unlisted
+            if job is None:
+                # Not stored yet (its create's write is on its way: simulation seed 500082, where dropping
+                # the entry here left the job never run), or never (its create failed): the entry expires
+                # with the job it lists.
+                continue
+            if job.state in (BulkState.DONE, BulkState.CANCELLED):
+                await store.close_bulk_job(client_id, job_id)  # finished, and not unlisted yet
                 continue
             at = self._now()
             if job.owner and job.owner != self.owner and job.lease_until is not None and job.lease_until > at:

@@ -143,8 +143,8 @@ class BulkJobs(Part):
             "lease_until": job.created_at,
             "ttl": ttl,
         }
-        # Open first: a job stored but not listed would never run; one listed but not stored is dropped
-        # by the first replica that looks.
+        # Open first: a job stored but not listed would never run; one listed but not stored (its insert
+        # failed, or is still on its way) is passed over by the replicas, and expires with the job it lists.
         await self._db.write("open_bulk_job", {"client_id": job.client_id, "job_id": job.job_id, "ttl": ttl})
         applied, _ = await self._db.applied("insert_bulk_job", values)
         if applied:

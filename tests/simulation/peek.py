@@ -45,10 +45,36 @@ def auto_pauses(tables: Tables, client_id: str, schedule_id: UUID) -> list[tuple
     return [(utc(r.at), json.loads(r.changes)["fire_id"]) for _, r in rows if r.action == "schedule.auto_pause"]
 
 
+def bulk_changes(tables: Tables, client_id: str, request_id: str) -> list[tuple[str, datetime]]:
+    """The schedules a bulk job changed (its audit records: request id ``bulk:<job id>``), with when."""
+    rows = tables.scan(table("audit_by_client"))
+    return sorted(
+        (r.target, utc(r.at))
+        for _, r in rows
+        if r.client_id == client_id and r.request_id == request_id and r.action in ("schedule.pause", "schedule.cancel")
+    )
+
+
 def notices(tables: Tables, client_id: str, kind: str, target: str) -> int:
     """How many of the client's notices of ``kind`` name ``target``, over all its days."""
     rows = tables.scan(table("notices"))
     return sum(1 for _, r in rows if r.client_id == client_id and r.action == kind and r.target == target)
+
+
+def current_status(tables: Tables, client_id: str, schedule_id: UUID) -> tuple[str, datetime] | None:
+    """The status of the schedule's current row and when its pointer was last written (store clock);
+    None if either is gone."""
+    key = {"client_id": client_id, "schedule_id": schedule_id}
+    ref = tables.row(table("schedule_refs"), key)
+    written = written_us(tables, "schedule_refs", key)
+    if ref is None or written is None:
+        return None
+    due = utc(ref.due_at)
+    row_key = {"client_id": client_id, "poller_id": ref.poller_id, "minute": timing.minute_bucket(due), "due_at": due}
+    row = tables.row(table("schedules"), {**row_key, "schedule_id": schedule_id})
+    if row is None:
+        return None
+    return str(row.status), datetime.fromtimestamp(written / 1e6, UTC)
 
 
 def paused_since(tables: Tables, client_id: str, schedule_id: UUID) -> datetime | None:

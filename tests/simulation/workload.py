@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 import msgspec
+from aiohttp import web
 
 from tests.simulation import peek
 from tests.simulation.oracle import Promise
@@ -24,6 +25,9 @@ from tests.simulation.world import API, Endpoint, World
 from tickd.schema import events, timing
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
 from tickd.schema.model import (
+    BulkFilter,
+    BulkJob,
+    BulkState,
     Client,
     HttpCallback,
     KafkaCallback,
@@ -34,8 +38,11 @@ from tickd.schema.model import (
     Status,
     ThrottlePolicy,
 )
+from tickd.service import keys as api_keys
 from tickd.service import recurring
+from tickd.service.bulk import BulkRunner
 from tickd.service.confirm import confirmed
+from tickd.service.settings import ApiSettings
 
 T = TypeVar("T")
 _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
@@ -200,6 +207,12 @@ class Workload:
         self.api = Api(world)
         self.client_ids = [f"c{i}" for i in range(world.config.clients)]
         self._tasks: set[asyncio.Task[None]] = set()
+        # Bulk jobs (service.bulk, run as the API replicas run them): the jobs made, and each replica's
+        # runner task by name.
+        self.bulk_jobs: list[tuple[str, uuid.UUID, str]] = []  # (client, job id, tag value)
+        self._groups: dict[uuid.UUID, tuple[str, str]] = {}  # schedule id: (client, tag value) it was made with
+        self._runners: dict[str, asyncio.Task[None]] = {}
+        self._bulk_app = self._bulk_app_of(world)
         world.delivery_checks.append(self._check_throttle)
         world.subscribe(self._consume)
 
@@ -213,7 +226,9 @@ class Workload:
         for i in range(config.nodes):
             world.start_node(f"n{i}")
         end = world.loop.time() + config.run_s
-        actors = [asyncio.create_task(self._clients(end))]
+        for name in ("api-a", "api-b"):
+            self._start_runner(name)
+        actors = [asyncio.create_task(self._clients(end)), asyncio.create_task(self._bulk(end))]
         if config.faults:
             actors.append(asyncio.create_task(self._chaos(end)))
             actors.append(asyncio.create_task(self._replica_crashes(end)))
@@ -221,6 +236,9 @@ class Workload:
         await self._heal()
         await asyncio.sleep(config.settle_s)
         await self._wait_for_throttled_backlog()
+        for name in list(self._runners):
+            await self._stop_runner(name)
+        await self._close_bulk()
         self._close_promises()
 
     # -- clients ----------------------------------------------------------------------------------------
@@ -260,6 +278,10 @@ class Workload:
     async def _create(self, client_id: str) -> None:
         delay = self.rng.choice([-30.0, 0.0, 0.5, 3.0]) if self.rng.random() < 0.2 else self.rng.uniform(1, 150)
         options = self._options(client_id)
+        group = self.rng.choice(["a", "b"]) if self.rng.random() < 0.3 else None  # a group a bulk job may act on
+        if group is not None:
+            tags = (("grp", group),)
+            options = Options(tags=tags) if options is None else msgspec.structs.replace(options, tags=tags)
         try:
             schedule = await self.api.create(client_id, delay, options)
         except StoreUnavailable:
@@ -269,6 +291,8 @@ class Workload:
         promise = Promise(client_id, schedule.schedule_id, schedule.fire_at, events=events_, repeat=repeat)
         promise.pause_after = (schedule.options.pause_after_failures or 0) if schedule.options is not None else 0
         self.world.oracle.promises[schedule.schedule_id] = promise
+        if group is not None:
+            self._groups[schedule.schedule_id] = (client_id, group)
         if self.rng.random() < 0.1:
             # Changed the moment it is acknowledged (a client correcting itself, a by-key storm): the
             # change's compare-and-set then runs in the create's millisecond, against its plain write.
@@ -330,6 +354,96 @@ class Workload:
             await self.api.resize(client_id, pollers)
         except StoreUnavailable:
             return
+
+    # -- bulk jobs --------------------------------------------------------------------------------------
+
+    def _bulk_app_of(self, world: World) -> web.Application:
+        """What ``service.bulk`` reads of an API replica: its settings, the store, its (skewed) clock."""
+        store_settings = world.store_settings
+        app = web.Application()
+        app[api_keys.SETTINGS] = ApiSettings(
+            mutation_guard_s=_GUARD_S,
+            hot_window_s=store_settings.hot_window_s,
+            hot_write_deadline_s=store_settings.hot_write_deadline_s,
+            bulk_poll_s=1.0,
+            bulk_lease_s=10.0,
+            bulk_page=5,
+            bulk_rate_per_s=20.0,
+        )
+        app[api_keys.STORE] = world.memory
+        app[api_keys.CLOCK] = self.api.clock
+        return app
+
+    def _start_runner(self, name: str) -> None:
+        """An API replica's bulk runner, its store calls made as the API (faults apply)."""
+        token = ACTOR.set(API)
+        try:
+            self._runners[name] = asyncio.create_task(BulkRunner(self._bulk_app, owner=name).run())
+        finally:
+            ACTOR.reset(token)
+
+    async def _stop_runner(self, name: str) -> None:
+        """The replica dies: its jobs stop where they are, their leases held until they run out."""
+        task = self._runners.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _bulk(self, end: float) -> None:
+        """Once in the run: a bulk pause or cancel of a tagged group, and the replica running it killed."""
+        loop, rng = self.world.loop, self.rng
+        await asyncio.sleep(rng.uniform(0.3, 0.6) * self.world.config.run_s)
+        client_id = rng.choice(self.client_ids)
+        at = timing.truncate_ms(self.api.clock())
+        job_id = uuid.UUID(int=rng.getrandbits(128), version=1)
+        action, group = rng.choice(["pause", "cancel"]), rng.choice(["a", "b"])
+        job = BulkJob(client_id, job_id, action, BulkFilter(("grp", group)), False, BulkState.QUEUED, at, at)
+        try:
+            await self.api.retrying(lambda: self.api.store.create_bulk_job(job), tries=5)
+        except StoreUnavailable:
+            return
+        self.bulk_jobs.append((client_id, job_id, group))
+        await asyncio.sleep(rng.uniform(1.0, 12.0))
+        victim = rng.choice(sorted(self._runners))
+        await self._stop_runner(victim)
+        if loop.time() < end:
+            self._later(rng.uniform(5.0, 40.0), lambda: self._start_runner(victim))
+
+    async def _close_bulk(self) -> None:
+        """Each bulk job finished, and changed each schedule once; a schedule it paused or cancelled is,
+        from its change on, a cancelled promise to the oracle (nothing fires after it). The change's time
+        is its audit record's; a change whose record was lost (the store failed it: the change stands) is
+        told by the schedule's state: a recurring one's from its pointer's write, a one-time one's
+        unknown (it may have fired first, or not)."""
+        world = self.world
+        skew = self.api.clock.skew_s
+        for client_id, job_id, group in self.bulk_jobs:
+            job = await world.oracle_call(lambda c=client_id, j=job_id: world.memory.get_bulk_job(c, j))  # type: ignore[misc]
+            if job is None or job.state is not BulkState.DONE:
+                world.oracle.saw(f"bulk job {job_id} of {client_id} did not finish ({job.state if job else 'gone'})")
+            seen: set[str] = set()
+            for target, at in peek.bulk_changes(world.tables, client_id, f"bulk:{job_id}"):
+                if target in seen:
+                    world.oracle.saw(f"bulk job {job_id} changed {target} twice")
+                seen.add(target)
+                promise = world.oracle.promises.get(uuid.UUID(target))
+                if promise is None or promise.cancelled_at is not None:
+                    continue
+                promise.cancelled_at = at
+                promise.cancelled_t = (at - world.start).total_seconds() - skew
+                promise.settled(promise.cancelled_t)
+            for schedule_id, made_in in self._groups.items():
+                promise = world.oracle.promises.get(schedule_id)
+                if made_in != (client_id, group) or promise is None or promise.cancelled_at is not None:
+                    continue
+                found = peek.current_status(world.tables, client_id, schedule_id)
+                if found is None or found[0] not in ("paused", "cancelled"):
+                    continue
+                if promise.repeat is not None:
+                    promise.cancelled_at = found[1]
+                    promise.cancelled_t = (found[1] - world.start).total_seconds()
+                else:
+                    promise.unsure(promise.fire_id)
 
     # -- subscribers ------------------------------------------------------------------------------------
 
@@ -479,7 +593,9 @@ class Workload:
             if promise.repeat is None:
                 continue
             promise.until = until
-            # The workload never pauses a schedule: one paused now was auto-paused.
+            if promise.cancelled_at is not None:
+                continue  # cancelled, or paused by a bulk job (``_close_bulk``): nothing fires after it
+            # The workload pauses a schedule only in bulk: one paused now otherwise was auto-paused.
             paused = peek.paused_since(tables, promise.client_id, promise.schedule_id)
             if paused is None:
                 continue

@@ -277,3 +277,39 @@ async def test_an_integral_float_time_in_the_filter_is_taken_as_an_integer(api: 
     body = {"action": "pause", "filter": {"tag": "a=b", "from": 1752888899.0, "to": 1752888999}, "dry_run": True}
     job = await ok(await api.post("/v1/bulk-jobs", json=body, headers=key), 202)
     assert job["filter"]["from"].startswith("2025-07-19")
+
+
+async def test_a_job_listed_before_it_is_stored_runs_once_it_is(api: Api, register: Register, store: Store) -> None:
+    """Simulation seed 500082: a job's open entry is written first and its row a while later (a slow
+    compare-and-set); a replica polling in between must pass it over, not drop it, or it never runs."""
+    client_id, key = await register()
+    await made(api, key, 2, {"late": "1"})
+    from tickd.schema.model import BulkFilter, BulkJob
+
+    at = datetime.now(UTC)
+    job = BulkJob(client_id, uuid.uuid1(), "pause", BulkFilter(("late", "1")), False, BulkState.QUEUED, at, at)
+    polls = 0
+    listed = store.open_bulk_jobs
+
+    async def counted(max_rows: int) -> list[tuple[str, uuid.UUID]]:
+        nonlocal polls
+        polls += 1
+        return await listed(max_rows)
+
+    store.open_bulk_jobs = counted  # type: ignore[method-assign]
+    await store._db.write("open_bulk_job", {"client_id": client_id, "job_id": job.job_id, "ttl": 3600})  # type: ignore[attr-defined]
+    seen = polls
+    await until(lambda: polls >= seen + 3, 10, "three polls with the job listed and not stored")
+    db = store._db  # type: ignore[attr-defined]
+    write = db.write
+
+    async def row_only(name: str, values: Any) -> None:  # the entry was written long before: only the row now
+        if name != "open_bulk_job":
+            await write(name, values)
+
+    db.write = row_only
+    try:
+        await store.create_bulk_job(job)
+    finally:
+        db.write = write
+    assert (await finished(api, key, str(job.job_id)))["changed"] == 2
