@@ -74,6 +74,14 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (95018, True, "the workload: an acknowledged reschedule adopted the version in doubt; its fire id is required"),
     (95603, True, "the run: a throttled backlog (a hostile event behind a limit of one) outlasted settle_s"),
     (103286, True, "a renewal answered after the lease ran out carried it on: a claimed instance fired"),
+    (102070, True, "a cancel in the millisecond of its create left the same hot mark and fired"),
+    (102673, True, "an instance claimed while its node stopped ran on behind the hand-over"),
+    (200056, True, "an auto-pause slower than the poller's superseded mark lost to it: neither paused nor firing"),
+    (200181, True, "an auto-pause whose write was lost was not adopted by its retry"),
+    (200222, True, "failures counted in a row across an occurrence still in retry"),
+    (200531, True, "an auto-pause that landed with its answer lost went unrecorded"),
+    (300029, True, "two dead letters at once announced one auto-pause twice"),
+    (500082, True, "a bulk job listed before its row landed was dropped by a polling replica and never ran"),
 ]
 
 
