@@ -88,6 +88,7 @@ async def pause_records(api: Api, key: dict[str, str]) -> Counter[str]:
             return counted
 
 
+@pytest.mark.exclusive  # 10,000 creates and pauses load the one Cassandra: run alone, not beside timing scenarios
 @pytest.mark.timeout(600)
 async def test_o7_bulk_pause_of_10000_completes_exactly_once_across_a_replica_kill(
     scenario: Scenario, api: Api

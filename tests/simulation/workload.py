@@ -600,6 +600,9 @@ class Workload:
             if paused is None:
                 continue
             found = peek.auto_pauses(tables, promise.client_id, promise.schedule_id)
-            promise.paused_at, promise.paused_by = found[0] if found else (paused, None)
+            # When it landed (its pointer's write), not the time it was made for (the dead letter's): a
+            # pause waits for the store and for the schedule's other pause, and fires go on until it lands
+            # (seed 1171). Which fire set it off is in its audit record.
+            promise.paused_at, promise.paused_by = paused, found[0][1] if found else None
             target = str(promise.schedule_id)
             promise.pause_notices = peek.notices(tables, promise.client_id, "schedule.auto_paused", target)
