@@ -82,6 +82,8 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (200531, True, "an auto-pause that landed with its answer lost went unrecorded"),
     (300029, True, "two dead letters at once announced one auto-pause twice"),
     (500082, True, "a bulk job listed before its row landed was dropped by a polling replica and never ran"),
+    (1038, True, "a bulk cancel whose write was lost was passed over on retry: the schedule stopped firing"),
+    (1171, True, "the oracle dated an auto-pause by its dead letter, not by when it landed"),
 ]
 
 
