@@ -64,6 +64,18 @@ def decode_filter(text: str) -> BulkFilter:
     )
 
 
+def _progress(job: BulkJob) -> dict[str, object]:
+    """A job's progress columns: where it is and what it counted."""
+    return {
+        "cursor": job.cursor,
+        "matched": job.matched,
+        "changed": job.changed,
+        "unchanged": job.unchanged,
+        "failed": job.failed,
+        "failures": json.dumps([list(f) for f in job.failures]),
+    }
+
+
 def _job(row: Row) -> BulkJob:
     return BulkJob(
         client_id=row.client_id,
@@ -129,12 +141,7 @@ class BulkJobs(Part):
             "filter": encode_filter(job.filter),
             "dry_run": job.dry_run,
             "state": job.state.value,
-            "cursor": job.cursor,
-            "matched": job.matched,
-            "changed": job.changed,
-            "unchanged": job.unchanged,
-            "failed": job.failed,
-            "failures": json.dumps([list(f) for f in job.failures]),
+            **_progress(job),
             "actor": job.actor,
             "request_id": job.request_id,
             "created_at": job.created_at,
@@ -194,12 +201,7 @@ class BulkJobs(Part):
             "client_id": job.client_id,
             "job_id": job.job_id,
             "state": job.state.value,
-            "cursor": job.cursor,
-            "matched": job.matched,
-            "changed": job.changed,
-            "unchanged": job.unchanged,
-            "failed": job.failed,
-            "failures": json.dumps([list(f) for f in job.failures]),
+            **_progress(job),
             "updated_at": job.updated_at,
             "finished_at": job.finished_at,
             "lease_until": job.lease_until,

@@ -191,10 +191,7 @@ class AsyncTickd:
         """Start ``action`` (cancel, pause, resume, trigger) on every schedule with ``tag`` (narrowed by
         ``status``, due range and ``target``), in the background; ``dry_run`` only counts them. Follow it
         with ``get_bulk_job`` (or ``wait_bulk_job``)."""
-        wanted: dict[str, Any] = {"tag": tag}
-        for name, value in (("status", status), ("from", due_from), ("to", due_to), ("target", target)):
-            if value is not None:
-                wanted[name] = value
+        wanted = calls.bulk_filter(tag, status, due_from, due_to, target)
         return await self.send(calls.create_bulk_job(action, wanted, dry_run=dry_run, idempotency_key=idempotency_key))
 
     async def get_bulk_job(self, job_id: str) -> BulkJob:

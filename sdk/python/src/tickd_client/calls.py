@@ -251,6 +251,17 @@ def create_bulk_job(
     return Call("POST", _path("bulk-jobs"), _one(BulkJob), body, headers=headers, repeatable=bool(headers))
 
 
+def bulk_filter(
+    tag: str, status: str | None, due_from: Time | None, due_to: Time | None, target: str | None
+) -> dict[str, Any]:
+    """A bulk job's filter as the API takes it: ``tag``, and the others only if given."""
+    wanted: dict[str, Any] = {"tag": tag}
+    for name, value in (("status", status), ("from", due_from), ("to", due_to), ("target", target)):
+        if value is not None:
+            wanted[name] = value
+    return wanted
+
+
 def _filter_value(value: Any) -> Any:
     return time_value(value) if isinstance(value, datetime) else value
 
