@@ -39,6 +39,17 @@ def budget(seconds: float) -> Iterator[None]:
         _BUDGET.reset(token)
 
 
+def share_left() -> float | None:
+    """The share of the budget not yet spent (1.0 before its first request; None: no budget), for work
+    that can stop early with part of an answer, as a listing page can, rather than spend it all."""
+    held = _BUDGET.get()
+    if held is None:
+        return None
+    if held.ends is None:
+        return 1.0
+    return max(0.0, held.ends - asyncio.get_running_loop().time()) / held.seconds
+
+
 def left_s(what: str) -> float | None:
     """The time left for the request ``what`` about to be sent (None: no budget), starting the budget's
     clock on its first request; ``StoreUnavailable`` once it is spent, before anything is sent."""

@@ -405,8 +405,8 @@ def _list_range(query: params.ListQuery, max_range_s: int) -> tuple[datetime, da
     description="With from and to: schedules due in that range (at most TICKD_LIST_MAX_RANGE_S), in due order; "
     "a page may be short (even empty) and still have a next_cursor: keep paging until it is null. With tag "
     "and neither: every schedule with the tag, whatever its due time, in no particular order, full pages "
-    "(a page is short only at the end, or once it has read 2,000 index entries: a status or target filter "
-    "that few match). status and target "
+    "(a page is short only at the end, or once it has read 2,000 index entries or spent half the request's "
+    "store time: a status or target filter that few match; keep paging until next_cursor is null). status and target "
     "narrow either. List items carry no payload (GET of one schedule does).",
 )
 async def list_schedules(request: web.Request) -> web.Response:

@@ -7,6 +7,7 @@ refused naming the field."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -313,3 +314,40 @@ async def test_a_job_listed_before_it_is_stored_runs_once_it_is(api: Api, regist
     finally:
         db.write = write
     assert (await finished(api, key, str(job.job_id)))["changed"] == 2
+
+
+async def test_a_tag_page_on_a_slow_store_stops_at_half_its_time_with_a_cursor(
+    api: Api, register: Register, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status filter no entry matches, on a store slow to read each schedule: the page stops once half
+    the request's store time is spent and hands out a cursor (not a 503 once all of it is), and paging on
+    reads the index to its end (acceptance O7 in CI: 2,000 paused entries did not fit in 10 s)."""
+    from tickd.schema import deadline, tagged
+    from tickd.schema.model import BulkFilter
+
+    client_id, key = await register()
+    await made(api, key, 40, {"wave": "slow"})
+    reads = 0
+    get_schedule = store.get_schedule
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.02)
+        return await get_schedule(*args, **kwargs)
+
+    monkeypatch.setattr(store, "get_schedule", slow)
+    monkeypatch.setattr(tagged, "CHUNK", 8)  # one look at the clock per 8 reads: 20 ms of reading each
+    wanted = BulkFilter(("wave", "slow"), Status.PAUSED)
+    pages = 0
+    cursor = None
+    while True:
+        with deadline.budget(0.05):
+            deadline.left_s("first request")  # the budget's clock starts, as a store's first request starts it
+            found, cursor = await tagged.page(store, client_id, wanted, cursor, 100, 2000)
+        pages += 1
+        assert found == []
+        if cursor is None:
+            break
+    assert reads == 40  # every entry read once, over several pages
+    assert pages > 1
