@@ -84,6 +84,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (500082, True, "a bulk job listed before its row landed was dropped by a polling replica and never ran"),
     (1038, True, "a bulk cancel whose write was lost was passed over on retry: the schedule stopped firing"),
     (1171, True, "the oracle dated an auto-pause by its dead letter, not by when it landed"),
+    (400029, True, "the oracle missed an attempt whose dispatcher raised: an occurrence in retry at a pause was owed"),
 ]
 
 

@@ -174,7 +174,11 @@ class Subscriber:
         roll = rng.random()  # drawn either way, so the seed's other answers stay where they were
         received, result = True, DeliveryResult.delivered(attempt, 200)
         if hostile:
-            received, result = False, world.hostile.answer(schedule, attempt, wait, world.retry.max_attempts)
+            try:
+                received, result = False, world.hostile.answer(schedule, attempt, wait, world.retry.max_attempts)
+            except RuntimeError:  # an attempt that failed, maybe received: the oracle sees it tried (seed 400029)
+                self._record(schedule, attempt, epoch, ok=False)
+                raise
         elif roll < endpoint.reject_p:
             result = DeliveryResult.failed(attempt, "HTTP 400", retriable=False, status_code=400)
         elif roll < endpoint.reject_p + endpoint.fail_p:
@@ -189,6 +193,18 @@ class Subscriber:
         if not result.ok and result.retriable and attempt >= world.retry.max_attempts:
             result = replace(result, retriable=False)  # the HTTP dispatcher's give-up rule
         ok = result.ok
+        self._record(schedule, attempt, epoch, ok)
+        key = schedule.event_id or schedule.fire_id
+        if not result.ok and not result.retriable:
+            world.oracle.dead_letters.add(key)
+        if result.ok or not result.retriable:
+            world.oracle.completed_us.setdefault(key, micros(world.true_clock()))
+        if ok and received:
+            world.on_received(schedule)
+        return result
+
+    def _record(self, schedule: Schedule, attempt: int, epoch: int, ok: bool) -> None:
+        world = self._world
         world.oracle.deliveries.append(
             Delivery(
                 world.loop.time(),
@@ -202,14 +218,6 @@ class Subscriber:
                 ok,
             )
         )
-        key = schedule.event_id or schedule.fire_id
-        if not result.ok and not result.retriable:
-            world.oracle.dead_letters.add(key)
-        if result.ok or not result.retriable:
-            world.oracle.completed_us.setdefault(key, micros(world.true_clock()))
-        if ok and received:
-            world.on_received(schedule)
-        return result
 
     async def deliver_many(self, schedules: Sequence[Schedule], fired_at: datetime) -> list[DeliveryResult]:
         """A pass's group of fires (``CallbackRouter.deliver_many``): each answered as ``deliver`` would."""
