@@ -36,25 +36,45 @@ async def redrive(store: Store, letter: DeadLetter, due_at: datetime, now: datet
     """Redrive ``letter`` to a fire due at ``due_at`` (or now, if that is past), or finish its earlier
     redrive: the dead letter as marked. The fire is written at the marked due time, unless that is more
     than ``late_s`` past (the hot-write deadline: a row written later could land in a minute its poller
-    has closed), when an earlier call's write was lost: then due now. ``NotFound`` if the dead letter is
-    gone; ``Conflict`` if it cannot be redriven (see the codes)."""
+    has closed) and an earlier call's write was lost: then the mark moves to now first (compare-and-set),
+    so that every call after it writes, or finds, that one row (contract test on Cassandra: two calls on
+    the real clock, each due "now", wrote two fires). ``NotFound`` if the dead letter is gone;
+    ``Conflict`` if it cannot be redriven (see the codes)."""
     nominal = nominal_at(letter)
     if nominal is None:
         raise Conflict("an event's dead letter cannot be redriven (only a fire's)", code="not_redrivable")
-    marked = await store.mark_redriven(letter, now, timing.truncate_ms(max(due_at, now)))
-    if marked is None or marked.redriven_due_at is None:
-        raise NotFound("no such dead letter", field="dead_letter_id")
+    marked = _marked(await store.mark_redriven(letter, now, timing.truncate_ms(max(due_at, now))))
     current = await _fire_owner(store, marked, nominal)
     if current is None:
         raise Conflict("the schedule of this dead letter has expired", code="schedule_gone")
-    due = marked.redriven_due_at
-    if due < now - timedelta(seconds=late_s):
-        due = timing.truncate_ms(now)
+    occurrence = None
     if current.repeat is None:
-        await _one_time(store, current, marked, due, now)
+        if current.fire_id != letter.fire_id:
+            raise Conflict("the schedule was changed after this fire failed", code="schedule_changed")
+        if current.status is not Status.FAILED:
+            return marked  # redriven already (a repeated call): the pointer is at the redriven fire
     else:
-        await _recurring(store, current, marked, nominal, due, now)
+        occurrence = _occurrence(current, marked, nominal)
+        if await _written(store, _row(occurrence, marked)):
+            return marked  # an earlier call's row landed (it may have fired since: it is not written again)
+    if _due(marked) < now - timedelta(seconds=late_s):
+        marked = _marked(await store.move_redrive(marked, now, timing.truncate_ms(now)))
+    if occurrence is None:
+        await store.requeue_schedule(current, _due(marked), 0, marked.last_error, now)
+    else:
+        await store.add_redrive(_row(occurrence, marked), now)
     return marked
+
+
+def _marked(letter: DeadLetter | None) -> DeadLetter:
+    if letter is None or letter.redriven_due_at is None:
+        raise NotFound("no such dead letter", field="dead_letter_id")
+    return letter
+
+
+def _due(letter: DeadLetter) -> datetime:
+    assert letter.redriven_due_at is not None
+    return letter.redriven_due_at
 
 
 async def _fire_owner(store: Store, letter: DeadLetter, nominal: datetime) -> Schedule | None:
@@ -66,19 +86,9 @@ async def _fire_owner(store: Store, letter: DeadLetter, nominal: datetime) -> Sc
     return await store.get_schedule(letter.client_id, letter.schedule_id)
 
 
-async def _one_time(store: Store, current: Schedule, letter: DeadLetter, due: datetime, now: datetime) -> None:
-    if current.fire_id != letter.fire_id:
-        raise Conflict("the schedule was changed after this fire failed", code="schedule_changed")
-    if current.status is not Status.FAILED:
-        return  # redriven already (a repeated call): the pointer is at the redriven fire
-    await store.requeue_schedule(current, due, 0, letter.last_error, now)
-
-
-async def _recurring(
-    store: Store, current: Schedule, letter: DeadLetter, nominal: datetime, due: datetime, now: datetime
-) -> None:
-    assert letter.redriven_due_at is not None
-    occurrence = dataclasses.replace(
+def _occurrence(current: Schedule, letter: DeadLetter, nominal: datetime) -> Schedule:
+    """A recurring schedule's failed occurrence, as its redrive fires it."""
+    return dataclasses.replace(
         current,
         fire_at=nominal,
         seq=0,
@@ -89,9 +99,11 @@ async def _recurring(
         status=Status.SCHEDULED,
         tries=letter.tries,  # the redriven fire's run shows the rounds before it
     )
-    if await _written(store, moves.retry_row(occurrence, letter.redriven_due_at, 1, letter.last_error)):
-        return  # an earlier call's row landed (it may have fired since: it is not written again)
-    await store.add_redrive(moves.retry_row(occurrence, due, 1, letter.last_error), now)
+
+
+def _row(occurrence: Schedule, letter: DeadLetter) -> Schedule:
+    """The redriven occurrence's own row, due as ``letter`` is marked."""
+    return moves.retry_row(occurrence, _due(letter), 1, letter.last_error)
 
 
 async def _written(store: Store, row: Schedule) -> bool:

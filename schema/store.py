@@ -223,6 +223,11 @@ class ScheduleStore(Protocol):
         (compare-and-set): the dead letter as stored after the call (the earlier mark if there was one);
         None if it is gone."""
 
+    async def move_redrive(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
+        """Move the marked redrive of ``letter`` to ``due_at`` if its mark still reads
+        ``letter.redriven_due_at`` (compare-and-set): the dead letter as stored after the call (another
+        call's move if it won); None if it is gone."""
+
     async def add_redrive(self, row: Schedule, now: datetime) -> None:
         """Write a redriven fire's own row (a recurring occurrence's: no pointer, like a retry row's),
         with the signals pollers need. Written again, it keeps the status of a row already there."""

@@ -53,15 +53,28 @@ class DeadLetters(Part):
         rows = await self._db.rows("get_dead_letter", dead_letter_key(client_id, failed_at, schedule_id))
         return dead_letter_of(client_id, rows[0]) if rows else None
 
+    def _mark_ttl(self, letter: DeadLetter, at: datetime) -> int:
+        """A mark expires with the row it marks (what is left of the dead letter's TTL)."""
+        return max(1, self._retention(letter.client_id) - int((at - letter.failed_at).total_seconds()))
+
     async def mark_redriven(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
-        # The mark expires with the row it marks (what is left of the dead letter's TTL).
-        ttl = max(1, self._retention(letter.client_id) - int((at - letter.failed_at).total_seconds()))
         values = {
             **dead_letter_key(letter.client_id, letter.failed_at, letter.schedule_id),
             "fire_id": letter.fire_id,
             "redriven_at": at,
             "redriven_due_at": due_at,
-            "ttl": ttl,
+            "ttl": self._mark_ttl(letter, at),
         }
         await self._db.applied("mark_dead_letter_redriven", values)
+        return await self.get_dead_letter(letter.client_id, letter.failed_at, letter.schedule_id)
+
+    async def move_redrive(self, letter: DeadLetter, at: datetime, due_at: datetime) -> DeadLetter | None:
+        values = {
+            **dead_letter_key(letter.client_id, letter.failed_at, letter.schedule_id),
+            "fire_id": letter.fire_id,
+            "redriven_due_at": due_at,
+            "was_due_at": letter.redriven_due_at,
+            "ttl": self._mark_ttl(letter, at),
+        }
+        await self._db.applied("move_dead_letter_redrive", values)
         return await self.get_dead_letter(letter.client_id, letter.failed_at, letter.schedule_id)

@@ -39,7 +39,8 @@ class ManualClock:
 
 
 class FailOn:
-    """Faults for the memory store: raise ``StoreUnavailable`` at the named fault points, once each.
+    """Faults at the named fault points, once each, raising ``StoreUnavailable`` (``before`` and ``after``
+    on either adapter, ``Env.peer``; ``batchlog`` in memory only).
 
     ``before``: the request does not apply; ``after``: it applies and the caller is told it failed;
     ``batchlog``: a logged batch's batchlog is not written (``BatchNotLogged``: nothing applies)."""
@@ -69,6 +70,38 @@ class FailOn:
             raise BatchNotLogged(f"{op}: WriteTimeout (BATCH_LOG, injected)")
 
 
+class FaultyDriver:
+    """The Cassandra adapter's real connection with ``FailOn`` faults around its requests, named as the
+    memory connection names them (the statement, or ``batch:`` and its first statement): ``before``, the
+    request is not sent; ``after``, Cassandra applies it and the caller is told it failed. A batchlog that
+    fails is beyond a client's reach: those faults are the memory connection's only."""
+
+    def __init__(self, inner: Any, faults: FailOn) -> None:
+        from tickd.schema import queries
+
+        assert not faults.pending_batchlog, "batchlog faults are injected in memory only"
+        self._inner = inner
+        self._faults = faults
+        self._names = {query.cql: query.name for query in queries.load().values()}
+
+    def __getattr__(self, name: str) -> Any:  # the clock and prepare: the real connection's
+        return getattr(self._inner, name)
+
+    async def send(self, statement: Any, values: Any, paging_state: Any, left_s: Any, sends: Any) -> Any:
+        name = self._names[statement.query_string]
+        await self._faults.before(name)
+        page = await self._inner.send(statement, values, paging_state, left_s, sends)
+        await self._faults.after(name)
+        return page
+
+    async def send_batch(self, writes: Any, logged: bool, idempotent: bool, left_s: Any, sends: Any) -> Any:
+        op = f"batch:{self._names[writes[0][0].query_string]}" if writes else "batch"
+        await self._faults.before(op)
+        page = await self._inner.send_batch(writes, logged, idempotent, left_s, sends)
+        await self._faults.after(op)
+        return page
+
+
 @dataclasses.dataclass
 class Env:
     """One adapter under test, the time it runs on, and how to get variants of it."""
@@ -82,7 +115,7 @@ class Env:
 
     @property
     def memory(self) -> bool:
-        """In memory (the Cassandra adapter on a memory connection): faults can be injected."""
+        """In memory (the Cassandra adapter on a memory connection, on a hand-moved clock)."""
         return self.connection is not None
 
     def inject(self, faults: StoreFaults) -> None:
@@ -90,10 +123,15 @@ class Env:
         assert self.connection is not None
         self.connection.faults = faults
 
-    def peer(self, faults: StoreFaults) -> Store:
-        """In memory: another process's adapter on the same data, with faults of its own."""
-        assert self.connection is not None
-        return memory_store(MemoryConnection(self.connection.tables, faults))
+    def peer(self, faults: FailOn) -> Store:
+        """Another process's adapter on the same data, with faults of its own: in memory, on the memory
+        connection; on Cassandra, around the real driver's requests (``FaultyDriver``)."""
+        if self.connection is not None:
+            return memory_store(MemoryConnection(self.connection.tables, faults))
+        from tickd.schema.cassandra import CassandraStore
+
+        store: Any = self.store
+        return CassandraStore(store.settings, FaultyDriver(store.connection, faults), store._db.statements)
 
     def later(self, seconds: float) -> datetime:
         """``seconds`` from now at millisecond precision (what Cassandra keeps)."""

@@ -140,8 +140,6 @@ async def test_redrive_event_letter_is_refused(env: Env, store: Store, new_sched
 
 
 async def test_a_redrive_whose_write_was_lost_is_finished_once(env: Env, store: Store, new_schedule: Factory) -> None:
-    if not env.memory:
-        pytest.skip("faults are injected in the memory store only")
     first, _ = await chained(env, new_schedule)
     letter = letter_of(env, first)
     await store.add_dead_letter(letter)
@@ -149,10 +147,16 @@ async def test_a_redrive_whose_write_was_lost_is_finished_once(env: Env, store: 
     due = env.later(1)
     with pytest.raises(StoreUnavailable):
         await redrives.redrive(faulty, letter, due, env.now(), late_s=3.0)
-    await env.wait(60)  # the retry comes long after: the marked due time is past, so it is due now
-    await redrives.redrive(store, letter, env.later(0), env.now(), late_s=3.0)
-    await redrives.redrive(store, letter, env.later(0), env.now(), late_s=3.0)
+    await env.wait(5)  # the retry comes after late_s: the marked due time is past, so it is due now
+    called = env.later(0)
+    moved = await redrives.redrive(store, letter, called, env.now(), late_s=3.0)
+    assert moved.redriven_due_at is not None and moved.redriven_due_at >= called  # the mark moved to now
+    await env.wait(0.5)  # a repeat later on: it finds the moved mark's row, and writes no second one at its now
+    again = await redrives.redrive(store, letter, env.later(0), env.now(), late_s=3.0)
+    assert again.redriven_due_at == moved.redriven_due_at
     retry_id = moves.retry_row(first, due, 1, "x").schedule_id
-    minutes = {due.replace(second=0, microsecond=0), env.now().replace(second=0, microsecond=0)}
+    minutes = {m.replace(second=0, microsecond=0) for m in (due, moved.redriven_due_at, env.now())}
     rows = [r for m in minutes for r in await read_all(store, first.instance, m) if r.schedule_id == retry_id]
-    assert [(r.fire_id, r.status, r.location.due_at) for r in rows] == [(first.fire_id, Status.SCHEDULED, env.later(0))]
+    assert [(r.fire_id, r.status, r.location.due_at) for r in rows] == [
+        (first.fire_id, Status.SCHEDULED, moved.redriven_due_at)
+    ]

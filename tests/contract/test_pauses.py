@@ -57,8 +57,6 @@ async def test_a_paused_occurrence_does_not_chain(env: Env, store: Store, new_sc
 
 
 async def test_a_lost_pause_is_adopted(env: Env, store: Store, new_schedule: Factory) -> None:
-    if not env.memory:
-        pytest.skip("faults are injected in the memory store only")
     s = new_schedule(env.later(600))
     await store.create_schedule(s, env.now())
     faulty = env.peer(FailOn(before=("batch:set_status_version", "set_status_version")))
