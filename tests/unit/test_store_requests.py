@@ -34,6 +34,7 @@ CONDITIONAL = {
     "take_token",
     "release_token",
     "mark_dead_letter_redriven",
+    "move_dead_letter_redrive",
     "claim_business_key",
     "move_business_key",
     "insert_bulk_job",
