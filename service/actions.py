@@ -1,5 +1,6 @@
-"""A client's changes of one schedule (cancel, pause, resume, trigger): the rules and the writes, once, for
-whoever asks: a request to the schedule's own endpoint, or a bulk job acting on many (``service.bulk``).
+"""A client's changes of one schedule (cancel, pause, resume, trigger) or one dead letter (redrive): the rules
+and the writes, once, for whoever asks: a request to its own endpoint, or a bulk job acting on many
+(``service.bulk``).
 
 Each takes the schedule as read and the ``Caller`` (the app, and who asked: the request id and actor its
 audit records carry); a change the schedule's state forbids raises ``Conflict`` with a code, as the
@@ -15,13 +16,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from tickd.schema import notices, triggers
-from tickd.schema.model import Client, Schedule, Status
-from tickd.service import audit, keys, pauses
+from tickd.schema import notices, redrives, triggers
+from tickd.schema.model import Client, DeadLetter, Schedule, Status
+from tickd.service import audit, grants, keys, pauses
 from tickd.service.audit import Caller
 from tickd.service.confirm import confirmed
 from tickd.service.routes.common import conflict
-from tickd.service.views import public_status
+from tickd.service.views import dead_letter_id, public_status
 
 T = TypeVar("T")
 
@@ -144,3 +145,27 @@ async def write_trigger(caller: Caller, client: Client, parent: Schedule, at: da
     )
     await audit.write(caller, [record])
     return trigger
+
+
+async def redrive(caller: Caller, client: Client, letter: DeadLetter, due_at: datetime) -> DeadLetter:
+    """Redrive ``letter`` to a fire due at ``due_at`` (``schema.redrives``: once; a repeat answers the first
+    redrive's marks and writes nothing) and record it if this call redrove it. ``Conflict`` with a code
+    for one that cannot be (``topic_not_allowed``, ``not_redrivable``, ``schedule_changed``...)."""
+    settings = caller.app[keys.SETTINGS]
+    grants.refuse_revoked(client, letter.callback, settings.reserved_topics)
+    at = audit.app_now(caller.app)
+    marked = await redrives.redrive(caller.app[keys.STORE], letter, due_at, at, late_s=settings.hot_write_deadline_s)
+    if marked.redriven_at == at:  # this call redrove it (a repeat answers the first redrive's marks)
+        fields = {"fire_id": letter.fire_id, "due_at": (marked.redriven_due_at or due_at).isoformat()}
+        record = audit.record(
+            caller,
+            client.client_id,
+            client,
+            "dead_letter.redrive",
+            dead_letter_id(letter),
+            at=at,
+            fields=fields,
+            schedule_id=letter.schedule_id,
+        )
+        await audit.write(caller, [record])
+    return marked

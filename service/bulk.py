@@ -1,5 +1,6 @@
 """Bulk jobs: cancel, pause, resume or trigger every schedule with a tag (narrowed by status, due range and
-target), or only count them (a dry run), in the background, on whichever API replica holds the job.
+target), or redrive their dead letters (those that failed in a range, walked newest first as the listing
+does), or only count them (a dry run), in the background, on whichever API replica holds the job.
 
 A job is a row (``schema.cassandra.bulk``): created queued by ``POST /v1/bulk-jobs`` and listed as open;
 every replica's ``BulkRunner`` polls the open jobs and takes one whose lease is free or ran out (a
@@ -23,15 +24,16 @@ import functools
 import os
 import socket
 from datetime import datetime, timedelta
+from uuid import UUID
 
 import structlog
 from aiohttp import web
 
 from tickd.schema import notices, tagged, triggers
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
-from tickd.schema.model import BulkJob, BulkState, Client, IdempotencyKey, Schedule, Status
+from tickd.schema.model import BulkJob, BulkState, Client, DeadLetter, IdempotencyKey, ListCursor, Schedule, Status
 from tickd.schema.tagged import TagCursor
-from tickd.service import actions, audit, idempotency, keys
+from tickd.service import actions, audit, dead_letters, idempotency, keys
 
 log = structlog.get_logger("tickd.api")
 
@@ -146,25 +148,30 @@ class BulkRunner:
         store = self._app[keys.STORE]
         client = await store.get_client(job.client_id)
         caller = actions.JobCaller(self._app, f"bulk:{job.job_id}", job.actor)
-        cursor = TagCursor.decode(job.cursor) if job.cursor else None
+        cursor = job.cursor
         while True:
             size = self.page_size
-            found, cursor = await tagged.page(
-                store, job.client_id, job.filter, cursor, size, size * ENTRIES_PER_SCHEDULE
-            )
+            found: list[Schedule] | list[DeadLetter]
+            if job.action == "redrive":
+                found, cursor = await self._letters(job, cursor, size)
+            else:
+                found, cursor = await self._schedules(job, cursor, size)
             counts = {CHANGED: 0, UNCHANGED: 0, FAILED: 0}
             failures = list(job.failures)
-            for schedule in found:
+            for item in found:
                 await self._rate.wait(job.client_id)
-                outcome, reason = await self._apply(caller, client, job, schedule)
+                if isinstance(item, DeadLetter):
+                    outcome, reason = await self._redrive(caller, client, job, item)
+                else:
+                    outcome, reason = await self._apply(caller, client, job, item)
                 counts[outcome] += 1
                 if reason and len(failures) < FAILURES_KEPT:
-                    failures.append((str(schedule.schedule_id), reason))
+                    failures.append((str(item.schedule_id), reason))
             at = self._now()
             done = cursor is None
             saved = dataclasses.replace(
                 job,
-                cursor=cursor.encode() if cursor is not None else job.cursor,
+                cursor=cursor if cursor is not None else job.cursor,
                 matched=job.matched + len(found),
                 changed=job.changed + counts[CHANGED],
                 unchanged=job.unchanged + counts[UNCHANGED],
@@ -193,6 +200,56 @@ class BulkRunner:
                 )
                 await self._notify_done(client, job)
                 return job
+
+    async def _schedules(self, job: BulkJob, cursor: str | None, size: int) -> tuple[list[Schedule], str | None]:
+        """A page of the schedules the job's filter selects, from ``cursor``; the next page's cursor."""
+        found, after = await tagged.page(
+            self._app[keys.STORE],
+            job.client_id,
+            job.filter,
+            TagCursor.decode(cursor) if cursor else None,
+            size,
+            size * ENTRIES_PER_SCHEDULE,
+        )
+        return found, after.encode() if after is not None else None
+
+    async def _letters(self, job: BulkJob, cursor: str | None, size: int) -> tuple[list[DeadLetter], str | None]:
+        """A redrive's page: the dead letters not yet redriven that failed in the filter's range (newest
+        first), of schedules the rest of the filter selects as they are now; the next page's cursor."""
+        store, f = self._app[keys.STORE], job.filter
+        assert f.due_from is not None and f.due_to is not None  # fixed when the job was made
+        after = ListCursor.decode(cursor) if cursor else None
+        wanted = dead_letters.Filter(f.due_from, f.due_to, None, after, unredriven=True)
+        letters, after_text = await dead_letters.page(store, job.client_id, wanted, size)
+        selects = dataclasses.replace(f, due_from=None, due_to=None)  # the range was the failures'
+        owners: dict[UUID, Schedule | None] = {}
+        for letter in letters:
+            if letter.schedule_id not in owners:
+                owners[letter.schedule_id] = await store.get_schedule(job.client_id, letter.schedule_id)
+        found = [
+            letter
+            for letter in letters
+            if (owner := owners[letter.schedule_id]) is not None and tagged.selects(selects, owner)
+        ]
+        return found, after_text
+
+    async def _redrive(
+        self, caller: actions.JobCaller, client: Client | None, job: BulkJob, letter: DeadLetter
+    ) -> tuple[str, str | None]:
+        """Redrive one dead letter, due now: changed, or unchanged if an earlier run of the job (before a
+        takeover) or anyone else redrove it already."""
+        if job.dry_run:
+            return UNCHANGED, None
+        if client is None or not client.active:
+            return FAILED, "client_inactive" if client is not None else "client_gone"
+        at = self._now()
+        try:
+            marked = await actions.redrive(caller, client, letter, at)
+        except NotFound:
+            return FAILED, "gone"
+        except Conflict as exc:
+            return FAILED, exc.code
+        return (CHANGED if marked.redriven_at == at else UNCHANGED), None
 
     async def _apply(
         self, caller: actions.JobCaller, client: Client | None, job: BulkJob, schedule: Schedule

@@ -521,7 +521,8 @@ def check_http_shape(target: HttpTarget, prefix: str, settings: ApiSettings) -> 
 
 class BulkFilterBody(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
     """Which schedules a bulk job acts on: those with ``tag`` (key=value), and if given, of ``status``,
-    due in [from, to), calling ``target`` (an HTTP callback's host, or a Kafka topic)."""
+    due in [from, to), calling ``target`` (an HTTP callback's host, or a Kafka topic). For a redrive,
+    from/to is when their fires failed (the dead letters redriven), as in the dead-letter listing."""
 
     tag: Annotated[str, Meta(pattern=TAG_FILTER_PATTERN, description="key=value: schedules with this tag")]
     status: Literal["scheduled", "paused", "cancelled", "succeeded", "failed"] | UnsetType = UNSET
@@ -533,6 +534,6 @@ class BulkFilterBody(Struct, forbid_unknown_fields=True, rename={"start": "from"
 class BulkJobCreate(Struct, forbid_unknown_fields=True):
     """A bulk job: ``action`` on every schedule ``filter`` selects, or with ``dry_run`` only counted."""
 
-    action: Literal["cancel", "pause", "resume", "trigger"]
+    action: Literal["cancel", "pause", "resume", "trigger", "redrive"]
     filter: BulkFilterBody
     dry_run: bool = False

@@ -1,9 +1,10 @@
-"""Bulk jobs (``service.bulk``): create one (an action on every schedule a tag selects, or a dry run that
-counts them), read one's progress, list them, cancel one."""
+"""Bulk jobs (``service.bulk``): create one (an action on every schedule a tag selects, or on their dead
+letters, or a dry run that counts them), read one's progress, list them, cancel one."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import msgspec
 import structlog
@@ -12,7 +13,7 @@ from msgspec import Struct, UnsetType
 
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BulkFilter, BulkJob, BulkState, Client, IdempotencyKey, Status
-from tickd.service import audit, idempotency, keys, params
+from tickd.service import audit, dead_letters, idempotency, keys, params
 from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, TooManyRequests, json_response
 from tickd.service.routes.common import conflict, now, read_json
@@ -35,13 +36,18 @@ class BulkListQuery(Struct, forbid_unknown_fields=True):
 routes = Routes("bulk-jobs", path_params=(BulkJobPath,))
 
 
-def _filter(body: BulkJobCreate) -> BulkFilter:
+def _filter(body: BulkJobCreate, at: datetime) -> BulkFilter:
     f = body.filter
     key, _, value = f.tag.partition("=")
     due_from = None if isinstance(f.start, UnsetType) else parse_time(f.start, "filter.from")
     due_to = None if isinstance(f.end, UnsetType) else parse_time(f.end, "filter.to")
     if due_from is not None and due_to is not None and due_to <= due_from:
         raise Invalid("filter.to must be after filter.from", field="filter.to", code="out_of_range")
+    if body.action == "redrive":  # when the fires failed: the dead-letter listing's range, fixed now
+        try:
+            due_from, due_to = dead_letters.time_range(due_from, due_to, at)
+        except Invalid as exc:
+            raise Invalid(exc.message, field=f"filter.{exc.field}", code=exc.code) from None
     status = None if isinstance(f.status, UnsetType) else Status(f.status)
     target = None if isinstance(f.target, UnsetType) else f.target
     return BulkFilter((key, value), status, due_from, due_to, target)
@@ -49,7 +55,7 @@ def _filter(body: BulkJobCreate) -> BulkFilter:
 
 @routes.post(
     "/v1/bulk-jobs",
-    "Start a bulk job: cancel, pause, resume or trigger every schedule with a tag, or count them (dry_run)",
+    "Start a bulk job: cancel, pause, resume, trigger or redrive every schedule with a tag, or count them (dry_run)",
     ok=202,
     also={200: "Replayed (Idempotency-Key)"},
     request=BulkJobCreate,
@@ -59,7 +65,9 @@ def _filter(body: BulkJobCreate) -> BulkFilter:
     description="The job runs in the background, at TICKD_BULK_RATE_PER_S schedules a second for this client; "
     "GET /v1/bulk-jobs/{job_id} shows its progress, and a notification (bulk_job.done) tells when it is done. "
     "filter: tag (key=value, required), and optionally status, from/to (due time), target (an HTTP "
-    "callback's host or a Kafka topic). dry_run: true counts the schedules (matched) and changes nothing. A "
+    "callback's host or a Kafka topic). redrive: the dead letters not yet redriven of the schedules the "
+    "filter selects, from/to being when their fires failed (default the last 7 days, at most 31 days), each "
+    "fire due now; matched counts dead letters. dry_run: true counts (matched) and changes nothing. A "
     "schedule changed once is not changed again if the job is resumed after a replica failed. 429 "
     "too_many_bulk_jobs past TICKD_BULK_OPEN_MAX open jobs.",
 )
@@ -67,11 +75,12 @@ async def create_bulk_job(request: web.Request) -> web.Response:
     client = await request.app[keys.AUTH].client(request)
     raw = await read_json(request, _MAX_BODY)
     body = decode(BulkJobCreate, raw)
-    wanted = _filter(body)
-    if body.action == "trigger" and not body.dry_run and not client.active:
-        raise Forbidden("this client is deactivated and cannot trigger", code="client_inactive")
+    at = now()
+    wanted = _filter(body, at)
+    if body.action in ("trigger", "redrive") and not body.dry_run and not client.active:
+        raise Forbidden(f"this client is deactivated and cannot {body.action}", code="client_inactive")
     request.app[keys.LIMITER].take(client.client_id)
-    store, at = request.app[keys.STORE], now()
+    store = request.app[keys.STORE]
     job_id = uuid.uuid1()
     key = params.headers(params.CreateHeaders, request).idempotency_key
     if not isinstance(key, UnsetType):

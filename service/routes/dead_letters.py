@@ -14,10 +14,10 @@ import structlog
 from aiohttp import web
 from msgspec import UnsetType
 
-from tickd.schema import aio, redrives
+from tickd.schema import aio
 from tickd.schema.errors import TickdError
 from tickd.schema.model import Client, DeadLetter
-from tickd.service import audit, dead_letters, grants, keys, params
+from tickd.service import actions, dead_letters, keys, params
 from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, json_response
 from tickd.service.routes.common import now, read_json
@@ -93,23 +93,8 @@ async def _redriver(request: web.Request) -> tuple[Client, datetime]:
 
 
 async def _redrive(request: web.Request, client: Client, letter: DeadLetter, due_at: datetime) -> DeadLetter:
-    grants.refuse_revoked(client, letter.callback, request.app[keys.SETTINGS].reserved_topics)
-    late_s, at = request.app[keys.SETTINGS].hot_write_deadline_s, now()
-    marked = await redrives.redrive(request.app[keys.STORE], letter, due_at, at, late_s=late_s)
+    marked = await actions.redrive(request, client, letter, due_at)
     log.info("dead_letter_redriven", client_id=letter.client_id, fire_id=letter.fire_id)
-    if marked.redriven_at == at:  # this request redrove it (a repeat answers the first redrive's marks)
-        fields = {"fire_id": letter.fire_id, "due_at": (marked.redriven_due_at or due_at).isoformat()}
-        record = audit.record(
-            request,
-            client.client_id,
-            client,
-            "dead_letter.redrive",
-            dead_letter_id(letter),
-            at=at,
-            fields=fields,
-            schedule_id=letter.schedule_id,
-        )
-        await audit.write(request, [record])
     return marked
 
 

@@ -1,12 +1,15 @@
 // Bulk actions: count the schedules a tag selects (a dry run), then pause, resume, cancel or trigger them
-// all as a background job; the client's jobs with their progress, refreshed while one runs.
+// all, or redrive their dead letters, as a background job; the client's jobs with their progress, refreshed
+// while one runs.
 import { api, pages } from "./api.js";
 import { busy, h, mount, notice, table, when } from "./dom.js";
 
-const ACTIONS = ["pause", "resume", "cancel", "trigger"];
+const ACTIONS = ["pause", "resume", "cancel", "trigger", "redrive"];
 const STATUSES = ["", "scheduled", "paused", "succeeded", "failed", "cancelled"];
 const TAG = /^[a-z0-9][a-z0-9_.-]{0,62}=[\x20-\x7e]{0,128}$/;
-const VERBS = { pause: "Pause", resume: "Resume", cancel: "Cancel", trigger: "Trigger" };
+const VERBS = { pause: "Pause", resume: "Resume", cancel: "Cancel", trigger: "Trigger", redrive: "Redrive" };
+// What a job counts: schedules, or for a redrive the dead letters of the last 7 days (the API's default).
+const noun = (act, n) => (act === "redrive" ? `dead letter${n === 1 ? "" : "s"}` : `schedule${n === 1 ? "" : "s"}`);
 
 function jobRows(jobs, onStop) {
   const open = (j) => j.state === "queued" || j.state === "running";
@@ -88,10 +91,13 @@ export async function bulk(root, _params, ctx) {
         mount(message);
         mount(summary, "Counting…");
         const job = await waitDone(started.job_id);
-        counted = { action: action.value, filter: wanted, matched: job.matched };
+        // A redrive's range was fixed by the count (failed in the last 7 days): the run takes the same one.
+        const range = action.value === "redrive" ? { from: job.filter.from, to: job.filter.to } : {};
+        counted = { action: action.value, filter: { ...wanted, ...range }, matched: job.matched };
         run.disabled = job.matched === 0;
-        run.textContent = `${VERBS[action.value]} ${job.matched} schedule${job.matched === 1 ? "" : "s"}`;
-        mount(summary, `${job.matched} schedule${job.matched === 1 ? "" : "s"} match ${wanted.tag}${wanted.status ? ` (${wanted.status})` : ""}.`);
+        run.textContent = `${VERBS[action.value]} ${job.matched} ${noun(action.value, job.matched)}`;
+        const of = action.value === "redrive" ? " failed in the last 7 days, of schedules that" : "";
+        mount(summary, `${job.matched} ${noun(action.value, job.matched)}${of} match ${wanted.tag}${wanted.status ? ` (${wanted.status})` : ""}.`);
       } catch (err) {
         mount(message, notice(err.message));
       }
@@ -104,7 +110,7 @@ export async function bulk(root, _params, ctx) {
     run.disabled = true; // once: a new count enables it again
     try {
       await api("POST", "/v1/bulk-jobs", { action: counted.action, filter: counted.filter });
-      mount(message, notice(`${VERBS[counted.action]} started for ${counted.matched} schedules: progress below.`, "ok"));
+      mount(message, notice(`${VERBS[counted.action]} started for ${counted.matched} ${noun(counted.action, counted.matched)}: progress below.`, "ok"));
       changed();
     } catch (err) {
       mount(message, notice(err.message));
@@ -118,7 +124,7 @@ export async function bulk(root, _params, ctx) {
   mount(
     root,
     h("h2", {}, "Bulk actions"),
-    h("p", { class: "muted" }, "Act on every schedule with a tag, whatever its due time. Jobs run in the background at a bounded rate; a schedule is changed once even if an API replica dies mid-job."),
+    h("p", { class: "muted" }, "Act on every schedule with a tag, whatever its due time, or redrive their dead letters. Jobs run in the background at a bounded rate; a schedule is changed once even if an API replica dies mid-job."),
     h(
       "form",
       { class: "filters", onsubmit: onCount },

@@ -399,3 +399,10 @@ def test_bulk_commands(tickd: Run, dev: Dev) -> None:
     assert code == 0 and job_id in out and "matched" in out  # the table's columns
     assert tickd("bulk", "stop", job_id)[0] != 0  # done: 409 already_done
     assert tickd("bulk", "pause")[0] == cli.USAGE  # --tag is required
+    # A redrive's range is when fires failed (default the last 7 days): none of these failed.
+    code, out, _ = tickd("bulk", "redrive", "--tag", tag, "--dry-run", "--wait", "--poll-s", "0.1", "-o", "json")
+    assert code == 0 and _json(out)["matched"] == 0 and _json(out)["filter"]["from"] is not None
+    code, _, err = tickd(
+        "bulk", "redrive", "--tag", tag, "--from", "2026-01-01T00:00:00Z", "--to", "2026-03-01T00:00:00Z"
+    )
+    assert code != 0 and "filter.to" in err  # more than 31 days

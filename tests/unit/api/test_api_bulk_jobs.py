@@ -351,3 +351,80 @@ async def test_a_tag_page_on_a_slow_store_stops_at_half_its_time_with_a_cursor(
             break
     assert reads == 40  # every entry read once, over several pages
     assert pages > 1
+
+
+async def failed_tagged(
+    api: Api, store: Store, key: dict[str, str], client_id: str, tags: dict[str, str], ago_s: float
+) -> str:
+    """A tagged schedule made over the API whose fire then failed for good ``ago_s`` ago: its id."""
+    from tickd.schema import timing
+    from tickd.schema.model import DeadLetter, FireOutcome
+
+    sid = (await ok(await api.post("/v1/schedules", json=schedule_body(tags=tags), headers=key), 201))["schedule_id"]
+    s = await store.get_schedule(client_id, uuid.UUID(sid))
+    assert s is not None
+    failed_at = timing.truncate_ms(datetime.now(UTC) - timedelta(seconds=ago_s))
+    await store.record_outcomes(
+        [FireOutcome(client_id, s.schedule_id, s.location, Status.FAILED, 3, failed_at, "HTTP 500")]
+    )
+    await store.add_dead_letter(
+        DeadLetter(client_id, s.schedule_id, s.fire_id, failed_at, 3, "HTTP 500", s.callback, s.payload)
+    )
+    return sid
+
+
+async def test_a_bulk_redrive_redrives_the_tagged_dead_letters_of_its_range_once(
+    api: Api, register: Register, store: Store
+) -> None:
+    """Redrive by tag: the dead letters of the last 7 days (the default range) of schedules with the tag,
+    each fire again once (its schedule scheduled again, audited as the job's); not another tag's, not
+    an older one's, not another tenant's; a dry run counts first; a second job finds none left."""
+    client_id, key = await register()
+    other_id, other_key = await register()
+    wanted = [await failed_tagged(api, store, key, client_id, {"wave": "r"}, 60 + i) for i in range(5)]
+    other_tag = await failed_tagged(api, store, key, client_id, {"wave": "x"}, 60)
+    too_old = await failed_tagged(api, store, key, client_id, {"wave": "r"}, 10 * 86400)
+    theirs = await failed_tagged(api, store, other_key, other_id, {"wave": "r"}, 60)
+    body = {"action": "redrive", "filter": {"tag": "wave=r"}}
+
+    counted = await finished(
+        api,
+        key,
+        (await ok(await api.post("/v1/bulk-jobs", json={**body, "dry_run": True}, headers=key), 202))["job_id"],
+    )
+    assert (counted["matched"], counted["changed"]) == (5, 0)
+    assert set(await statuses(api, key, wanted)) == {"failed"}  # a dry run changes nothing
+
+    created = await ok(await api.post("/v1/bulk-jobs", json=body, headers=key), 202)
+    assert created["filter"]["from"] is not None and created["filter"]["to"] is not None  # the range, fixed now
+    done = await finished(api, key, created["job_id"])
+    assert (done["state"], done["matched"], done["changed"], done["failed"]) == ("done", 5, 5, 0)
+    assert set(await statuses(api, key, wanted)) == {"scheduled"}  # each fire written again
+    assert await statuses(api, key, [other_tag, too_old]) == ["failed", "failed"]
+    assert await statuses(api, other_key, [theirs]) == ["failed"]
+    letters = (await ok(await api.get("/v1/dead-letters", params={"limit": "100"}, headers=key)))["dead_letters"]
+    redriven = {d["schedule_id"] for d in letters if d["redriven_at"] is not None}
+    assert redriven == set(wanted)
+    trail = await ok(await api.get(f"/v1/schedules/{wanted[0]}/audit", headers=key))
+    redrives = [r for r in trail["records"] if r["action"] == "dead_letter.redrive"]
+    assert [r["request_id"] for r in redrives] == [f"bulk:{created['job_id']}"]
+
+    again = await finished(api, key, (await ok(await api.post("/v1/bulk-jobs", json=body, headers=key), 202))["job_id"])
+    assert (again["matched"], again["changed"]) == (0, 0)  # none left to redrive: no fire twice
+
+
+@pytest.mark.parametrize(
+    ("range_", "field"),
+    [
+        ({"from": "2026-01-01T00:00:00Z", "to": "2026-03-01T00:00:00Z"}, "filter.to"),  # more than 31 days
+        ({"to": "0001-01-02T00:00:00Z"}, "filter.to"),  # no 7 days before it
+    ],
+)
+async def test_a_bulk_redrive_range_past_the_dead_letters_bounds_is_refused(
+    api: Api, register: Register, range_: dict[str, str], field: str
+) -> None:
+    _, key = await register()
+    body = {"action": "redrive", "filter": {"tag": "wave=r", **range_}}
+    resp = await api.post("/v1/bulk-jobs", json=body, headers=key)
+    assert resp.status == 422, await resp.text()
+    assert (await resp.json())["error"]["field"] == field

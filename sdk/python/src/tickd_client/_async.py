@@ -189,8 +189,9 @@ class AsyncTickd:
         idempotency_key: str | None = None,
     ) -> BulkJob:
         """Start ``action`` (cancel, pause, resume, trigger) on every schedule with ``tag`` (narrowed by
-        ``status``, due range and ``target``), in the background; ``dry_run`` only counts them. Follow it
-        with ``get_bulk_job`` (or ``wait_bulk_job``)."""
+        ``status``, due range and ``target``), in the background; ``dry_run`` only counts them. ``redrive``
+        redrives their dead letters not yet redriven, ``due_from``/``due_to`` being when the fires failed
+        (default the last 7 days). Follow it with ``get_bulk_job`` (or ``wait_bulk_job``)."""
         wanted = calls.bulk_filter(tag, status, due_from, due_to, target)
         return await self.send(calls.create_bulk_job(action, wanted, dry_run=dry_run, idempotency_key=idempotency_key))
 

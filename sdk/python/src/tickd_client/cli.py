@@ -549,19 +549,24 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def _bulk(commands: Any, common: argparse.ArgumentParser) -> None:
     group = commands.add_parser(
-        "bulk", help="act on every schedule with a tag: cancel, pause, resume, trigger (background jobs)"
+        "bulk", help="act on every schedule with a tag: cancel, pause, resume, trigger, redrive (background jobs)"
     ).add_subparsers(required=True, metavar="COMMAND")
     for action, help in (
         ("cancel", "cancel every schedule the filter selects"),
         ("pause", "pause every schedule the filter selects"),
         ("resume", "resume every paused schedule the filter selects"),
         ("trigger", "fire every schedule the filter selects once more now"),
+        ("redrive", "redrive the dead letters (not yet redriven) of every schedule the filter selects"),
     ):
         leaf = _leaf(group, action, _bulk_start(action), help, common)
         leaf.add_argument("--tag", required=True, help="key=value: the schedules with this tag")
         leaf.add_argument("--status", choices=("scheduled", "paused", "succeeded", "failed", "cancelled"))
-        leaf.add_argument("--from", dest="start", help="only those due at or after this time")
-        leaf.add_argument("--to", dest="end", help="only those due before this time")
+        if action == "redrive":  # the range is when the fires failed, as for dead letters
+            leaf.add_argument("--from", dest="start", help="failed at or after (default: 7 days before --to)")
+            leaf.add_argument("--to", dest="end", help="failed before (default: now)")
+        else:
+            leaf.add_argument("--from", dest="start", help="only those due at or after this time")
+            leaf.add_argument("--to", dest="end", help="only those due before this time")
         leaf.add_argument("--target", help="only those calling this host (HTTP) or topic (Kafka)")
         leaf.add_argument("--dry-run", action="store_true", help="count them; change nothing")
         leaf.add_argument("--wait", action="store_true", help="wait until the job is done and print it")
