@@ -49,14 +49,9 @@ async def patch_settings(request: web.Request) -> web.Response:
     raw = await read_json(request, _MAX_SETTINGS_BODY)
     patch = decode(SettingsPatch, raw)
     request.app[keys.LIMITER].take(client.client_id)  # a notify target's check costs a DNS lookup
-    changed = client.settings
-    if not isinstance(patch.pause_after_failures, UnsetType):
-        changed = msgspec.structs.replace(changed, pause_after_failures=patch.pause_after_failures)
-    if not isinstance(patch.notify, UnsetType):
-        target = None if patch.notify is None else await checked_callback(request, client, patch.notify, "notify")
-        changed = msgspec.structs.replace(changed, notify=target)
     settings = request.app[keys.SETTINGS]
-    for name, most, env in (
+    bounded: dict[str, int] = {}
+    for name, most, env in (  # checked before the notify target's DNS lookup: the cheap refusals first
         ("retention_s", settings.retention_max_s, "TICKD_RETENTION_MAX_S"),
         ("audit_retention_s", settings.audit_retention_max_s, "TICKD_AUDIT_RETENTION_MAX_S"),
     ):
@@ -66,7 +61,18 @@ async def patch_settings(request: web.Request) -> web.Response:
         if given and not _MIN_RETENTION_S <= given <= most:
             why = f"{name} is {_MIN_RETENTION_S} to {most} seconds ({env}), or 0 for this deployment's default"
             raise Invalid(why, field=name, code="out_of_range")
-        changed = msgspec.structs.replace(changed, **{name: given})
+        bounded[name] = given
+    target = client.settings.notify
+    if not isinstance(patch.notify, UnsetType):
+        target = None if patch.notify is None else await checked_callback(request, client, patch.notify, "notify")
+    # The settings as stored now, not as this replica's client cache holds them (up to TICKD_CLIENT_CACHE_S
+    # old): a change made through another replica a moment ago is kept, not overwritten by the cached copy.
+    stored = await request.app[keys.STORE].get_client(client.client_id)
+    changed = msgspec.structs.replace((stored or client).settings, **bounded)
+    if not isinstance(patch.pause_after_failures, UnsetType):
+        changed = msgspec.structs.replace(changed, pause_after_failures=patch.pause_after_failures)
+    if not isinstance(patch.notify, UnsetType):
+        changed = msgspec.structs.replace(changed, notify=target)
     await request.app[keys.STORE].set_client_settings(client.client_id, changed)
     _remember(request, client, changed)
     await audit.changed(request, client.client_id, client, "client.settings", client.client_id, raw)

@@ -9,6 +9,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from tests.integration.api_helpers import Api, Register, http_callback, schedule_body
 from tickd.schema.model import InstanceKey
 from tickd.schema.store import Store
@@ -153,3 +155,21 @@ async def test_the_feed_refuses_bad_queries_naming_the_parameter(api: Api, regis
         resp = await api.get("/v1/notifications", params=params, headers=key)
         body = await resp.json()
         assert resp.status in (400, 422) and body["error"]["field"] == name, (params, body)
+
+
+async def test_a_settings_change_keeps_what_another_replica_changed_a_moment_before(
+    api: Api, register: Register, store: Store
+) -> None:
+    """This replica's client cache (TICKD_CLIENT_CACHE_S, 2 s by default) holds the settings it last saw;
+    another replica then sets a retention. A PATCH of another field here keeps that retention, because
+    it merges onto the settings as stored, not onto the cached copy."""
+    client_id, key = await register()
+    await ok(await api.patch("/v1/settings", json={"pause_after_failures": 3}, headers=key))  # cached here now
+    client = await store.get_client(client_id)
+    assert client is not None
+    elsewhere = msgspec.structs.replace(client.settings, retention_s=7200)
+    await store.set_client_settings(client_id, elsewhere)  # what another API replica's PATCH writes
+    changed = await ok(await api.patch("/v1/settings", json={"pause_after_failures": 4}, headers=key))
+    assert (changed["pause_after_failures"], changed["retention_s"]) == (4, 7200)
+    stored = await store.get_client(client_id)
+    assert stored is not None and stored.settings.retention_s == 7200
