@@ -15,6 +15,10 @@ of ``service.routes.operations()`` (every declared operation, so a new endpoint 
 - client B, in a process of its own so A's client work cannot delay it, sends ``GET /v1/schedules/{id}``
   every 20 ms (open loop: a stalled API shows up as every request queued behind the stall).
 
+Last, two bulk jobs run to done beside B (a redrive of the listed schedules' dead letters over 31 days,
+then a pause of every listed schedule by its tag): a job is background work, so its row gives B's
+latency over the job's whole run and the API's CPU per schedule (dead letter) the job matched.
+
 An endpoint without a builder here is still measured with a generic request (path parameters filled in,
 no body) and its row says so. Each row: A's answer status and median and maximum latency, B's p50/p99/max over every
 request that overlapped A's, and the API process's CPU per A request (utime + stime from /proc, which
