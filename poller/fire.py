@@ -509,6 +509,7 @@ class Settler:
                 "occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id
             )
             await self._superseded(row)
+            await self._failures.owed(self._ctx.client(), row, now())
         return chained
 
     async def expand(self, fire: Fire) -> list[tuple[datetime, datetime]]:
@@ -648,17 +649,42 @@ class FailureNotices:
         await self._notify(client, record)
         threshold = _pause_threshold(client, row)
         if threshold and await self._failed_in_a_row(row, threshold):
-            lock, waiting = self._pausing.get(row.public_id, (asyncio.Lock(), 0))
-            self._pausing[row.public_id] = (lock, waiting + 1)
-            try:
-                async with lock:
-                    await self._pause(client, row, threshold, at)
-            finally:
-                lock, waiting = self._pausing[row.public_id]
-                if waiting == 1:
-                    del self._pausing[row.public_id]
-                else:
-                    self._pausing[row.public_id] = (lock, waiting - 1)
+            await self._pause_once(client, row, threshold, at)
+
+    async def owed(self, client: Client, row: Schedule, at: datetime) -> None:
+        """``row``, an occurrence dropped because the schedule changed: if the occurrences just before it
+        ended dead-lettered ``threshold`` times in a row, their auto-pause is owed, and is made now. It was
+        begun (the pointer moved) and lost with the node that began it before its status write landed, and
+        nothing else would finish it: the schedule was left neither paused nor firing (simulation seed
+        400359). A pause that landed leaves nothing owed (``_pause`` finds the schedule paused)."""
+        threshold = _pause_threshold(client, row)
+        if not threshold or row.seq <= threshold:
+            return
+        before = await durably(
+            self._log,
+            "read_runs",
+            lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold),
+            self._metrics,
+        )
+        if [run.seq for run in before] != [row.seq - 1 - i for i in range(threshold)]:
+            return  # not the occurrences just before it, or one missing (late, in retry)
+        if any(run.status is not Status.FAILED for run in before):
+            return
+        trigger = dataclasses.replace(row, fire_at=before[0].nominal_at, seq=before[0].seq)  # the last failure
+        await self._pause_once(client, trigger, threshold, at)
+
+    async def _pause_once(self, client: Client, row: Schedule, threshold: int, at: datetime) -> None:
+        lock, waiting = self._pausing.get(row.public_id, (asyncio.Lock(), 0))
+        self._pausing[row.public_id] = (lock, waiting + 1)
+        try:
+            async with lock:
+                await self._pause(client, row, threshold, at)
+        finally:
+            lock, waiting = self._pausing[row.public_id]
+            if waiting == 1:
+                del self._pausing[row.public_id]
+            else:
+                self._pausing[row.public_id] = (lock, waiting - 1)
 
     async def _failed_in_a_row(self, row: Schedule, threshold: int) -> bool:
         """Whether the ``threshold - 1`` occurrences just before ``row``'s all ended dead-lettered."""
@@ -681,7 +707,9 @@ class FailureNotices:
         current = await durably(
             self._log, "read_schedule", lambda: self._store.get_schedule(row.client_id, schedule_id), self._metrics
         )
-        if current is None or current.status is not Status.SCHEDULED or current.repeat is None:
+        # A current row reading "moved" is one a poller marked superseded by a change that never landed
+        # (this pause's own, lost with its node: ``owed``): scheduled to the client, and the pause adopts it.
+        if current is None or current.status not in (Status.SCHEDULED, Status.MOVED) or current.repeat is None:
             return  # cancelled, paused, ended or changed into a one-time schedule meanwhile
         try:
             paused = await durably(

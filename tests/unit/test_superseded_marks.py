@@ -143,3 +143,45 @@ async def test_two_fires_dead_lettered_at_once_pause_and_announce_once() -> None
     assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
     changes = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
     assert [c.action for c in changes] == ["schedule.auto_pause"]
+
+
+class LoseStatusWrite:
+    """Store faults: the next paused-status write fails, unapplied (the pointer was bumped before it)."""
+
+    def __init__(self) -> None:
+        self.lost = asyncio.Event()
+
+    async def before(self, op: str) -> None:
+        if op == "batch:set_status_version" and not self.lost.is_set():
+            self.lost.set()
+            raise StoreUnavailable("set_status_version: OperationTimedOut (simulated)")
+
+    async def after(self, op: str) -> None:
+        return None
+
+    async def batchlog(self, op: str) -> None:
+        return None
+
+
+async def test_an_auto_pause_lost_with_its_node_is_finished_by_the_next_owner() -> None:
+    """Seed 400359: the auto-pause moved the pointer, its status write failed and its node died before
+    trying again. The next owner found the next occurrence superseded (by that lost change) and dropped
+    it: the schedule was left neither paused nor firing, for good. Now the next owner sees the pause owed
+    (the occurrence before ended dead-lettered, pause_after_failures 1) and makes it, once."""
+    inst = Instance(ClientSettings(pause_after_failures=1))
+    row = await inst.create(every_minute())
+    faults = LoseStatusWrite()
+    inst.store.connection.faults = faults  # type: ignore[attr-defined]
+    dying = asyncio.create_task(inst.occurrence(row, FAILED))  # dead-lettered: its auto-pause begins
+    await faults.lost.wait()
+    dying.cancel()  # the node dies while the pause waits to try again
+    await asyncio.gather(dying, return_exceptions=True)
+    stuck = await inst.store.get_schedule("c1", row.schedule_id)
+    assert stuck is not None and stuck.status is Status.SCHEDULED and stuck.seq == 2  # the pause not landed
+    inst.clock.now = stuck.location.due_at
+    chained = await inst.settler.chain(Fire(stuck, OpenMinute(stuck.location.minute)))  # the next owner
+    assert chained is not None and chained.outcome is Chain.CHANGED  # dropped: the lost change is ahead
+    assert await inst.status(row) is Status.PAUSED
+    assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
+    changes = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
+    assert [c.action for c in changes] == ["schedule.auto_pause"]
