@@ -508,8 +508,9 @@ class Settler:
             self._ctx.log.info(
                 "occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id
             )
-            await self._superseded(row)
-            await self._failures.owed(self._ctx.client(), row, now())
+            current = await self._current(row)
+            await self._mark_superseded(row, current, None)
+            await self._failures.owed(self._ctx.client(), row, current, now())
         return chained
 
     async def expand(self, fire: Fire) -> list[tuple[datetime, datetime]]:
@@ -651,15 +652,20 @@ class FailureNotices:
         if threshold and await self._failed_in_a_row(row, threshold):
             await self._pause_once(client, row, threshold, at)
 
-    async def owed(self, client: Client, row: Schedule, at: datetime) -> None:
-        """``row``, an occurrence dropped because the schedule changed: if the occurrences just before it
-        ended dead-lettered ``threshold`` times in a row, their auto-pause is owed, and is made now. It was
-        begun (the pointer moved) and lost with the node that began it before its status write landed, and
-        nothing else would finish it: the schedule was left neither paused nor firing (simulation seed
-        400359). A pause that landed leaves nothing owed (``_pause`` finds the schedule paused)."""
+    async def owed(self, client: Client, row: Schedule, current: Schedule | None, at: datetime) -> None:
+        """``row``, an occurrence dropped because the schedule changed, and the schedule's ``current`` row
+        as read before ``row`` was marked: if that is ``row`` itself, still scheduled (or marked moved by
+        an earlier owner), the change that dropped it has not landed; if also the
+        occurrences just before it ended dead-lettered ``threshold`` times in a row with no auto-pause
+        recorded for them, their auto-pause is owed, and is made now. It was begun (the pointer moved) and
+        lost with the node that began it before its status write landed, and nothing else would finish it:
+        the schedule was left neither paused nor firing (simulation seed 400359). A pause that landed, or
+        was made and then resumed by the client, leaves nothing owed."""
         threshold = _pause_threshold(client, row)
         if not threshold or row.seq <= threshold:
             return
+        if current is None or current.location != row.location or current.status not in _LIMBO:
+            return  # the change landed (a client's pause, cancel or edit) or moved the schedule elsewhere
         before = await durably(
             self._log,
             "read_runs",
@@ -671,6 +677,14 @@ class FailureNotices:
         if any(run.status is not Status.FAILED for run in before):
             return
         trigger = dataclasses.replace(row, fire_at=before[0].nominal_at, seq=before[0].seq)  # the last failure
+        trail = await durably(
+            self._log,
+            "read_audit",
+            lambda: self._store.page_schedule_audit(row.client_id, row.public_id, None, _OWED_AUDIT_ROWS),
+            self._metrics,
+        )
+        if any(r.action == _AUTO_PAUSE and trigger.fire_id in r.changes for r in trail):
+            return  # this streak's pause was made (and the client resumed the schedule since)
         await self._pause_once(client, trigger, threshold, at)
 
     async def _pause_once(self, client: Client, row: Schedule, threshold: int, at: datetime) -> None:
@@ -732,7 +746,7 @@ class FailureNotices:
         detail = {"failed_in_a_row": threshold, "fire_id": row.fire_id, "version": paused.version}
         record = notices.notice(row.client_id, notices.AUTO_PAUSED, str(schedule_id), at, detail, schedule_id)
         # A change of the schedule's too: in its audit trail, by tickd, with the version it left.
-        change = dataclasses.replace(record, action="schedule.auto_pause", version=paused.version)
+        change = dataclasses.replace(record, action=_AUTO_PAUSE, version=paused.version)
         await durably(self._log, "audit", lambda: self._store.record_audit([change]), self._metrics)
         await self._notify(client, record)
 
@@ -744,6 +758,13 @@ class FailureNotices:
                 self._log, "notice_delivery", lambda: self._store.create_schedule(sent, record.at), self._metrics
             )
         self._metrics.notices.labels(record.action).inc()
+
+
+# The audit action of an auto-pause, and how many of a schedule's latest records ``owed`` reads for one.
+_AUTO_PAUSE = "schedule.auto_pause"
+_OWED_AUDIT_ROWS = 20
+# A current row that is the dropped occurrence's own, its change not landed.
+_LIMBO = (Status.SCHEDULED, Status.MOVED)
 
 
 def _pause_threshold(client: Client, row: Schedule) -> int:

@@ -11,7 +11,10 @@ And an auto-pause counts failures "in a row" only over occurrences with nothing 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
+
+import pytest
 
 from tests.unit.test_auto_pause import FAILED, Instance, every_minute
 from tickd.poller.fire import Fire
@@ -185,3 +188,26 @@ async def test_an_auto_pause_lost_with_its_node_is_finished_by_the_next_owner() 
     assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
     changes = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
     assert [c.action for c in changes] == ["schedule.auto_pause"]
+
+
+async def test_a_streak_already_paused_and_resumed_is_not_paused_again() -> None:
+    """The streak's pause was made (recorded) and the client resumed the schedule; then a change of the
+    client's is in limbo (pointer moved, status write lost) when the next occurrence is chained. That
+    occurrence is dropped, and no pause is owed: the client resumed past this streak."""
+    inst = Instance(ClientSettings(pause_after_failures=1))
+    row = await inst.create(every_minute())
+    await inst.occurrence(row, FAILED)
+    paused = await inst.store.get_schedule("c1", row.schedule_id)
+    assert paused is not None and paused.status is Status.PAUSED
+    resumed = await inst.store.resume_schedule(
+        paused, dataclasses.replace(paused, status=Status.SCHEDULED), inst.clock()
+    )
+    faults = LoseStatusWrite()
+    inst.store.connection.faults = faults  # type: ignore[attr-defined]
+    with pytest.raises(StoreUnavailable):
+        await inst.store.pause_schedule(resumed, inst.clock())  # the client's pause: pointer moved, rows lost
+    inst.clock.now = resumed.location.due_at
+    chained = await inst.settler.chain(Fire(resumed, OpenMinute(resumed.location.minute)))
+    assert chained is not None and chained.outcome is Chain.CHANGED
+    assert await inst.status(row) is Status.MOVED  # the client's change is theirs to retry: not paused by tickd
+    assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
