@@ -118,6 +118,7 @@ class ScheduleRows:
         *,
         by_client: bool = True,
         base: Base | None = None,
+        stale: tuple[Location, ...] | None = None,
     ) -> None:
         raise NotImplementedError
 
@@ -194,6 +195,21 @@ class ClientChanges(ScheduleRows):
         await self._write_replacement(current, new, now, base=base)
         await self._still_last(current, new.version)
         return new
+
+
+def kept_stale(current: Schedule, ref: ScheduleRef | None) -> tuple[Location, ...] | None:
+    """The stale targets a poller's move on from ``current`` must record in the pointer (None: leave
+    them as they are). The move overwrites the pointer's ``previous``; when ``current`` is where the last
+    client change moved the schedule to, that ``previous`` is the row the change retired, and its retiring
+    write may have been lost: the next client change fences it only if the pointer still names it
+    (simulation seed 401111: a change answered 503 left the old row live, a durable retry of the new row
+    forgot it, and the old row fired after a later change was answered)."""
+    if ref is None or ref.version != current.version or ref.changed_version != ref.version:
+        return None
+    moved_from = ref.previous
+    if moved_from is None or moved_from == current.location or moved_from in ref.stale:
+        return None
+    return (*ref.stale, moved_from)
 
 
 def fenced(stale: tuple[Location, ...], *live: Location) -> list[Location]:

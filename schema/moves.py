@@ -19,7 +19,7 @@ from uuid import UUID
 
 import msgspec
 
-from tickd.schema import timing
+from tickd.schema import changes, timing
 from tickd.schema.changes import ScheduleRows
 from tickd.schema.errors import Conflict
 from tickd.schema.model import Chain, Chained, Location, Schedule, ScheduleRef, Status
@@ -103,8 +103,9 @@ class PollerMoves(ScheduleRows):
         """Point the schedule at its retry row and write it (the old row becomes MOVED). ``Conflict`` if
         the client changed the schedule meanwhile, or another retry of this fire completed."""
         at, version = retry.location, current.version + 1
+        stale = changes.kept_stale(current, await self.get_ref(current.client_id, current.schedule_id))
         try:
-            await self._bump_ref(current, at, version, now, by_client=False)
+            await self._bump_ref(current, at, version, now, by_client=False, stale=stale)
         except Conflict:
             moved = await self._poller_move(current, await self.get_ref(current.client_id, current.schedule_id))
             if moved is None:

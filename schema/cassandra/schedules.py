@@ -258,12 +258,14 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         *,
         by_client: bool = True,
         base: changes.Base | None = None,
+        stale: tuple[Location, ...] | None = None,
     ) -> None:
         """Move the pointer to ``new_loc`` at ``version`` if it is still at ``current.version`` (a client
         change: at ``base.version``, recording its write timestamp and the stale targets it fences).
 
         ``by_client``: the change is the client's (it also becomes the last client-changed version);
-        a poller's own moves (retries, next occurrences) leave that alone."""
+        a poller's own moves (retries, next occurrences) leave that alone, and rewrite the stale targets
+        only when given ``stale`` (``changes.kept_stale``)."""
         prev = current.location if current.location != new_loc else None
         values = {
             "ttl": timing.row_ttl_s(new_loc.due_at, now, self._retention(current.client_id)),
@@ -279,6 +281,8 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         if by_client:
             values["write_ts"] = base.write_ts if base is not None else UNSET_VALUE
             values["stale"] = [(loc.poller_id, loc.due_at) for loc in base.stale] if base is not None else UNSET_VALUE
+        else:
+            values["stale"] = [(loc.poller_id, loc.due_at) for loc in stale] if stale is not None else UNSET_VALUE
         applied, _ = await self._db.applied("bump_ref" if by_client else "move_ref", values)
         if not applied:
             raise Conflict("the schedule was changed concurrently; read it again and retry")

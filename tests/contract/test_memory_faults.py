@@ -42,7 +42,7 @@ async def test_each_method_sends_the_requests_of_the_cassandra_adapter(
     assert seen == ["batch:insert_schedule"]
     seen.clear()
     retried = await store.requeue_schedule(s, START + timedelta(minutes=20), 2, "HTTP 503", START)
-    assert seen == ["move_ref", "batch:insert_schedule", "record_outcome"]
+    assert seen == ["get_ref", "move_ref", "batch:insert_schedule", "record_outcome"]
     seen.clear()
     await store.cancel_schedule(retried, START)
     # The pointer first (its write timestamp), and again after the rows (no client change came after).
@@ -122,6 +122,30 @@ async def test_a_half_done_reschedule_is_fenced_by_the_next_change(
     assert ref is not None and ref.version == 3 and ref.stale == (lost.location,)
     live = [r for m in (s, lost, final) for r in await read_all(store, m.instance, m.location.minute)]
     assert [(r.location, r.status) for r in live] == [(s.location, Status.MOVED), (final.location, Status.SCHEDULED)]
+
+
+async def test_a_row_a_lost_change_left_live_is_fenced_after_a_durable_retry_of_its_successor(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """Simulation seed 401111: a reschedule whose batchlog failed lands piece by piece, all but the write
+    retiring the old row (answered 503); the new row fires, fails and is retried (a poller's move, which
+    rewrites the pointer's ``previous``); the next client change must still fence the old row, or it
+    fires after that change was answered."""
+    s = new_schedule(START + timedelta(minutes=10), poller_id=1)
+    await store.create_schedule(s, START)
+    moved = dataclasses.replace(s, location=Location(1, START + timedelta(minutes=5)), fire_at=START)
+    faults(env, batchlog=("batch:insert_schedule",), before=("batch:set_status",))
+    with pytest.raises(StoreUnavailable):
+        await store.replace_schedule(s, moved, START)
+    faults(env)
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.location == moved.location and got.version == 2
+    old = await read_all(store, s.instance, s.location.minute)
+    assert [r.status for r in old] == [Status.SCHEDULED]  # the retiring write was lost
+    retried = await store.requeue_schedule(got, START + timedelta(minutes=7), 1, "HTTP 503", START)
+    await store.cancel_schedule(retried, START)
+    old = await read_all(store, s.instance, s.location.minute)
+    assert [(r.version, r.status) for r in old] == [(1, Status.MOVED)]
 
 
 async def test_an_unlogged_batch_over_two_partitions_can_half_apply(
