@@ -421,6 +421,13 @@ class Workload:
             job = await world.oracle_call(lambda c=client_id, j=job_id: world.memory.get_bulk_job(c, j))  # type: ignore[misc]
             if job is None or job.state is not BulkState.DONE:
                 world.oracle.saw(f"bulk job {job_id} of {client_id} did not finish ({job.state if job else 'gone'})")
+            for target, _reason in job.failures if job is not None else ():
+                # A change the job lists as failed is one not acknowledged, as a 503 from the API is: it
+                # may have landed or not (seed 402440: a cancel whose pointer moved and whose status write
+                # was lost, then the fire's retry dropped as changed; a user re-runs the failed ones).
+                promise = world.oracle.promises.get(uuid.UUID(target))
+                if promise is not None and promise.cancelled_at is None:
+                    promise.unsure(promise.fire_id)
             seen: set[str] = set()
             for target, at in peek.bulk_changes(world.tables, client_id, f"bulk:{job_id}"):
                 if target in seen:
