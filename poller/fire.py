@@ -78,6 +78,7 @@ from tickd.schema.model import (
     FireOutcome,
     Location,
     Options,
+    Run,
     Schedule,
     Status,
     Token,
@@ -655,12 +656,15 @@ class FailureNotices:
     async def owed(self, client: Client, row: Schedule, current: Schedule | None, at: datetime) -> None:
         """``row``, an occurrence dropped because the schedule changed, and the schedule's ``current`` row
         as read before ``row`` was marked: if that is ``row`` itself, still scheduled (or marked moved by
-        an earlier owner), the change that dropped it has not landed; if also the
-        occurrences just before it ended dead-lettered ``threshold`` times in a row with no auto-pause
-        recorded for them, their auto-pause is owed, and is made now. It was begun (the pointer moved) and
-        lost with the node that began it before its status write landed, and nothing else would finish it:
-        the schedule was left neither paused nor firing (simulation seed 400359). A pause that landed, or
-        was made and then resumed by the client, leaves nothing owed."""
+        an earlier owner), the change that dropped it has not landed; if also a recent streak of
+        occurrences ended dead-lettered ``threshold`` times in a row with no auto-pause recorded for it
+        and no client change recorded since, its auto-pause is owed, and is made now. It was begun (the
+        pointer moved) and lost with the node that began it before its status write landed, and nothing
+        else would finish it: the schedule was left neither paused nor firing (simulation seed 400359).
+        The streak need not end just before ``row``: occurrences chained before the pause moved the
+        pointer may have fired or still be in retry (seed 404743: the trigger two occurrences back, the
+        one after it delivered, the next in retry). A pause that landed, or was made and then resumed by
+        the client, leaves nothing owed."""
         threshold = _pause_threshold(client, row)
         if not threshold or row.seq <= threshold:
             return
@@ -669,14 +673,13 @@ class FailureNotices:
         before = await durably(
             self._log,
             "read_runs",
-            lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold),
+            lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold + _OWED_RECENT_RUNS),
             self._metrics,
         )
-        if [run.seq for run in before] != [row.seq - 1 - i for i in range(threshold)]:
-            return  # not the occurrences just before it, or one missing (late, in retry)
-        if any(run.status is not Status.FAILED for run in before):
+        last = _streak_end(before, threshold)
+        if last is None:
             return
-        trigger = dataclasses.replace(row, fire_at=before[0].nominal_at, seq=before[0].seq)  # the last failure
+        trigger = dataclasses.replace(row, fire_at=last.nominal_at, seq=last.seq)  # the streak's last failure
         trail = await durably(
             self._log,
             "read_audit",
@@ -685,6 +688,8 @@ class FailureNotices:
         )
         if any(r.action == _AUTO_PAUSE and trigger.fire_id in r.changes for r in trail):
             return  # this streak's pause was made (and the client resumed the schedule since)
+        if any(r.actor != notices.ACTOR and r.at >= last.nominal_at for r in trail):
+            return  # a client changed the schedule since the streak: a pause dropped for that is not owed
         await self._pause_once(client, trigger, threshold, at)
 
     async def _pause_once(self, client: Client, row: Schedule, threshold: int, at: datetime) -> None:
@@ -763,8 +768,22 @@ class FailureNotices:
 # The audit action of an auto-pause, and how many of a schedule's latest records ``owed`` reads for one.
 _AUTO_PAUSE = "schedule.auto_pause"
 _OWED_AUDIT_ROWS = 20
+# How many runs before a dropped occurrence ``owed`` looks through for the streak, beyond the streak.
+_OWED_RECENT_RUNS = 8
 # A current row that is the dropped occurrence's own, its change not landed.
 _LIMBO = (Status.SCHEDULED, Status.MOVED)
+
+
+def _streak_end(runs: Sequence[Run], threshold: int) -> Run | None:
+    """Of ``runs`` (newest first), the latest that ends ``threshold`` consecutive occurrences (by
+    sequence number, none missing) all dead-lettered; None if there is none."""
+    for i, run in enumerate(runs):
+        streak = runs[i : i + threshold]
+        if [r.seq for r in streak] == [run.seq - j for j in range(threshold)] and all(
+            r.status is Status.FAILED for r in streak
+        ):
+            return run
+    return None
 
 
 def _pause_threshold(client: Client, row: Schedule) -> int:

@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from tests.unit.test_auto_pause import FAILED, Instance, every_minute
+from tickd.poller.delivery import DeliveryResult
 from tickd.poller.fire import Fire
 from tickd.poller.plan import OpenMinute
 from tickd.schema import notices
@@ -210,4 +211,37 @@ async def test_a_streak_already_paused_and_resumed_is_not_paused_again() -> None
     chained = await inst.settler.chain(Fire(resumed, OpenMinute(resumed.location.minute)))
     assert chained is not None and chained.outcome is Chain.CHANGED
     assert await inst.status(row) is Status.MOVED  # the client's change is theirs to retry: not paused by tickd
+    assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
+
+
+async def test_an_owed_auto_pause_is_found_behind_an_occurrence_delivered_meanwhile() -> None:
+    """Seed 404743: the dead-lettered occurrence had chained on before it failed for good, and the next one
+    was delivered meanwhile; the auto-pause it set off was lost with its node. The next owner, finding the
+    occurrence after that dropped, looked only at the run just before it (delivered): nothing owed, and the
+    schedule was left neither paused nor firing. The streak is looked for among the recent runs."""
+    inst = Instance(ClientSettings(pause_after_failures=1))
+    row = await inst.create(every_minute())
+    first = await inst.store.get_schedule("c1", row.schedule_id)
+    assert first is not None
+    inst.clock.now = first.location.due_at
+    out = Fire(first, OpenMinute(first.location.minute))
+    chained = await inst.settler.chain(out)  # occurrence 1 goes out (and is retried: no run yet)
+    assert chained is not None and chained.outcome is Chain.CHAINED
+    await inst.occurrence(row, DeliveryResult.delivered(1))  # occurrence 2, delivered
+    faults = LoseStatusWrite()
+    inst.store.connection.faults = faults  # type: ignore[attr-defined]
+    out.went_out(first.location.due_at)
+    out.result = FAILED
+    dying = asyncio.create_task(inst.settler.settle(out))  # occurrence 1 dead-lettered: its pause begins
+    await faults.lost.wait()
+    dying.cancel()  # the node dies while the pause waits to try again
+    await asyncio.gather(dying, return_exceptions=True)
+    stuck = await inst.store.get_schedule("c1", row.schedule_id)
+    assert stuck is not None and stuck.status is Status.SCHEDULED and stuck.seq == 3
+    inst.clock.now = stuck.location.due_at
+    chained = await inst.settler.chain(Fire(stuck, OpenMinute(stuck.location.minute)))  # the next owner
+    assert chained is not None and chained.outcome is Chain.CHANGED
+    assert await inst.status(row) is Status.PAUSED
+    [change] = await inst.store.page_schedule_audit("c1", row.schedule_id, None, 10)
+    assert change.action == "schedule.auto_pause" and first.fire_id in change.changes
     assert (await inst.feed()).count(notices.AUTO_PAUSED) == 1
