@@ -619,7 +619,10 @@ class Bench:
         headers = {"Authorization": f"Bearer {self.world.key_a}"}
         body = {"action": action, "filter": {"tag": "iso=listed"}}
         if action == "redrive":
+            # The seeded letters' 31 days, fixed to when they were seeded: the run is minutes long by now,
+            # and a default "to" (now) would put "from" more than the 31 days allowed before it.
             body["filter"]["from"] = (self.world.now - timedelta(days=31) + timedelta(minutes=1)).isoformat()
+            body["filter"]["to"] = (self.world.now + timedelta(minutes=1)).isoformat()
         started, busy, cpu = time.monotonic(), machine_busy_s(), proc_cpu_s(self.api_pid)
         row.before.extend(self.probe.overlapping(started - CONTROL_S, started))
         async with self.session.post(f"{self.url}/v1/bulk-jobs", json=body, headers=headers) as resp:
@@ -633,8 +636,10 @@ class Bench:
         row.busy_s, row.wall_s = machine_busy_s() - busy, seconds
         await asyncio.sleep(2 * PROBE_PERIOD_S)
         row.statuses.append(200 if job["state"] == "done" else 0)
+        reasons = Counter(f["reason"] for f in job["failures"])
+        why = f" ({', '.join(f'{n} {r}' for r, n in sorted(reasons.items()))})" if reasons else ""
         row.answers.append(
-            f"{job['state']}: matched {job['matched']}, changed {job['changed']}, failed {job['failed']}"
+            f"{job['state']}: matched {job['matched']}, changed {job['changed']}, failed {job['failed']}{why}"
         )
         row.a_s.append(seconds)
         row.cpu_s.append((proc_cpu_s(self.api_pid) - cpu) / max(1, job["matched"]))
