@@ -81,6 +81,15 @@ class Calendar(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 @dataclass(frozen=True, slots=True)
+class StoredCalendar:
+    """A calendar as its client's store holds it: when it was made and last changed."""
+
+    calendar: Calendar
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Excluded:
     """A stretch of a timeline a calendar excluded: its first occurrence (nominal, UTC), the calendar and
     its version, and when the exclusion ends (the timeline's next occurrence is at or after it)."""

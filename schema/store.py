@@ -11,6 +11,7 @@ from datetime import date, datetime
 from typing import Protocol
 from uuid import UUID
 
+from tickd.schema.calendars import Calendar, StoredCalendar
 from tickd.schema.model import (
     AuditRecord,
     BulkJob,
@@ -325,7 +326,21 @@ class BulkStore(Protocol):
         """No longer list the job as open."""
 
 
-class Store(ClientStore, ScheduleStore, CoordinationStore, AuditStore, BulkStore, Protocol):
+class CalendarStore(Protocol):
+    async def save_calendar(self, client_id: str, calendar: Calendar, now: datetime) -> bool:
+        """Store ``calendar`` at its version: 1 only if the name is free, a later one only over the one
+        before it. False (nothing written) otherwise; safe to call again after ``StoreUnavailable``."""
+
+    async def get_calendar(self, client_id: str, name: str) -> StoredCalendar | None: ...
+
+    async def list_calendars(self, client_id: str) -> list[StoredCalendar]:
+        """The client's calendars, by name."""
+
+    async def delete_calendar(self, client_id: str, name: str, version: int) -> bool:
+        """Remove the calendar if it is still at ``version``."""
+
+
+class Store(ClientStore, ScheduleStore, CoordinationStore, AuditStore, BulkStore, CalendarStore, Protocol):
     """Everything tickd stores."""
 
     async def ping(self) -> None:

@@ -19,6 +19,7 @@ from tickd.schema.cassandra.bridge import (
     unavailable,
 )
 from tickd.schema.cassandra.bulk import BulkJobs
+from tickd.schema.cassandra.calendars import Calendars
 from tickd.schema.cassandra.clients import ClientRows
 from tickd.schema.cassandra.coordination import Coordination, Horizons
 from tickd.schema.cassandra.dead_letters import DeadLetters
@@ -31,7 +32,7 @@ from tickd.schema.settings import StoreSettings
 
 
 class CassandraStore(
-    ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination, Audit, BulkJobs
+    ClientRows, Schedules, DeadLetters, BusinessKeys, Runs, Stats, Throttle, Coordination, Audit, BulkJobs, Calendars
 ):
     """``schema.store.Store`` on Cassandra. Create with ``await CassandraStore.connect(settings)``; on any
     other ``Submit`` connection (``schema.memory.memory_store``), construct it with the connection's
