@@ -147,13 +147,17 @@ async def write_trigger(caller: Caller, client: Client, parent: Schedule, at: da
     return trigger
 
 
-async def redrive(caller: Caller, client: Client, letter: DeadLetter, due_at: datetime) -> DeadLetter:
+async def redrive(
+    caller: Caller, client: Client, letter: DeadLetter, due_at: datetime, at: datetime | None = None
+) -> DeadLetter:
     """Redrive ``letter`` to a fire due at ``due_at`` (``schema.redrives``: once; a repeat answers the first
-    redrive's marks and writes nothing) and record it if this call redrove it. ``Conflict`` with a code
-    for one that cannot be (``topic_not_allowed``, ``not_redrivable``, ``schedule_changed``...)."""
+    redrive's marks and writes nothing) and record it if this call redrove it: then the letter's
+    ``redriven_at`` is ``at`` (default: the app's clock now; a caller that tells its own redrives from
+    repeats passes the time it read). ``Conflict`` with a code for one that cannot be
+    (``topic_not_allowed``, ``not_redrivable``, ``schedule_changed``...)."""
     settings = caller.app[keys.SETTINGS]
     grants.refuse_revoked(client, letter.callback, settings.reserved_topics)
-    at = audit.app_now(caller.app)
+    at = at if at is not None else audit.app_now(caller.app)
     marked = await redrives.redrive(caller.app[keys.STORE], letter, due_at, at, late_s=settings.hot_write_deadline_s)
     if marked.redriven_at == at:  # this call redrove it (a repeat answers the first redrive's marks)
         fields = {"fire_id": letter.fire_id, "due_at": (marked.redriven_due_at or due_at).isoformat()}

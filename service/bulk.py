@@ -244,7 +244,9 @@ class BulkRunner:
             return FAILED, "client_inactive" if client is not None else "client_gone"
         at = self._now()
         try:
-            marked = await actions.redrive(caller, client, letter, at)
+            # Its own reading of the clock for both: a second reading inside could differ by a
+            # millisecond, and a letter this job redrove would count as one redriven before.
+            marked = await actions.redrive(caller, client, letter, at, at)
         except NotFound:
             return FAILED, "gone"
         except Conflict as exc:
