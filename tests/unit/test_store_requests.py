@@ -41,6 +41,9 @@ CONDITIONAL = {
     "take_bulk_job",
     "save_bulk_job",
     "stop_bulk_job",
+    "insert_calendar",
+    "update_calendar",
+    "delete_calendar",
 }
 
 
