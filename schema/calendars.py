@@ -36,7 +36,7 @@ from tickd.schema.errors import InvalidInput
 
 WEEKDAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 BUSINESS_DAYS_OFF: Final = (5, 6)
-NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+NAME_RE: Final = re.compile(r"[a-z0-9_-]{1,64}")  # as a throttle policy's
 MAX_DATES: Final = 1000
 MAX_RANGES: Final = 200
 MAX_RANGE: Final = timedelta(days=366)
@@ -64,17 +64,23 @@ class Calendar(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """If this calendar excludes ``instant`` (aware), when that exclusion ends (aware UTC; the latest
         end of the rules that match); None if it does not."""
         zone = ZoneInfo(self.timezone)
-        local = instant.astimezone(zone).replace(tzinfo=None)
+        try:
+            local = instant.astimezone(zone).replace(tzinfo=None)
+        except OverflowError:  # past year 9999 on this clock: beyond every date and range it can hold
+            return None
         ends: list[datetime] = []
         day = local.date()
         if local.weekday() in self.weekdays or _holds(self.dates, day):
-            ends.append(datetime.combine(day + timedelta(days=1), time()))
+            ends.append(datetime.combine(day, time()) + timedelta(days=1) if day < date.max else datetime.max)
         at = bisect_right(self.ranges, local, key=lambda r: r[0]) - 1
         if at >= 0 and local < self.ranges[at][1]:
             ends.append(self.ranges[at][1])
         if not ends:
             return None
-        return _first_instant(max(ends), zone)
+        try:
+            return _first_instant(max(ends), zone)
+        except OverflowError:  # the calendar's end (year 9999): nothing after it
+            return datetime.max.replace(tzinfo=UTC)
 
     def reason(self) -> str:
         return f"skipped: calendar {self.name} v{self.version}"
@@ -172,7 +178,7 @@ def parse_calendar(
     """A calendar from what a client sent; ``InvalidInput`` naming the field for anything wrong."""
     if not NAME_RE.fullmatch(name):
         raise InvalidInput(
-            "a calendar name is 1-64 characters of a-z, 0-9, '_', '.' and '-', starting with a letter or digit",
+            "a calendar name is 1-64 characters of a-z, 0-9, _ and -",
             field="name",
         )
     zone = rec.parse_timezone(timezone)
@@ -180,9 +186,9 @@ def parse_calendar(
         raise InvalidInput(f"at most {MAX_DATES} dates", field="dates")
     if len(ranges) > MAX_RANGES:
         raise InvalidInput(f"at most {MAX_RANGES} ranges", field="ranges")
-    days = sorted({_date(text, f"dates[{i}]") for i, text in enumerate(dates)})
+    days = sorted({_date(text, f"dates.{i}") for i, text in enumerate(dates)})
     spans = [_range(start, end, i) for i, (start, end) in enumerate(ranges)]
-    off = {_weekday(text, f"weekdays[{i}]") for i, text in enumerate(weekdays)}
+    off = {_weekday(text, f"weekdays.{i}") for i, text in enumerate(weekdays)}
     if business_days:
         off.update(BUSINESS_DAYS_OFF)
     if len(off) == len(WEEKDAYS):
@@ -191,12 +197,12 @@ def parse_calendar(
 
 
 def parse_names(names: Sequence[str]) -> tuple[str, ...]:
-    """The calendars a schedule names, in its order, each once (``calendars[i]`` for a bad one)."""
+    """The calendars a schedule names, in its order, each once (``calendars.i`` for a bad one)."""
     if len(names) > MAX_PER_SCHEDULE:
         raise InvalidInput(f"a schedule names at most {MAX_PER_SCHEDULE} calendars", field="calendars")
     for i, name in enumerate(names):
         if not NAME_RE.fullmatch(name):
-            raise InvalidInput(f"{name!r} is not a calendar name", field=f"calendars[{i}]")
+            raise InvalidInput(f"{name!r} is not a calendar name", field=f"calendars.{i}")
     return tuple(dict.fromkeys(names))
 
 
@@ -235,9 +241,9 @@ def _wall(text: str, field: str) -> datetime:
 
 
 def _range(start: str, end: str, i: int) -> tuple[datetime, datetime]:
-    begins, ends = _wall(start, f"ranges[{i}].from"), _wall(end, f"ranges[{i}].to")
+    begins, ends = _wall(start, f"ranges.{i}.from"), _wall(end, f"ranges.{i}.to")
     if not timedelta(0) < ends - begins <= MAX_RANGE:
-        raise InvalidInput(f"to must be after from, at most {MAX_RANGE.days} days later", field=f"ranges[{i}].to")
+        raise InvalidInput(f"to must be after from, at most {MAX_RANGE.days} days later", field=f"ranges.{i}.to")
     return begins, ends
 
 

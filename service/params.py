@@ -84,6 +84,10 @@ class PolicyPath(Struct, forbid_unknown_fields=True):
     name: Annotated[str, Meta(pattern=NAME_PATTERN)]
 
 
+class CalendarPath(Struct, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(pattern=NAME_PATTERN)]
+
+
 class EventPath(Struct, forbid_unknown_fields=True):
     event_id: Annotated[str, Meta(pattern=EVENT_ID_PATTERN, description="<schedule_id>:<epoch ms>:<index>")]
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
 from tickd.schema.changes import CONDITIONAL
-from tickd.schema.model import Schedule
 from tickd.service import params
 from tickd.service.errors import HttpError
 
@@ -29,8 +29,15 @@ class PreconditionFailed(HttpError):
     status = 412
 
 
-def etag(schedule: Schedule) -> str:
-    return f'"{schedule.version}"'
+class Versioned(Protocol):
+    """A schedule, or a calendar: whatever carries the version its ETag names."""
+
+    @property
+    def version(self) -> int: ...
+
+
+def etag(thing: Versioned) -> str:
+    return f'"{thing.version}"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,24 +46,24 @@ class IfMatch:
 
     versions: frozenset[int] | None
 
-    def check(self, current: Schedule | None) -> None:
-        """412 unless ``current`` exists and is at one of the versions."""
+    def check(self, current: Versioned | None, what: str = "schedule") -> None:
+        """412 unless ``current`` (a ``what``) exists and is at one of the versions."""
         if current is None:
-            raise PreconditionFailed("there is no schedule to match If-Match", code="precondition_failed", field=HEADER)
+            raise PreconditionFailed(f"there is no {what} to match If-Match", code="precondition_failed", field=HEADER)
         if self.versions is not None and current.version not in self.versions:
             wanted = ", ".join(f'"{v}"' for v in sorted(self.versions))
             raise PreconditionFailed(
-                f"the schedule is at version {current.version} (ETag {etag(current)}), not {wanted}: "
+                f"the {what} is at version {current.version} (ETag {etag(current)}), not {wanted}: "
                 "it changed since you read it; read it again",
                 code="precondition_failed",
                 field=HEADER,
                 headers={"ETag": etag(current)},
             )
 
-    def changed_meanwhile(self) -> PreconditionFailed:
+    def changed_meanwhile(self, what: str = "schedule") -> PreconditionFailed:
         """What a change that lost its compare-and-set to another one answers."""
         return PreconditionFailed(
-            "the schedule changed while this request was applied; read it again",
+            f"the {what} changed while this request was applied; read it again",
             code="precondition_failed",
             field=HEADER,
         )

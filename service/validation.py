@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
+from tickd.schema import calendars
 from tickd.schema.grants import topic_allowed
 from tickd.schema.model import Callback, HttpCallback, KafkaCallback
 from tickd.service.errors import Invalid, Malformed, PayloadTooLarge
@@ -229,6 +230,27 @@ class SettingsPatch(Struct, forbid_unknown_fields=True):
     # Seconds its records are kept (0: the deployment's default); bounded by TICKD_*RETENTION_MAX_S.
     retention_s: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
     audit_retention_s: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+
+
+class CalendarRange(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    """[from, to): local wall times in the calendar's zone, YYYY-MM-DDTHH:MM[:SS], no offset."""
+
+    start: Annotated[str, Meta(max_length=19)]
+    end: Annotated[str, Meta(max_length=19)]
+
+
+class CalendarPut(Struct, forbid_unknown_fields=True):
+    """A calendar (``schema.calendars``): excluded dates, ranges and weekdays, in one IANA zone."""
+
+    timezone: Annotated[str, Meta(max_length=64)] | UnsetType = UNSET
+    dates: Annotated[list[Annotated[str, Meta(max_length=10)]], Meta(max_length=calendars.MAX_DATES)] = msgspec.field(
+        default_factory=list
+    )
+    ranges: Annotated[list[CalendarRange], Meta(max_length=calendars.MAX_RANGES)] = msgspec.field(default_factory=list)
+    weekdays: Annotated[list[Annotated[str, Meta(max_length=9)]], Meta(max_length=7)] = msgspec.field(
+        default_factory=list
+    )
+    business_days: bool = False
 
 
 class PolicyPut(Struct, forbid_unknown_fields=True):

@@ -9,7 +9,8 @@ from uuid import UUID
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from tickd.schema import timing
+from tickd.schema import calendars, timing
+from tickd.schema.calendars import StoredCalendar
 from tickd.schema.model import (
     AuditRecord,
     BulkJob,
@@ -283,6 +284,29 @@ class PolicyList(Struct):
     policies: list[PolicyView]
 
 
+class CalendarRangeView(Struct, rename={"start": "from", "end": "to"}):
+    start: str
+    end: str
+
+
+class CalendarView(Struct):
+    """A calendar as stored: its zone, excluded dates, ranges (merged) and weekdays (business_days shows
+    as sat and sun), its version (also the ETag) and when it was made and last changed."""
+
+    name: str
+    version: int
+    timezone: str
+    dates: list[str]
+    ranges: list[CalendarRangeView]
+    weekdays: list[str]
+    created_at: datetime
+    updated_at: datetime
+
+
+class CalendarList(Struct):
+    calendars: list[CalendarView]
+
+
 class ReleaseView(Struct):
     event_id: str
     # False: the event held no token any more (released before, or timed out).
@@ -367,6 +391,20 @@ def client_view(
 def public_status(status: Status) -> str:
     """ "moved" is internal: a moved row's schedule lives on, scheduled, at its new location."""
     return Status.SCHEDULED.value if status is Status.MOVED else status.value
+
+
+def calendar_view(stored: StoredCalendar) -> CalendarView:
+    c = stored.calendar
+    return CalendarView(
+        c.name,
+        c.version,
+        c.timezone,
+        [d.isoformat() for d in c.dates],
+        [CalendarRangeView(start.isoformat(), end.isoformat()) for start, end in c.ranges],
+        [calendars.WEEKDAYS[d] for d in c.weekdays],
+        stored.created_at,
+        stored.updated_at,
+    )
 
 
 def policy_view(p: ThrottlePolicy, in_flight: int | None) -> PolicyView:

@@ -8,6 +8,7 @@ from tickd.service.routes import (
     admin,
     audit,
     bulk,
+    calendars,
     clients,
     dead_letters,
     keyed,
@@ -20,7 +21,7 @@ from tickd.service.routes import (
 )
 
 # The order of the API reference (and of bench-isolation's rows): the client API, then operations.
-_MODULES = (clients, schedules, keyed, bulk, stats, dead_letters, throttle, audit, notices, admin, ui, ops)
+_MODULES = (clients, schedules, keyed, bulk, stats, dead_letters, throttle, calendars, audit, notices, admin, ui, ops)
 
 
 def operations() -> tuple[Operation, ...]:

@@ -149,17 +149,17 @@ def test_ranges_are_merged_and_a_calendar_survives_storage() -> None:
         ({"name": ""}, "name"),
         ({"name": "x" * 65}, "name"),
         ({"timezone": "Mars/Olympus"}, "timezone"),
-        ({"dates": ["2026-12-25", "2026-02-30"]}, "dates[1]"),
-        ({"dates": ["20261225"]}, "dates[0]"),
+        ({"dates": ["2026-12-25", "2026-02-30"]}, "dates.1"),
+        ({"dates": ["20261225"]}, "dates.0"),
         ({"dates": ["2026-01-01"] * (cal.MAX_DATES + 1)}, "dates"),
-        ({"ranges": [("2026-01-01T10:00", "2026-01-01T09:00")]}, "ranges[0].to"),
-        ({"ranges": [("2026-01-01T10:00", "2026-01-01T10:00")]}, "ranges[0].to"),
-        ({"ranges": [("2026-01-01T00:00", "2027-01-03T00:00")]}, "ranges[0].to"),
-        ({"ranges": [("2026-01-01T10:00+01:00", "2026-01-01T11:00")]}, "ranges[0].from"),
-        ({"ranges": [("2026-01-01", "2026-01-02")]}, "ranges[0].from"),
+        ({"ranges": [("2026-01-01T10:00", "2026-01-01T09:00")]}, "ranges.0.to"),
+        ({"ranges": [("2026-01-01T10:00", "2026-01-01T10:00")]}, "ranges.0.to"),
+        ({"ranges": [("2026-01-01T00:00", "2027-01-03T00:00")]}, "ranges.0.to"),
+        ({"ranges": [("2026-01-01T10:00+01:00", "2026-01-01T11:00")]}, "ranges.0.from"),
+        ({"ranges": [("2026-01-01", "2026-01-02")]}, "ranges.0.from"),
         ({"ranges": [("2026-01-01T10:00", "2026-01-01T11:00")] * (cal.MAX_RANGES + 1)}, "ranges"),
-        ({"weekdays": ["funday"]}, "weekdays[0]"),
-        ({"weekdays": ["mon", "tuesdayx"]}, "weekdays[1]"),
+        ({"weekdays": ["funday"]}, "weekdays.0"),
+        ({"weekdays": ["mon", "tuesdayx"]}, "weekdays.1"),
         ({"weekdays": ["mon", "tue", "wed", "thu", "fri"], "business_days": True}, "weekdays"),
     ],
 )
@@ -174,7 +174,7 @@ def test_a_schedule_names_a_few_calendars_each_once() -> None:
     assert cal.parse_names(["b", "a", "b"]) == ("b", "a")
     with pytest.raises(InvalidInput) as refused:
         cal.parse_names(["ok", "Not OK"])
-    assert refused.value.field == "calendars[1]"
+    assert refused.value.field == "calendars.1"
     with pytest.raises(InvalidInput) as refused:
         cal.parse_names([f"c{i}" for i in range(cal.MAX_PER_SCHEDULE + 1)])
     assert refused.value.field == "calendars"
@@ -188,3 +188,14 @@ def test_a_search_through_exclusions_is_bounded() -> None:
     found, passed = cal.next_allowed(saturdays, utc(2026, 1, 1), [only_weekends])
     assert found is None and len(passed) == cal.MAX_EXCLUSIONS_IN_A_ROW + 1
     assert passed[-1].first - passed[0].first == timedelta(weeks=cal.MAX_EXCLUSIONS_IN_A_ROW)
+
+
+def test_the_end_of_the_calendar_ends_the_timeline_without_an_error() -> None:
+    last = cal.parse_calendar("end", dates=["9999-12-31"])
+    daily = cron("0 12 * * *")
+    assert cal.next_allowed(daily, utc(9999, 12, 30, 12), [last]) == (
+        None,
+        [cal.Excluded(utc(9999, 12, 31, 12), "end", 1, datetime.max.replace(tzinfo=UTC))],
+    )
+    far_east = cal.parse_calendar("east", timezone="Pacific/Kiritimati", weekdays=["fri"])  # UTC+14
+    assert cal.next_allowed(daily, utc(9999, 12, 30, 12), [far_east]) == (utc(9999, 12, 31, 12), [])

@@ -1,0 +1,120 @@
+"""Calendars through the API: a new version on each PUT (the ETag), If-Match on changes and deletes,
+refusals naming the field before anything is written, one tenant's calendars invisible to another,
+concurrent changes that never lose one silently, and an audit record for each change."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.integration.api_helpers import Api, Register
+
+pytest_plugins = ["tests.integration.api_fixtures"]
+
+HOLIDAYS = {"timezone": "Europe/Berlin", "dates": ["2026-12-26", "2026-12-25"]}
+
+
+async def ok(resp: Any, status: int = 200) -> Any:
+    assert resp.status == status, await resp.text()
+    return await resp.json()
+
+
+async def refused(resp: Any, status: int) -> tuple[str, str | None]:
+    assert resp.status == status, await resp.text()
+    error = (await resp.json())["error"]
+    return error["code"], error["field"]
+
+
+async def test_each_put_is_a_new_version_read_back_as_stored(api: Api, register: Register) -> None:
+    _, key = await register()
+    made = await api.put("/v1/calendars/holidays", json=HOLIDAYS, headers=key)
+    first = await ok(made, 201)
+    assert made.headers["ETag"] == '"1"'
+    assert (first["version"], first["timezone"], first["dates"]) == (1, "Europe/Berlin", ["2026-12-25", "2026-12-26"])
+    body = {"business_days": True, "ranges": [{"from": "2026-08-03T00:00", "to": "2026-08-17T00:00"}]}
+    second = await ok(await api.put("/v1/calendars/holidays", json=body, headers=key))
+    assert (second["version"], second["timezone"], second["dates"], second["weekdays"]) == (
+        2,
+        "UTC",
+        [],
+        ["sat", "sun"],
+    )
+    assert second["ranges"] == [{"from": "2026-08-03T00:00:00", "to": "2026-08-17T00:00:00"}]
+    assert second["created_at"] == first["created_at"] and second["updated_at"] >= first["updated_at"]
+    got = await api.get("/v1/calendars/holidays", headers=key)
+    assert await ok(got) == second and got.headers["ETag"] == '"2"'
+    await ok(await api.put("/v1/calendars/blackout", json={}, headers=key), 201)
+    listed = await ok(await api.get("/v1/calendars", headers=key))
+    assert [(c["name"], c["version"]) for c in listed["calendars"]] == [("blackout", 1), ("holidays", 2)]
+
+
+async def test_if_match_makes_a_change_or_a_delete_conditional(api: Api, register: Register) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/h", json=HOLIDAYS, headers=key), 201)
+    stale = {**key, "If-Match": '"7"'}
+    code, field = await refused(await api.put("/v1/calendars/h", json={}, headers=stale), 412)
+    assert (code, field) == ("precondition_failed", "If-Match")
+    assert (await refused(await api.delete("/v1/calendars/h", headers=stale), 412))[0] == "precondition_failed"
+    assert (await refused(await api.put("/v1/calendars/new", json={}, headers=stale), 412))[0] == "precondition_failed"
+    assert (await ok(await api.get("/v1/calendars/h", headers=key)))["version"] == 1  # nothing changed
+    changed = await ok(await api.put("/v1/calendars/h", json={}, headers={**key, "If-Match": '"1"'}))
+    assert changed["version"] == 2 and changed["dates"] == []
+    deleted = await ok(await api.delete("/v1/calendars/h", headers={**key, "If-Match": "2"}))
+    assert deleted["version"] == 2
+    assert await refused(await api.get("/v1/calendars/h", headers=key), 404) == ("not_found", "name")
+    assert await refused(await api.delete("/v1/calendars/h", headers=key), 404) == ("not_found", "name")
+
+
+async def test_concurrent_puts_each_land_as_a_version_or_answer_409(api: Api, register: Register) -> None:
+    _, key = await register()
+    answers = await asyncio.gather(
+        *(api.put("/v1/calendars/c", json={"dates": [f"2026-01-{d:02d}"]}, headers=key) for d in range(1, 11))
+    )
+    statuses = sorted(a.status for a in answers)
+    assert set(statuses) <= {200, 201, 409} and statuses.count(201) == 1
+    landed = [await a.json() for a in answers if a.status in (200, 201)]
+    final = await ok(await api.get("/v1/calendars/c", headers=key))
+    assert sorted(c["version"] for c in landed) == list(range(1, len(landed) + 1))  # none lost silently
+    assert final["version"] == len(landed) and final in landed
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "field"),
+    [
+        ("Bad Name", {}, "name"),
+        ("c", {"dates": ["2026-12-25", "2026-02-30"]}, "dates.1"),
+        ("c", {"dates": ["25/12/2026"]}, "dates.0"),
+        ("c", {"dates": ["2026-01-01"] * 1001}, "dates"),
+        ("c", {"ranges": [{"from": "2026-01-02T00:00", "to": "2026-01-01T00:00"}]}, "ranges.0.to"),
+        ("c", {"ranges": [{"from": "2026-01-01T00:00+01:00", "to": "2026-01-02T00:00"}]}, "ranges.0.from"),
+        ("c", {"ranges": [{"from": "2026-01-01T00:00"}]}, "ranges.0.to"),
+        ("c", {"weekdays": ["sat", "someday"]}, "weekdays.1"),
+        ("c", {"weekdays": ["mon", "tue", "wed", "thu", "fri"], "business_days": True}, "weekdays"),
+        ("c", {"timezone": "Mars/Olympus"}, "timezone"),
+        ("c", {"timezone": "UTC", "holidays": []}, "holidays"),
+        ("c", {"business_days": "yes"}, "business_days"),
+    ],
+)
+async def test_bad_calendars_are_refused_naming_the_field(
+    api: Api, register: Register, name: str, body: dict[str, Any], field: str
+) -> None:
+    _, key = await register()
+    resp = await api.put(f"/v1/calendars/{name}", json=body, headers=key)
+    assert resp.status in (400, 422), await resp.text()
+    assert (await resp.json())["error"]["field"] == field
+    assert (await ok(await api.get("/v1/calendars", headers=key)))["calendars"] == []  # nothing written
+
+
+async def test_a_tenant_sees_only_its_own_calendars_and_each_change_is_audited(api: Api, register: Register) -> None:
+    _, key = await register()
+    _, other = await register()
+    await ok(await api.put("/v1/calendars/h", json=HOLIDAYS, headers=key), 201)
+    assert (await ok(await api.get("/v1/calendars", headers=other)))["calendars"] == []
+    assert await refused(await api.get("/v1/calendars/h", headers=other), 404) == ("not_found", "name")
+    assert await refused(await api.delete("/v1/calendars/h", headers=other), 404) == ("not_found", "name")
+    await ok(await api.put("/v1/calendars/h", json=HOLIDAYS, headers=other), 201)  # its own, version 1
+    await ok(await api.delete("/v1/calendars/h", headers=key))
+    records = (await ok(await api.get("/v1/audit", headers=key)))["records"]
+    assert [(r["action"], r["target"]) for r in records][:2] == [("calendar.delete", "h"), ("calendar.put", "h")]
