@@ -47,6 +47,7 @@ MAX_EXCLUSIONS_IN_A_ROW: Final = 1000
 _DATE_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WALL_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?")
 _TICK: Final = timedelta(microseconds=1)
+_LAST_WALL: Final = datetime.combine(date.max, time.max)  # noqa: DTZ001 - a naive wall time, as ranges are
 
 
 class Calendar(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -71,7 +72,8 @@ class Calendar(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         ends: list[datetime] = []
         day = local.date()
         if local.weekday() in self.weekdays or _holds(self.dates, day):
-            ends.append(datetime.combine(day, time()) + timedelta(days=1) if day < date.max else datetime.max)
+            # The next local midnight (naive wall time; at the calendar's last day, its last moment).
+            ends.append(datetime.combine(day, time()) + timedelta(days=1) if day < date.max else _LAST_WALL)
         at = bisect_right(self.ranges, local, key=lambda r: r[0]) - 1
         if at >= 0 and local < self.ranges[at][1]:
             ends.append(self.ranges[at][1])
