@@ -47,7 +47,7 @@ MAX_EXCLUSIONS_IN_A_ROW: Final = 1000
 _DATE_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WALL_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?")
 _TICK: Final = timedelta(microseconds=1)
-_LAST_WALL: Final = datetime.combine(date.max, time.max)  # noqa: DTZ001 - a naive wall time, as ranges are
+_LAST_WALL: Final = datetime.combine(date.max, time.max)
 
 
 class Calendar(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
