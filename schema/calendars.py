@@ -148,11 +148,18 @@ def next_allowed(
 
 
 def preview(
-    recurrence: rec.Recurrence, after: datetime, n: int, calendars: Sequence[Calendar], *, fired: int = 0
+    recurrence: rec.Recurrence,
+    after: datetime,
+    n: int,
+    calendars: Sequence[Calendar],
+    *,
+    fired: int = 0,
+    budget: rec.ScanBudget | None = None,
 ) -> list[tuple[datetime, Calendar | None]]:
     """The next ``n`` nominal times after ``after``, each with the calendar that excludes it (None: it
-    fires); excluded ones count towards ``n``, so a preview shows what a calendar takes away."""
-    budget = rec.ScanBudget()
+    fires); excluded ones count towards ``n``, so a preview shows what a calendar takes away. One search
+    budget for all ``n``, as ``recurrence.preview``."""
+    budget = budget or rec.ScanBudget()
     shown: list[tuple[datetime, Calendar | None]] = []
     moment: datetime | None = after
     while len(shown) < n and moment is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -18,6 +18,7 @@ from uuid import UUID
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from tickd.schema import calendars as cal
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
 from tickd.schema.model import Options, Repeat, Run, Schedule, Status
@@ -140,18 +141,36 @@ async def timeline(
 
 
 async def preview(
-    fields: RepeatFields, now: datetime, after: datetime, count: int, settings: ApiSettings, work: RuleWork
-) -> tuple[rec.Recurrence, list[datetime]]:
-    """A rule and its next ``count`` fires after ``after``, searched off the loop (``work``)."""
+    fields: RepeatFields,
+    now: datetime,
+    after: datetime,
+    count: int,
+    settings: ApiSettings,
+    work: RuleWork,
+    calendars: Sequence[cal.Calendar] = (),
+) -> tuple[rec.Recurrence, list[tuple[datetime, cal.Calendar | None]]]:
+    """A rule and its next ``count`` nominal times after ``after``, each with the calendar that excludes it
+    (None: it fires), searched off the loop (``work``)."""
 
-    def search(work: RuleWork) -> tuple[rec.Recurrence, list[datetime]]:
+    def search(work: RuleWork) -> tuple[rec.Recurrence, list[tuple[datetime, cal.Calendar | None]]]:
         recurrence = parse_repeat(fields, now, settings, work.scan())
-        return recurrence, rec.preview(recurrence, after, count, budget=work.scan())
+        return recurrence, cal.preview(recurrence, after, count, calendars, budget=work.scan())
 
     if fields.cron is UNSET:
         recurrence = parse_repeat(fields, now, settings)
-        return recurrence, rec.preview(recurrence, after, count)
+        return recurrence, cal.preview(recurrence, after, count, calendars)
     return await work.run(search)
+
+
+async def named_calendars(store: Store, client_id: str, names: Sequence[str]) -> list[cal.Calendar]:
+    """The client's calendars ``names`` names, in its order; 422 naming ``calendars.i`` for one it lacks."""
+    found = []
+    for i, name in enumerate(cal.parse_names(names)):
+        stored = await store.get_calendar(client_id, name)
+        if stored is None:
+            raise Invalid(f"no calendar named {name!r}", field=f"calendars.{i}", code="unknown_calendar")
+        found.append(stored.calendar)
+    return found
 
 
 def implicit_start(fields: RepeatFields) -> bool:

@@ -261,6 +261,14 @@ class PolicyPut(Struct, forbid_unknown_fields=True):
 class PreviewRequest(RepeatFields, forbid_unknown_fields=True):
     count: Annotated[int, Meta(ge=1, le=MAX_PREVIEW)] = 10
     after: Moment | UnsetType = UNSET
+    # The client's calendars to read the occurrences against: each excluded one is shown with its calendar.
+    calendars: (
+        Annotated[
+            list[Annotated[str, Meta(max_length=64)]],
+            Meta(max_length=calendars.MAX_PER_SCHEDULE),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class RedriveRequest(Struct, forbid_unknown_fields=True):

@@ -260,10 +260,12 @@ def settings_view(client: ClientSettings, api: ApiSettings) -> SettingsView:
     )
 
 
-class OccurrenceView(Struct):
+class OccurrenceView(Struct, omit_defaults=True):
     utc: datetime
     local: datetime
     timezone: str
+    # With calendars: the one that excludes this occurrence, and its version ("holidays v2").
+    excluded_by: str | UnsetType = UNSET
 
 
 class PreviewView(Struct):

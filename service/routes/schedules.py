@@ -358,10 +358,16 @@ async def preview_schedule(request: web.Request) -> web.Response:
         raise Invalid("give cron or every", field="cron", code="missing_field")
     at = now()
     after = recurring.parse_after(body.after, at)
+    names = body.calendars if isinstance(body.calendars, list) else []
+    calendars = await recurring.named_calendars(request.app[keys.STORE], client.client_id, names)
     work = recurring.RuleWork(settings.request_scan_steps, client.client_id)
-    recurrence, found = await recurring.preview(body, at, after, body.count, settings, work)
-    occurrences = [rec.occurrence(recurrence.rule, moment) for moment in found]
-    return json_response(PreviewView([OccurrenceView(o.utc, o.local, o.timezone) for o in occurrences]))
+    recurrence, found = await recurring.preview(body, at, after, body.count, settings, work, calendars)
+    views = []
+    for moment, by in found:
+        o = rec.occurrence(recurrence.rule, moment)
+        excluded = f"{by.name} v{by.version}" if by is not None else UNSET
+        views.append(OccurrenceView(o.utc, o.local, o.timezone, excluded))
+    return json_response(PreviewView(views))
 
 
 @routes.get(

@@ -118,3 +118,33 @@ async def test_a_tenant_sees_only_its_own_calendars_and_each_change_is_audited(a
     await ok(await api.delete("/v1/calendars/h", headers=key))
     records = (await ok(await api.get("/v1/audit", headers=key)))["records"]
     assert [(r["action"], r["target"]) for r in records][:2] == [("calendar.delete", "h"), ("calendar.put", "h")]
+
+
+async def test_a_preview_shows_what_named_calendars_exclude(api: Api, register: Register) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/holidays", json=HOLIDAYS, headers=key), 201)
+    await ok(await api.put("/v1/calendars/holidays", json=HOLIDAYS, headers=key))  # version 2
+    await ok(await api.put("/v1/calendars/weekends", json={"business_days": True}, headers=key), 201)
+    body = {
+        "cron": "0 9 * * *",
+        "timezone": "Europe/Berlin",
+        "after": "2026-12-24T12:00:00Z",
+        "count": 4,
+        "calendars": ["holidays", "weekends"],
+    }
+    shown = (await ok(await api.post("/v1/schedules/preview", json=body, headers=key)))["occurrences"]
+    assert [(o["local"][:10], o.get("excluded_by")) for o in shown] == [
+        ("2026-12-25", "holidays v2"),
+        ("2026-12-26", "holidays v2"),  # a Saturday too: the first calendar named is the one shown
+        ("2026-12-27", "weekends v1"),
+        ("2026-12-28", None),
+    ]
+    plain = await ok(await api.post("/v1/schedules/preview", json={**body, "calendars": []}, headers=key))
+    assert all("excluded_by" not in o for o in plain["occurrences"])
+    code, field = await refused(
+        await api.post("/v1/schedules/preview", json={**body, "calendars": ["holidays", "nope"]}, headers=key), 422
+    )
+    assert (code, field) == ("unknown_calendar", "calendars.1")
+    _, other = await register()
+    code, field = await refused(await api.post("/v1/schedules/preview", json=body, headers=other), 422)
+    assert (code, field) == ("unknown_calendar", "calendars.0")  # another tenant's calendars are not its own
