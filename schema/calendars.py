@@ -84,9 +84,6 @@ class Calendar(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         except OverflowError:  # the calendar's end (year 9999): nothing after it
             return datetime.max.replace(tzinfo=UTC)
 
-    def reason(self) -> str:
-        return f"skipped: calendar {self.name} v{self.version}"
-
 
 @dataclass(frozen=True, slots=True)
 class StoredCalendar:
@@ -257,13 +254,20 @@ def _range(start: str, end: str, i: int) -> tuple[datetime, datetime]:
 
 
 def _weekday(text: str, field: str) -> int:
-    key = text.strip().lower()[:3]
-    if key not in WEEKDAYS or text.strip().lower() not in (key, _FULL_NAMES[WEEKDAYS.index(key)]):
+    day = _DAY_NAMES.get(text.strip().lower())
+    if day is None:
         raise InvalidInput(f"{text!r} is not a day of the week; give one of {', '.join(WEEKDAYS)}", field=field)
-    return WEEKDAYS.index(key)
+    return day
 
 
-_FULL_NAMES: Final = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# "mon" or "monday" (any case) -> 0, ... "sun" or "sunday" -> 6.
+_DAY_NAMES: Final = {
+    name: day
+    for day, names in enumerate(
+        zip(WEEKDAYS, ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+    )
+    for name in names
+}
 
 
 def _merged(spans: list[tuple[datetime, datetime]]) -> tuple[tuple[datetime, datetime], ...]:
