@@ -264,7 +264,7 @@ def _weekday(text: str, field: str) -> int:
 _DAY_NAMES: Final = {
     name: day
     for day, names in enumerate(
-        zip(WEEKDAYS, ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+        zip(WEEKDAYS, ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"), strict=True)
     )
     for name in names
 }
