@@ -102,7 +102,8 @@ class Checkpointer:
             for r in live:
                 if r.repeat is not None and r.attempts == 0:
                     # A recurring schedule lives on: its timeline resumes at the first occurrence after now.
-                    following = next_occurrence(r, r.repeat, now, now, self._client().poller_count)
+                    # (Past its calendars' exclusions as its next fire finds them: ``Settler.chain``.)
+                    following = next_occurrence(r, r.repeat, now, now, self._client().poller_count).row
                     await self._store.chain_schedule(r, following, now)
             await self._store.record_skipped(self._instance, minute, reason, len(live))
             self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)

@@ -57,6 +57,7 @@ from uuid import UUID
 from structlog.typing import FilteringBoundLogger
 
 from tickd.poller import stats
+from tickd.poller.calendars import CalendarBook
 from tickd.poller.callbacks.backoff import clamp_wait_s
 from tickd.poller.delivery import CallbackRouter, DeliveryResult
 from tickd.poller.errors import STOPS, Lease, LeaseLost
@@ -67,6 +68,7 @@ from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import notices, timing
+from tickd.schema.calendars import Calendar, excluded_by
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
     AuditRecord,
@@ -329,10 +331,13 @@ async def durably(
 class Settler:
     """A fire's writes, each step returning what the plan must be told (``poller.pipeline`` tells it)."""
 
-    def __init__(self, ctx: FireContext, store: Store, outcomes: OutcomeWriter) -> None:
+    def __init__(
+        self, ctx: FireContext, store: Store, outcomes: OutcomeWriter, calendars: CalendarBook | None = None
+    ) -> None:
         self._ctx = ctx
         self._store = store
         self._outcomes = outcomes
+        self._calendars = calendars or CalendarBook(store, ctx.settings.clients_refresh_s)
         self._metrics = ctx.metrics
         self._failures = FailureNotices(store, ctx.metrics, ctx.log)
         self._event_letters: dict[UUID, datetime] = {}  # per batch schedule, its last event letter's time
@@ -494,14 +499,23 @@ class Settler:
 
     async def chain(self, fire: Fire) -> Chained | None:
         """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
-        (computed from this one's nominal time, so a late fire never shifts the timeline), and return
-        the chain's outcome with the next occurrence's row as written (None: no chain for this fire).
+        (computed from this one's nominal time, so a late fire never shifts the timeline; past the ones its
+        calendars exclude, each stretch of them recorded in its runs as skipped), and return the chain's
+        outcome with the next occurrence's row as written (None: no chain for this fire).
         ``Chain.CHANGED`` if the client changed or cancelled the schedule since this row was written:
-        then it must not fire, and its row is marked so here."""
+        then it must not fire, and its row is marked so here. ``Chain.EXCLUDED`` if one of its calendars,
+        as it stands now, excludes this occurrence: it must not fire, and its row and run are recorded
+        skipped here (a calendar changed after this row was written still has its say)."""
         row, now = fire.row, self._ctx.clock
-        if row.repeat is None or row.attempts != 0:
+        repeat = row.repeat
+        if repeat is None or row.attempts != 0:
             return None
-        following = next_occurrence(row, row.repeat, row.fire_at, now(), self._ctx.client().poller_count)
+        calendars = await self._named_calendars(row, repeat.calendars)
+        hit = excluded_by(calendars, row.fire_at)
+        # An excluded occurrence is not a fire: max_fires counts on from the one before it.
+        basis = row if hit is None else dataclasses.replace(row, seq=row.seq - 1)
+        client = self._ctx.client()
+        following, passed = next_occurrence(basis, repeat, row.fire_at, now(), client.poller_count, calendars)
         chained = await durably(
             self._ctx.log, "chain", lambda: self._store.chain_schedule(row, following, now()), self._metrics
         )
@@ -511,8 +525,38 @@ class Settler:
             )
             current = await self._current(row)
             await self._mark_superseded(row, current, None)
-            await self._failures.owed(self._ctx.client(), row, current, now())
-        return chained
+            await self._failures.owed(client, row, current, now())
+            return chained
+        if passed:
+            runs = [Run(x.first, Status.SKIPPED, 0, None, f"{x.reason()} until {x.until.isoformat()}") for x in passed]
+            await durably(
+                self._ctx.log, "skipped_runs", lambda: self._store.add_runs(row.client_id, row.schedule_id, runs)
+            )
+        if hit is None:
+            return chained
+        calendar, _ = hit
+        reason = f"skipped: calendar {calendar.name} v{calendar.version}"
+        self._ctx.log.info("occurrence_excluded", schedule_id=str(row.schedule_id), fire_id=row.fire_id, reason=reason)
+        skipped = FireOutcome(
+            row.client_id,
+            row.schedule_id,
+            row.location,
+            Status.SKIPPED,
+            0,
+            now(),
+            reason,
+            nominal_at=row.fire_at,
+            seq=row.seq,
+        )
+        await durably(self._ctx.log, "record_skipped", lambda: self._store.record_outcomes([skipped]), self._metrics)
+        return Chained(Chain.EXCLUDED, chained.following)
+
+    async def _named_calendars(self, row: Schedule, names: Sequence[str]) -> list[Calendar]:
+        if not names:
+            return []
+        return await durably(
+            self._ctx.log, "read_calendars", lambda: self._calendars.named(row.client_id, names), self._metrics
+        )
 
     async def expand(self, fire: Fire) -> list[tuple[datetime, datetime]]:
         """A fire of a batch trigger produces its events: ``events`` rows of their own, spread over the

@@ -7,6 +7,7 @@ import base64
 import dataclasses
 import enum
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -14,6 +15,7 @@ from uuid import UUID
 
 import msgspec
 
+from tickd.schema import calendars as cal
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
 from tickd.schema.errors import InvalidInput
@@ -28,7 +30,8 @@ class Status(enum.StrEnum):
     MOVED = "moved"
     # The client paused the schedule: pollers fire only scheduled rows, so this one waits for a resume.
     PAUSED = "paused"
-    # Runs only: an occurrence of a recurring schedule that fell while it was paused (never fired).
+    # An occurrence of a recurring schedule never fired: in runs, one that fell while it was paused; in
+    # its row and run, one a calendar excluded when it came due.
     SKIPPED = "skipped"
 
 
@@ -80,6 +83,8 @@ class Repeat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     # An every rule's start_at chosen by tickd (one interval after the create), not by the client: it
     # anchors the timeline but is not shown, and a change to a cron rule does not keep it.
     implicit_start: bool = False
+    # The client's calendars (``schema.calendars``) whose exclusions this timeline skips, in the order named.
+    calendars: tuple[str, ...] = ()
 
     @classmethod
     def from_recurrence(cls, r: rec.Recurrence, *, implicit_start: bool = False) -> Repeat:
@@ -354,15 +359,28 @@ class Schedule:
 _ONE_MS = timedelta(milliseconds=1)
 
 
+class Following(NamedTuple):
+    """What a chain step writes: the next occurrence's row (None: the timeline ended), and the stretches
+    of the timeline the schedule's calendars excluded on the way to it, in order."""
+
+    row: Schedule | None
+    excluded: list[cal.Excluded]
+
+
 def next_occurrence(
-    row: Schedule, repeat: Repeat, after: datetime, now: datetime, poller_count: int
-) -> Schedule | None:
-    """The row of the occurrence after nominal time ``after`` (``repeat`` is ``row``'s rule), to be written,
-    or None when the timeline ends. A row of a poller at or above ``poller_count`` (a lowered quota) moves
-    to a poller that stays."""
-    nominal = rec.next_fire(_recurrence(repeat), after, fired=row.seq)
+    row: Schedule,
+    repeat: Repeat,
+    after: datetime,
+    now: datetime,
+    poller_count: int,
+    calendars: Sequence[cal.Calendar] = (),
+) -> Following:
+    """The row of the first occurrence after nominal time ``after`` that none of ``calendars`` excludes
+    (``repeat`` is ``row``'s rule), to be written. A row of a poller at or above ``poller_count`` (a
+    lowered quota) moves to a poller that stays."""
+    nominal, excluded = cal.next_allowed(_recurrence(repeat), after, calendars, fired=row.seq)
     if nominal is None:
-        return None
+        return Following(None, excluded)
     poller_id = row.location.poller_id
     if poller_id >= poller_count:  # leave a draining poller
         poller_id = timing.poller_id_for(row.schedule_id, poller_count)
@@ -371,7 +389,7 @@ def next_occurrence(
     # Catching up, several overdue occurrences are each due "now": the next one's row must not land on
     # this one's key (same due, same id), or writing it overwrites the occurrence being fired.
     due = max(due, row.location.due_at + _ONE_MS)
-    return dataclasses.replace(
+    following = dataclasses.replace(
         row,
         location=Location(poller_id, due),
         fire_at=nominal,
@@ -382,6 +400,7 @@ def next_occurrence(
         last_error=None,
         tries=(),
     )
+    return Following(following, excluded)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -428,6 +447,9 @@ class Chain(enum.Enum):
     ALREADY = "already"
     # The client changed or cancelled the schedule after this occurrence was queued: do not fire it.
     CHANGED = "changed"
+    # One of the schedule's calendars excludes this occurrence (as it stands when the occurrence is due):
+    # the pointer moved on as for CHAINED; this one is recorded skipped, never fired.
+    EXCLUDED = "excluded"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from tickd.schema import notices, redrives, triggers
 from tickd.schema.model import Client, DeadLetter, Schedule, Status
-from tickd.service import audit, grants, keys, pauses
+from tickd.service import audit, grants, keys, pauses, recurring
 from tickd.service.audit import Caller
 from tickd.service.confirm import confirmed
 from tickd.service.routes.common import conflict
@@ -113,7 +113,10 @@ async def resume(caller: Caller, client: Client, current: Schedule) -> Schedule:
     if current.status is not Status.PAUSED:
         raise conflict(f"the schedule is not paused (it is {public_status(current.status)})", "not_paused")
     at = audit.app_now(caller.app)
-    store, plan = caller.app[keys.STORE], pauses.resume(current, client, at)
+    store = caller.app[keys.STORE]
+    names = current.repeat.calendars if current.repeat is not None else ()
+    calendars = await recurring.named_calendars(store, client.client_id, names, missing_ok=True)
+    plan = pauses.resume(current, client, at, calendars)
     if plan.skipped:
         await store.add_runs(client.client_id, current.schedule_id, plan.skipped)
     if plan.resumed is None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
 
+from tickd.schema import calendars as cal
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
 from tickd.schema.model import Client, Location, Run, Schedule, Status
@@ -31,8 +33,9 @@ class Resumption:
     skipped: list[Run]
 
 
-def resume(current: Schedule, client: Client, at: datetime) -> Resumption:
-    """The resume at ``at`` of paused ``current`` (the fire that was next when it was paused)."""
+def resume(current: Schedule, client: Client, at: datetime, calendars: Sequence[cal.Calendar] = ()) -> Resumption:
+    """The resume at ``at`` of paused ``current`` (the fire that was next when it was paused); a recurring
+    one goes on at its first occurrence from ``at`` on that ``calendars`` (its own) do not exclude."""
     if current.repeat is None:
         return Resumption(placed_again(current, client, current.fire_at, current.seq, at), [])
     recurrence = current.repeat.recurrence()
@@ -47,6 +50,8 @@ def resume(current: Schedule, client: Client, at: datetime) -> Resumption:
         seq += 1
     if nominal is not None and nominal < at:
         nominal = rec.next_fire(recurrence, at, fired=seq)
+    if nominal is not None and cal.excluded_by(calendars, nominal):
+        nominal, _ = cal.next_allowed(recurrence, nominal, calendars, fired=seq - 1)
     resumed = None if nominal is None else placed_again(current, client, nominal, seq, at)
     return Resumption(resumed, list(skipped))
 

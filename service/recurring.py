@@ -55,6 +55,7 @@ class RuleWork:
 
     def __init__(self, steps: int, client_id: str) -> None:
         self.left = steps
+        self.calendars: dict[str, cal.Calendar] = {}  # the request's calendars read so far, by name
         self._open: list[tuple[rec.ScanBudget, int]] = []
         self._turn = _turn(client_id)
 
@@ -126,15 +127,20 @@ def parse_repeat(
 
 
 async def timeline(
-    fields: RepeatFields, now: datetime, settings: ApiSettings, work: RuleWork
+    fields: RepeatFields,
+    now: datetime,
+    settings: ApiSettings,
+    work: RuleWork,
+    calendars: Sequence[cal.Calendar] = (),
 ) -> tuple[rec.Recurrence, datetime]:
-    """A create's recurrence and its first fire; a cron rule is searched off the loop (``work``)."""
+    """A create's recurrence and its first fire that ``calendars`` do not exclude; a cron rule is searched
+    off the loop (``work``)."""
 
     def search(work: RuleWork) -> tuple[rec.Recurrence, datetime]:
         recurrence = parse_repeat(fields, now, settings, work.scan())
-        return recurrence, first_fire(recurrence, now, settings, work.scan())
+        return recurrence, first_fire(recurrence, now, settings, work.scan(), calendars)
 
-    if fields.cron is UNSET:  # every: arithmetic, no search
+    if fields.cron is UNSET and not calendars:  # every: arithmetic, no search
         recurrence = parse_repeat(fields, now, settings)
         return recurrence, first_fire(recurrence, now, settings)
     return await work.run(search)
@@ -162,14 +168,34 @@ async def preview(
     return await work.run(search)
 
 
-async def named_calendars(store: Store, client_id: str, names: Sequence[str]) -> list[cal.Calendar]:
-    """The client's calendars ``names`` names, in its order; 422 naming ``calendars.i`` for one it lacks."""
+def calendar_names(given: Sequence[str] | UnsetType | None, current: Repeat | None = None) -> tuple[str, ...]:
+    """The calendars a create, patch or preview names: given (null: none), else the current rule's."""
+    if isinstance(given, UnsetType):
+        return current.calendars if current is not None else ()
+    return cal.parse_names(given or ())
+
+
+async def named_calendars(
+    store: Store, client_id: str, names: Sequence[str], work: RuleWork | None = None, *, missing_ok: bool = False
+) -> list[cal.Calendar]:
+    """The client's calendars ``names`` names, in its order; 422 naming ``calendars.i`` for one it lacks
+    (``missing_ok``: left out, as a stored schedule's calendar deleted since is). Each is read once per
+    request (``work``: a batch's items share it)."""
+    known = work.calendars if work is not None else {}
     found = []
     for i, name in enumerate(cal.parse_names(names)):
-        stored = await store.get_calendar(client_id, name)
-        if stored is None:
-            raise Invalid(f"no calendar named {name!r}", field=f"calendars.{i}", code="unknown_calendar")
-        found.append(stored.calendar)
+        if name not in known:
+            stored = await store.get_calendar(client_id, name)
+            if stored is None and missing_ok:
+                continue
+            if stored is None:
+                raise Invalid(
+                    f"no calendar named {name!r}; create it with PUT /v1/calendars/{name}",
+                    field=f"calendars.{i}",
+                    code="unknown_calendar",
+                )
+            known[name] = stored.calendar
+        found.append(known[name])
     return found
 
 
@@ -178,8 +204,11 @@ def implicit_start(fields: RepeatFields) -> bool:
     return fields.every is not UNSET and fields.start_at is UNSET
 
 
-def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: ApiSettings) -> Repeat:
-    """A stored rule with a patch's fields laid over it; giving ``cron`` drops ``every`` and the reverse."""
+def merge_repeat(
+    current: Repeat, patch: RepeatFields, now: datetime, settings: ApiSettings, calendars: Sequence[str] = ()
+) -> Repeat:
+    """A stored rule with a patch's fields laid over it; giving ``cron`` drops ``every`` and the reverse.
+    ``calendars``: the names the patched rule names (``calendar_names``)."""
     explicit_start = current.start_at is not None and not current.implicit_start
     merged = RepeatFields(
         cron=current.cron if current.cron is not None else UNSET,
@@ -199,13 +228,25 @@ def merge_repeat(current: Repeat, patch: RepeatFields, now: datetime, settings: 
             merged.start_at = UNSET  # a new interval starts a new timeline: one interval from now
     for name in given(patch):
         setattr(merged, name, getattr(patch, name))
-    return Repeat.from_recurrence(parse_repeat(merged, now, settings), implicit_start=implicit_start(merged))
+    repeat = Repeat.from_recurrence(parse_repeat(merged, now, settings), implicit_start=implicit_start(merged))
+    return msgspec.structs.replace(repeat, calendars=tuple(calendars))
 
 
 def first_fire(
-    recurrence: rec.Recurrence, now: datetime, settings: ApiSettings, budget: rec.ScanBudget | None = None
+    recurrence: rec.Recurrence,
+    now: datetime,
+    settings: ApiSettings,
+    budget: rec.ScanBudget | None = None,
+    calendars: Sequence[cal.Calendar] = (),
 ) -> datetime:
-    first = rec.next_fire(recurrence, now, budget=budget)
+    """The first occurrence after ``now`` that ``calendars`` do not exclude, within the horizon."""
+    first, excluded = cal.next_allowed(recurrence, now, calendars, budget=budget)
+    if first is None and excluded:
+        raise Invalid(
+            "the rule has no occurrence ahead that its calendars do not exclude",
+            field="calendars",
+            code="no_occurrence",
+        )
     if first is None:  # parse_recurrence already refuses a rule with nothing after now
         raise Invalid("no occurrence falls between now and end_at", field="end_at")
     if (first - now).total_seconds() > settings.max_horizon_s:

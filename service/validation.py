@@ -177,6 +177,9 @@ class ClientPatch(Struct, forbid_unknown_fields=True):
     kafka_topics: Annotated[list[TopicGrant], Meta(max_length=MAX_TOPIC_GRANTS)] | UnsetType = UNSET
 
 
+CalendarNames = Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=calendars.MAX_PER_SCHEDULE)]
+
+
 class RepeatFields(Struct, forbid_unknown_fields=True):
     """The recurrence fields a create or patch may carry (``cron`` or ``every`` makes it recurring)."""
 
@@ -188,6 +191,9 @@ class RepeatFields(Struct, forbid_unknown_fields=True):
     max_fires: Annotated[int, Meta(ge=1, le=MAX_FIRES)] | UnsetType = UNSET
     on_gap: Literal["shift", "skip"] | UnsetType = UNSET
     on_overlap: Literal["first", "last", "both"] | UnsetType = UNSET
+    # The client's calendars whose exclusions the timeline skips (a preview shows each excluded occurrence
+    # with the calendar that excludes it); on a patch, [] or null names none.
+    calendars: CalendarNames | UnsetType | None = UNSET
 
 
 REPEAT_FIELDS = tuple(RepeatFields.__struct_fields__)
@@ -261,14 +267,6 @@ class PolicyPut(Struct, forbid_unknown_fields=True):
 class PreviewRequest(RepeatFields, forbid_unknown_fields=True):
     count: Annotated[int, Meta(ge=1, le=MAX_PREVIEW)] = 10
     after: Moment | UnsetType = UNSET
-    # The client's calendars to read the occurrences against: each excluded one is shown with its calendar.
-    calendars: (
-        Annotated[
-            list[Annotated[str, Meta(max_length=64)]],
-            Meta(max_length=calendars.MAX_PER_SCHEDULE),
-        ]
-        | UnsetType
-    ) = UNSET
 
 
 class RedriveRequest(Struct, forbid_unknown_fields=True):

@@ -85,6 +85,7 @@ class RecurrenceView(Struct, omit_defaults=True):
     max_fires: int | UnsetType = UNSET
     on_gap: str | UnsetType = UNSET
     on_overlap: str | UnsetType = UNSET
+    calendars: list[str] | UnsetType = UNSET
 
 
 class ScheduleView(Struct, omit_defaults=True):
@@ -430,6 +431,7 @@ def recurrence_view(r: Repeat) -> RecurrenceView:
         view = RecurrenceView(cron=opt(r.cron), timezone=r.timezone, on_gap=r.on_gap, on_overlap=r.on_overlap)
     view.start_at = UNSET if r.implicit_start else opt(r.start_at)
     view.end_at, view.max_fires = opt(r.end_at), opt(r.max_fires)
+    view.calendars = list(r.calendars) if r.calendars else UNSET
     return view
 
 

@@ -51,7 +51,8 @@ def run_writes(outcomes: Sequence[FireOutcome], ttl_of: Callable[[str], int]) ->
             continue
         ttl_s = ttl_of(o.client_id)
         if o.event is None:  # the run the fire's outcome ends in
-            run = Run(o.nominal_at, o.status, o.attempts, o.fired_at, o.last_error, o.seq, o.events, tries=o.tries)
+            fired_at = None if o.status is Status.SKIPPED else o.fired_at  # a calendar's: never sent
+            run = Run(o.nominal_at, o.status, o.attempts, fired_at, o.last_error, o.seq, o.events, tries=o.tries)
             writes.append(run_write(o.client_id, o.run_id, run, o.window_ms, ttl_s))
             continue
         values = {

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import functools
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -24,6 +24,7 @@ from msgspec import UNSET, UnsetType
 
 from tickd.schema import recurrence as rec
 from tickd.schema import tagged, timing, tracing, triggers
+from tickd.schema.calendars import Calendar
 from tickd.schema.errors import Conflict, NotFound, TickdError
 from tickd.schema.model import (
     BulkFilter,
@@ -115,8 +116,11 @@ async def _build(
             field = "fire_at" if body.fire_at is not UNSET else "delay_s"
             raise Invalid(f"{field} is for one-time schedules; a recurring one starts at start_at", field=field)
         work = work or recurring.RuleWork(settings.request_scan_steps, client.client_id)
-        recurrence, fire_at = await recurring.timeline(body, at, settings, work)
+        names = recurring.calendar_names(body.calendars)
+        calendars = await recurring.named_calendars(request.app[keys.STORE], client.client_id, names, work)
+        recurrence, fire_at = await recurring.timeline(body, at, settings, work, calendars)
         repeat = Repeat.from_recurrence(recurrence, implicit_start=recurring.implicit_start(body))
+        repeat = msgspec.structs.replace(repeat, calendars=tuple(names))
     else:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
         fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
@@ -358,7 +362,7 @@ async def preview_schedule(request: web.Request) -> web.Response:
         raise Invalid("give cron or every", field="cron", code="missing_field")
     at = now()
     after = recurring.parse_after(body.after, at)
-    names = body.calendars if isinstance(body.calendars, list) else []
+    names = recurring.calendar_names(body.calendars)
     calendars = await recurring.named_calendars(request.app[keys.STORE], client.client_id, names)
     work = recurring.RuleWork(settings.request_scan_steps, client.client_id)
     recurrence, found = await recurring.preview(body, at, after, body.count, settings, work, calendars)
@@ -480,9 +484,14 @@ async def _changes(request: web.Request, client: Client, patch: SchedulePatch) -
 
 
 def _timing(
-    request: web.Request, current: Schedule, patch: SchedulePatch, at: datetime
+    request: web.Request,
+    current: Schedule,
+    patch: SchedulePatch,
+    at: datetime,
+    calendars: Sequence[Calendar] = (),
 ) -> tuple[datetime, Options | None, int]:
-    """The patched schedule's nominal time, options and occurrence number."""
+    """The patched schedule's nominal time, options and occurrence number (``calendars``: the ones the
+    patched rule names, read by ``_patched_calendars``)."""
     settings = request.app[keys.SETTINGS]
     jitter = current.options.jitter_ms if current.options is not None else 0
     if patch.jitter is not UNSET:
@@ -502,8 +511,20 @@ def _timing(
         raise Invalid("a recurring schedule's times come from its rule; change cron, every or start_at", field=field)
     if not recurring.given(patch):
         return current.fire_at, recurring.options_of(current.repeat, jitter, *shape), current.seq
-    repeat = recurring.merge_repeat(current.repeat, patch, at, settings)
-    return recurring.first_fire(repeat.recurrence(), at, settings), recurring.options_of(repeat, jitter, *shape), 1
+    repeat = recurring.merge_repeat(current.repeat, patch, at, settings, [c.name for c in calendars])
+    first = recurring.first_fire(repeat.recurrence(), at, settings, calendars=calendars)
+    return first, recurring.options_of(repeat, jitter, *shape), 1
+
+
+async def _patched_calendars(
+    request: web.Request, client: Client, current: Schedule, patch: SchedulePatch
+) -> list[Calendar]:
+    """The calendars a patch that changes a recurring schedule's timeline reads it against: the ones it
+    names, else the ones the schedule named (the rest of a patch reads none)."""
+    if current.repeat is None or not recurring.given(patch):
+        return []
+    names = recurring.calendar_names(patch.calendars, current.repeat)
+    return await recurring.named_calendars(request.app[keys.STORE], client.client_id, names)
 
 
 def _updated(
@@ -574,8 +595,9 @@ async def patch_schedule(request: web.Request) -> web.Response:
     async def change(client: Client, current: Schedule) -> Schedule:
         if current.status is Status.PAUSED:
             raise conflict("the schedule is paused; resume it first", "schedule_paused")
+        calendars = await _patched_calendars(request, client, current, patch)
         at = now()
-        fire_at, options, seq = _timing(request, current, patch, at)
+        fire_at, options, seq = _timing(request, current, patch, at, calendars)
         tags = recurring.tags_of(current.options) if isinstance(patch.tags, UnsetType) else patch.tags
         repeat = options.repeat if options is not None else None
         pause_after = recurring.pause_after(patch.pause_after_failures, current.options, repeat)

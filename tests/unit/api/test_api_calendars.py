@@ -5,11 +5,12 @@ concurrent changes that never lose one silently, and an audit record for each ch
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from tests.integration.api_helpers import Api, Register
+from tests.integration.api_helpers import Api, Register, schedule_body
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 
@@ -148,3 +149,123 @@ async def test_a_preview_shows_what_named_calendars_exclude(api: Api, register: 
     _, other = await register()
     code, field = await refused(await api.post("/v1/schedules/preview", json=body, headers=other), 422)
     assert (code, field) == ("unknown_calendar", "calendars.0")  # another tenant's calendars are not its own
+
+
+# -- schedules that name calendars ----------------------------------------------------------------------
+
+# Every day but Sunday excluded: a daily rule's next fire is the next Sunday's.
+SUNDAYS_ONLY = {"weekdays": ["mon", "tue", "wed", "thu", "fri", "sat"]}
+
+
+def next_sunday_nine(after: datetime) -> datetime:
+    """The first Sunday 09:00 UTC after ``after``."""
+    moment = after.replace(hour=9, minute=0, second=0, microsecond=0)
+    while moment <= after or moment.weekday() != 6:
+        moment += timedelta(days=1)
+    return moment
+
+
+async def test_a_schedule_names_calendars_and_its_first_fire_is_the_first_they_leave(
+    api: Api, register: Register
+) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/sundays-only", json=SUNDAYS_ONLY, headers=key), 201)
+    before = datetime.now(UTC)
+    body = schedule_body(delay_s=None, cron="0 9 * * *", calendars=["sundays-only", "sundays-only"])
+    created = await ok(await api.post("/v1/schedules", json=body, headers=key), 201)
+    assert created["recurrence"]["calendars"] == ["sundays-only"]  # each named once
+    assert datetime.fromisoformat(created["fire_at"]) in {next_sunday_nine(before), next_sunday_nine(datetime.now(UTC))}
+    got = await ok(await api.get(f"/v1/schedules/{created['schedule_id']}", headers=key))
+    assert got["recurrence"]["calendars"] == ["sundays-only"] and got["fire_at"] == created["fire_at"]
+    plain = await ok(
+        await api.post("/v1/schedules", json=schedule_body(delay_s=None, cron="0 9 * * *"), headers=key), 201
+    )
+    assert "calendars" not in plain["recurrence"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "status", "code", "field"),
+    [
+        ({"calendars": ["nope"]}, 422, "unknown_calendar", "calendars.0"),
+        ({"calendars": ["sundays-only", "Bad Name"]}, 422, "invalid", "calendars.1"),
+        ({"calendars": ["c"] * 9}, 400, None, "calendars"),
+        ({"calendars": "sundays-only"}, 400, "wrong_type", "calendars"),
+        ({"cron": None, "delay_s": 60, "calendars": ["sundays-only"]}, 422, None, "calendars"),
+        # Saturdays only, on a calendar that excludes them all: nothing left to fire.
+        ({"cron": "0 9 * * 6"}, 422, "no_occurrence", "calendars"),
+    ],
+)
+async def test_a_schedule_naming_calendars_badly_is_refused_naming_the_field(
+    api: Api, register: Register, changes: dict[str, Any], status: int, code: str | None, field: str
+) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/sundays-only", json=SUNDAYS_ONLY, headers=key), 201)
+    body = {**schedule_body(delay_s=None, cron="0 9 * * *", calendars=["sundays-only"]), **changes}
+    body = {k: v for k, v in body.items() if v is not None}
+    resp = await api.post("/v1/schedules", json=body, headers=key)
+    assert resp.status == status, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["field"] == field and (code is None or error["code"] == code)
+
+
+async def test_a_patch_changes_the_calendars_a_schedule_names_and_its_next_fire_follows(
+    api: Api, register: Register
+) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/sundays-only", json=SUNDAYS_ONLY, headers=key), 201)
+    body = schedule_body(delay_s=None, cron="0 9 * * *", calendars=["sundays-only"])
+    created = await ok(await api.post("/v1/schedules", json=body, headers=key), 201)
+    path = f"/v1/schedules/{created['schedule_id']}"
+    freed = await ok(await api.patch(path, json={"calendars": []}, headers=key))
+    first = datetime.fromisoformat(freed["fire_at"])
+    assert "calendars" not in freed["recurrence"] and first - datetime.now(UTC) <= timedelta(days=1)
+    again = await ok(await api.patch(path, json={"calendars": ["sundays-only"]}, headers=key))
+    assert again["recurrence"]["calendars"] == ["sundays-only"]
+    assert datetime.fromisoformat(again["fire_at"]).weekday() == 6
+    # A change of the rule alone keeps the calendars it names.
+    hourly = await ok(await api.patch(path, json={"cron": "0 * * * *"}, headers=key))
+    assert hourly["recurrence"]["calendars"] == ["sundays-only"]
+    assert datetime.fromisoformat(hourly["fire_at"]).weekday() == 6
+    code, field = await refused(await api.patch(path, json={"calendars": ["gone"]}, headers=key), 422)
+    assert (code, field) == ("unknown_calendar", "calendars.0")
+    assert (await ok(await api.get(path, headers=key)))["fire_at"] == hourly["fire_at"]  # nothing written
+    cleared = await ok(await api.patch(path, json={"calendars": None}, headers=key))
+    assert "calendars" not in cleared["recurrence"]
+
+
+async def test_a_resume_goes_on_at_the_first_occurrence_the_calendars_leave(api: Api, register: Register) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/sundays-only", json=SUNDAYS_ONLY, headers=key), 201)
+    body = schedule_body(delay_s=None, cron="0 * * * *", calendars=["sundays-only"])
+    created = await ok(await api.post("/v1/schedules", json=body, headers=key), 201)
+    path = f"/v1/schedules/{created['schedule_id']}"
+    await ok(await api.post(path + "/pause", headers=key))
+    # The calendar changes while the schedule is paused: now Sundays are excluded and Mondays not.
+    monday_only = {"weekdays": ["tue", "wed", "thu", "fri", "sat", "sun"]}
+    await ok(await api.put("/v1/calendars/sundays-only", json=monday_only, headers=key))
+    resumed = await ok(await api.post(path + "/resume", headers=key))
+    assert datetime.fromisoformat(resumed["fire_at"]).weekday() == 0
+    assert resumed["status"] == "scheduled"
+    # A calendar deleted since is no reason to refuse a resume: it excludes nothing (the paused fire,
+    # not passed yet, keeps its time).
+    await ok(await api.post(path + "/pause", headers=key))
+    await ok(await api.delete("/v1/calendars/sundays-only", headers=key))
+    alone = await ok(await api.post(path + "/resume", headers=key))
+    assert (alone["status"], alone["fire_at"]) == ("scheduled", resumed["fire_at"])
+
+
+async def test_a_batch_names_calendars_per_item_and_an_unknown_one_fails_only_its_item(
+    api: Api, register: Register
+) -> None:
+    _, key = await register()
+    await ok(await api.put("/v1/calendars/sundays-only", json=SUNDAYS_ONLY, headers=key), 201)
+    item = schedule_body(delay_s=None, cron="0 9 * * *", calendars=["sundays-only"])
+    bad = {**item, "calendars": ["nope"]}
+    answer = await ok(await api.post("/v1/schedules/batch", json={"schedules": [item, bad, item]}, headers=key))
+    results = answer["results"]
+    assert [(r.get("status"), r.get("error", {}).get("field")) for r in results] == [
+        ("scheduled", None),
+        (None, "calendars.0"),
+        ("scheduled", None),
+    ]
+    assert all(datetime.fromisoformat(r["fire_at"]).weekday() == 6 for r in (results[0], results[2]))

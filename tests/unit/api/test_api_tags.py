@@ -67,7 +67,7 @@ async def test_a_recurring_schedules_next_occurrence_carries_its_tags(
     current = await store.get_schedule(client_id, uuid.UUID(made["schedule_id"]))
     assert current is not None and current.repeat is not None
     # The poller's next occurrence, written as the poller writes it, read back through the API.
-    following = model.next_occurrence(current, current.repeat, current.fire_at, datetime.now(UTC), 4)
+    following = model.next_occurrence(current, current.repeat, current.fire_at, datetime.now(UTC), 4).row
     assert following is not None
     await store.chain_schedule(current, following, datetime.now(UTC))
     shown = await ok(await api.get(f"/v1/schedules/{made['schedule_id']}", headers=key))
