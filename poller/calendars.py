@@ -3,8 +3,8 @@
 ``CalendarBook`` keeps each client's calendars for ``refresh_s`` (the node's ``TICKD_CLIENTS_REFRESH_S``),
 read only for clients whose fires name one: a calendar change reaches every node within that time, and an
 occurrence due later than that is read against it. One read per client at a time, however many fires ask.
-A failed re-read keeps the calendars last read (logged ``calendars_stale``); only a client never read yet
-waits for the store (``StoreUnavailable``, which the chain step retries in place).
+Calendars older than that are never used: while the store does not answer, the read raises
+``StoreUnavailable`` and the chain step waits for it in place (as it waits to write the chain itself).
 
 A name the client has no calendar of (deleted since the schedule named it) excludes nothing: its fires go
 on (each such fire logs ``calendar_missing``), as the README says.
@@ -18,7 +18,6 @@ from collections.abc import Sequence
 import structlog
 
 from tickd.schema.calendars import Calendar
-from tickd.schema.errors import StoreUnavailable
 from tickd.schema.store import Store
 
 log = structlog.get_logger("tickd.poller")
@@ -45,13 +44,7 @@ class CalendarBook:
         known = self._known.get(client_id)
         if known is not None and asyncio.get_running_loop().time() - known[0] < self._refresh_s:
             return known[1]
-        try:
-            return await self._read_once(client_id)
-        except StoreUnavailable as exc:
-            if known is None:
-                raise
-            log.warning("calendars_stale", client_id=client_id, error=str(exc))
-            return known[1]
+        return await self._read_once(client_id)
 
     async def _read_once(self, client_id: str) -> dict[str, Calendar]:
         task = self._reading.get(client_id)

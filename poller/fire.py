@@ -67,8 +67,8 @@ from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
+from tickd.schema import calendars as cal
 from tickd.schema import notices, timing
-from tickd.schema.calendars import Calendar, excluded_by
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
     AuditRecord,
@@ -511,7 +511,7 @@ class Settler:
         if repeat is None or row.attempts != 0:
             return None
         calendars = await self._named_calendars(row, repeat.calendars)
-        hit = excluded_by(calendars, row.fire_at)
+        hit = cal.excluded_by(calendars, row.fire_at)
         # An excluded occurrence is not a fire: max_fires counts on from the one before it.
         basis = row if hit is None else dataclasses.replace(row, seq=row.seq - 1)
         client = self._ctx.client()
@@ -528,7 +528,10 @@ class Settler:
             await self._failures.owed(client, row, current, now())
             return chained
         if passed:
-            runs = [Run(x.first, Status.SKIPPED, 0, None, f"{x.reason()} until {x.until.isoformat()}") for x in passed]
+            recorded = passed[: cal.RECORDED_PER_STEP]
+            runs = [
+                Run(x.first, Status.SKIPPED, 0, None, f"{x.reason()} until {x.until.isoformat()}") for x in recorded
+            ]
             await durably(
                 self._ctx.log, "skipped_runs", lambda: self._store.add_runs(row.client_id, row.schedule_id, runs)
             )
@@ -551,7 +554,7 @@ class Settler:
         await durably(self._ctx.log, "record_skipped", lambda: self._store.record_outcomes([skipped]), self._metrics)
         return Chained(Chain.EXCLUDED, chained.following)
 
-    async def _named_calendars(self, row: Schedule, names: Sequence[str]) -> list[Calendar]:
+    async def _named_calendars(self, row: Schedule, names: Sequence[str]) -> list[cal.Calendar]:
         if not names:
             return []
         return await durably(
@@ -714,12 +717,7 @@ class FailureNotices:
             return
         if current is None or current.location != row.location or current.status not in _LIMBO:
             return  # the change landed (a client's pause, cancel or edit) or moved the schedule elsewhere
-        before = await durably(
-            self._log,
-            "read_runs",
-            lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold + _OWED_RECENT_RUNS),
-            self._metrics,
-        )
+        before = await self._fires_before(row, threshold + _OWED_RECENT_RUNS)
         last = _streak_end(before, threshold)
         if last is None:
             return
@@ -749,16 +747,32 @@ class FailureNotices:
             else:
                 self._pausing[row.public_id] = (lock, waiting - 1)
 
+    async def _fires_before(self, row: Schedule, count: int) -> list[Run]:
+        """The runs of the last ``count`` occurrences before ``row``'s that were not skipped, newest first.
+        A skipped occurrence is no fire: one a calendar excluded keeps the sequence numbers of the fires
+        around it in a row (it takes none of its own); the ones a pause skipped take theirs, so a streak
+        never runs across a pause. Read a page of ``count`` at a time, at most ``_SKIPPED_PAGES`` more
+        while skipped ones fill them."""
+        found: list[Run] = []
+        before = row.fire_at
+        for _ in range(1 + _SKIPPED_PAGES):
+            page = await durably(
+                self._log,
+                "read_runs",
+                lambda b=before: self._store.list_runs(row.client_id, row.public_id, b, count),  # type: ignore[misc]
+                self._metrics,
+            )
+            found += [run for run in page if run.status is not Status.SKIPPED]
+            if len(found) >= count or len(page) < count:
+                break
+            before = page[-1].nominal_at
+        return found[:count]
+
     async def _failed_in_a_row(self, row: Schedule, threshold: int) -> bool:
         """Whether the ``threshold - 1`` occurrences just before ``row``'s all ended dead-lettered."""
         if threshold == 1:
             return True
-        before = await durably(
-            self._log,
-            "read_runs",
-            lambda: self._store.list_runs(row.client_id, row.public_id, row.fire_at, threshold - 1),
-            self._metrics,
-        )
+        before = await self._fires_before(row, threshold - 1)
         if len(before) != threshold - 1 or any(run.status is not Status.FAILED for run in before):
             return False
         # The runs just before it, none missing: an occurrence late or still in retry has no run yet, and
@@ -814,6 +828,9 @@ _AUTO_PAUSE = "schedule.auto_pause"
 _OWED_AUDIT_ROWS = 20
 # How many runs before a dropped occurrence ``owed`` looks through for the streak, beyond the streak.
 _OWED_RECENT_RUNS = 8
+# Pages of skipped runs a streak is read past (each page as long as the streak): a chain step records at
+# most ``calendars.RECORDED_PER_STEP`` exclusions.
+_SKIPPED_PAGES = 4
 # A current row that is the dropped occurrence's own, its change not landed.
 _LIMBO = (Status.SCHEDULED, Status.MOVED)
 

@@ -24,6 +24,7 @@ from datetime import datetime
 
 import structlog
 
+from tickd.poller.calendars import CalendarBook
 from tickd.poller.checkpoint import Checkpointer
 from tickd.poller.delivery import CallbackRouter
 from tickd.poller.errors import InstanceCrashed, InstanceDrained, Lease, LeaseLost
@@ -61,6 +62,7 @@ class PollerInstance:
         rng: random.Random | None = None,
         lease: Lease = lambda since=None: True,
         stats: TenantStats | None = None,
+        calendars: CalendarBook | None = None,
     ) -> None:
         self.claim = claim
         self.instance = claim.instance
@@ -85,7 +87,7 @@ class PollerInstance:
             self._loader,
             slots,
             Sender(ctx, router, slots, gate),
-            Settler(ctx, store, self._outcomes),
+            Settler(ctx, store, self._outcomes, calendars),
         )
         self._checkpoints = Checkpointer(
             claim, self._current_client, store, self._plan, settings, metrics, clock, self._log, self._loader.sweep

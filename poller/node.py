@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from tickd.poller.calendars import CalendarBook
 from tickd.poller.claims import Placement
 from tickd.poller.context import NodeContext
 from tickd.poller.delivery import CallbackRouter
@@ -73,6 +74,7 @@ class Node:
         # Shared by all instances: a fire takes them only to go out, each client up to its share.
         self._send_slots = SendSlots.of(settings)
         self._gate = ThrottleGate(store, self.node_id, clock, metrics, poll_s=settings.throttle_poll_s)
+        self._calendars = CalendarBook(store, settings.clients_refresh_s)  # shared by the node's instances
         self._log = log.bind(node_id=self.node_id)
         self.stats = TenantStats(store, self.node_id, clock, self._log)
         node = NodeContext(settings, store, metrics, clock, self._log)
@@ -172,6 +174,7 @@ class Node:
             rng=random.Random(self._rng.getrandbits(64)),
             lease=self.lease_held,
             stats=self.stats,
+            calendars=self._calendars,
         )
 
     async def _fence(self) -> None:

@@ -11,8 +11,9 @@ Local wall times are compared without their fold: both passes of a repeated hour
 that hour.
 
 An excluded occurrence keeps its place on the timeline (the rule and the fire ids of the others do not
-move); it is not fired, and the run history records each stretch of them (``Excluded``: the first one,
-which calendar at which version, until when). The search jumps to the end of each exclusion rather than
+move); it is not fired, and does not count towards ``max_fires``. The run history records each exclusion
+a chain step passes over (``Excluded``: its first occurrence, which calendar at which version, until
+when; the first ``RECORDED_PER_STEP`` of a step). The search jumps to the end of each exclusion rather than
 stepping through it, so a week's blackout of a minutely schedule is one step, and it gives up after
 ``MAX_EXCLUSIONS_IN_A_ROW`` exclusions with no occurrence between them (the timeline then ends, as a
 rule that never matches does; the API refuses such a schedule at create). "Last day of the month" is a
@@ -44,6 +45,9 @@ MAX_PER_SCHEDULE: Final = 8
 # Exclusions one search passes over with no occurrence between them before it gives up: a daily rule
 # with a weekday excluded meets one a week, a year-long blackout one.
 MAX_EXCLUSIONS_IN_A_ROW: Final = 1000
+# Exclusions a chain step passes over that it records as skipped runs (the first ones): a minutely rule
+# through a week's holidays would otherwise write thousands in one step.
+RECORDED_PER_STEP: Final = 20
 _DATE_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WALL_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?")
 _TICK: Final = timedelta(microseconds=1)
@@ -199,7 +203,7 @@ def parse_calendar(
         off.update(BUSINESS_DAYS_OFF)
     if len(off) == len(WEEKDAYS):
         raise InvalidInput("a calendar cannot exclude every day of the week", field="weekdays")
-    return Calendar(name, version, zone, tuple(days), _merged(spans), tuple(sorted(off)))
+    return Calendar(name, version, zone, tuple(days), merged(spans), tuple(sorted(off)))
 
 
 def parse_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -270,7 +274,7 @@ _DAY_NAMES: Final = {
 }
 
 
-def _merged(spans: list[tuple[datetime, datetime]]) -> tuple[tuple[datetime, datetime], ...]:
+def merged(spans: list[tuple[datetime, datetime]]) -> tuple[tuple[datetime, datetime], ...]:
     """Overlapping or touching ranges as one: the search bisects on their starts."""
     merged: list[tuple[datetime, datetime]] = []
     for start, end in sorted(spans):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from tickd.schema import recurrence as rec
+from tickd.schema import calendars as cal
 from tickd.schema import timing
 from tickd.schema.model import InstanceKey, Repeat
 
@@ -45,6 +45,9 @@ class Promise:
     events: int = 0  # a batch trigger's events per fire (each delivered under its event id); 0: plain fires
     repeat: Repeat | None = None
     until: datetime | None = None  # recurring: check occurrences before this
+    # Recurring: the calendars it names, as they stood at the end (each change only adds exclusions that
+    # start after every node reads it): no occurrence they exclude may fire, every other one must.
+    calendars: tuple[cal.Calendar, ...] = ()
     cancelled_at: datetime | None = None  # when a cancel was acknowledged (API clock)
     cancelled_t: float | None = None  # the same moment in virtual seconds
     # Fire ids superseded by acknowledged reschedules, with when each was acknowledged (loop time).
@@ -163,7 +166,7 @@ class Oracle:
 
     def _check_timeline(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:
         assert p.repeat is not None and p.until is not None
-        expected = _occurrences(p.repeat, p.fire_at, p.until)
+        expected = _occurrences(p.repeat, p.fire_at, p.until, p.calendars)
         delivered = {_nominal_ms(k) for k in seen}
         problems = []
         if p.cancelled_at is not None:
@@ -275,11 +278,15 @@ def _nominal_ms(key: str) -> int:
     return int(key.split(":")[1])
 
 
-def _occurrences(repeat: Repeat, first: datetime, until: datetime) -> list[datetime]:
+def _occurrences(
+    repeat: Repeat, first: datetime, until: datetime, calendars: tuple[cal.Calendar, ...] = ()
+) -> list[datetime]:
+    """The timeline from ``first`` (its first occurrence, acknowledged) up to ``until``, without what
+    ``calendars`` exclude (``first`` too, if a calendar changed after it was set)."""
     out: list[datetime] = []
-    nominal: datetime | None = first
     recurrence = repeat.recurrence()
+    nominal, _ = cal.next_allowed(recurrence, first - timedelta(microseconds=1), calendars)
     while nominal is not None and nominal < until:
         out.append(nominal)
-        nominal = rec.next_fire(recurrence, nominal, fired=len(out))
+        nominal, _ = cal.next_allowed(recurrence, nominal, calendars, fired=len(out))
     return out

@@ -22,6 +22,7 @@ from tests.simulation import peek
 from tests.simulation.oracle import Promise
 from tests.simulation.vloop import ACTOR, VirtualClock
 from tests.simulation.world import API, Endpoint, World
+from tickd.schema import calendars as cal
 from tickd.schema import events, timing
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
 from tickd.schema.model import (
@@ -63,6 +64,7 @@ class Api:
         self.store = world.memory
         self.clients: dict[str, Client] = {}
         self.policies: dict[str, ThrottlePolicy] = {}
+        self.calendars: dict[str, cal.Calendar] = {}  # each client's one calendar ("quiet"), as saved last
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         token = ACTOR.set(API)
@@ -107,6 +109,12 @@ class Api:
         await self.retrying(lambda: self.store.put_policy(policy))
         self.policies[client_id] = policy
 
+    async def save_calendar(self, client_id: str, calendar: cal.Calendar) -> None:
+        """Set-up that must happen (retried through faults; a save whose answer was lost finds itself)."""
+        saved = await self.retrying(lambda: self.store.save_calendar(client_id, calendar, self.clock()))
+        assert saved, f"calendar {calendar.name} v{calendar.version} of {client_id} not saved"
+        self.calendars[client_id] = calendar
+
     # -- schedules --------------------------------------------------------------------------------------
 
     def _new_id(self) -> uuid.UUID:
@@ -121,8 +129,11 @@ class Api:
             start = timing.truncate_ms(at + timedelta(seconds=max(delay_s, 1.0)))
             repeat = msgspec.structs.replace(options.repeat, start_at=start)
             options = msgspec.structs.replace(options, repeat=repeat)
-            fire_at, seq = repeat.start_at, 1
+            # As the API: the first occurrence the calendars it names leave, read as they stand now.
+            calendars = [await self._calendar(client_id, name) for name in repeat.calendars]
+            fire_at, _ = cal.next_allowed(repeat.recurrence(), at, calendars)
             assert fire_at is not None
+            seq = 1
         else:
             fire_at, seq = timing.truncate_ms(at + timedelta(seconds=delay_s)), 0
         poller_id = timing.poller_id_for(sid, client.poller_count)
@@ -131,6 +142,11 @@ class Api:
         schedule = Schedule(client_id, sid, location, fire_at, b'{"n":1}', callback, at, options=options, seq=seq)
         await self.confirmed(at, [location.due_at], None, lambda: self.store.create_schedules([schedule], at))
         return schedule
+
+    async def _calendar(self, client_id: str, name: str) -> cal.Calendar:
+        stored = await self.call(lambda: self.store.get_calendar(client_id, name))
+        assert stored is not None, f"{client_id} has no calendar {name}"
+        return stored.calendar
 
     async def cancel(self, client_id: str, sid: uuid.UUID) -> datetime:
         """Cancel as the handler does (guard, then compare-and-set, retried on a poller's race)."""
@@ -213,6 +229,9 @@ class Workload:
         self._groups: dict[uuid.UUID, tuple[str, str]] = {}  # schedule id: (client, tag value) it was made with
         self._runners: dict[str, asyncio.Task[None]] = {}
         self._bulk_app = self._bulk_app_of(world)
+        # Calendars: which clients have one, which schedules name it, when it changes. A stream of their
+        # own, so the rest of a seed's draws stay where they were.
+        self._calendar_rng = random.Random(f"calendars-{world.config.seed}")
         world.delivery_checks.append(self._check_throttle)
         world.subscribe(self._consume)
 
@@ -223,12 +242,18 @@ class Workload:
             if self.rng.random() < 0.5:
                 await self.api.add_policy(client_id, "p", self.rng.randint(1, 4), self.rng.randint(2, 20))
             world.endpoints[client_id] = Endpoint()
+            if self._calendar_rng.random() < 0.5:
+                await self.api.save_calendar(client_id, self._quiet(1, world.loop.time(), 3))
         for i in range(config.nodes):
             world.start_node(f"n{i}")
         end = world.loop.time() + config.run_s
         for name in ("api-a", "api-b"):
             self._start_runner(name)
-        actors = [asyncio.create_task(self._clients(end)), asyncio.create_task(self._bulk(end))]
+        actors = [
+            asyncio.create_task(self._clients(end)),
+            asyncio.create_task(self._bulk(end)),
+            asyncio.create_task(self._calendar_change(end)),
+        ]
         if config.faults:
             actors.append(asyncio.create_task(self._chaos(end)))
             actors.append(asyncio.create_task(self._replica_crashes(end)))
@@ -266,7 +291,10 @@ class Workload:
         if kind < 0.65:
             # Some pause after a few failed fires in a row (the endpoints fail in streaks under faults).
             pause_after = self.rng.choice([None, None, 1, 2, 3])
-            return Options(repeat=Repeat(every_s=self.rng.choice([5, 10, 30, 60])), pause_after_failures=pause_after)
+            repeat = Repeat(every_s=self.rng.choice([5, 10, 30, 60]))
+            if client_id in self.api.calendars and self._calendar_rng.random() < 0.6:
+                repeat = msgspec.structs.replace(repeat, calendars=("quiet",))
+            return Options(repeat=repeat, pause_after_failures=pause_after)
         if kind < 0.75:
             return Options(jitter_ms=self.rng.randint(1, 10_000))
         if kind < 0.88:
@@ -354,6 +382,34 @@ class Workload:
             await self.api.resize(client_id, pollers)
         except StoreUnavailable:
             return
+
+    # -- calendars --------------------------------------------------------------------------------------
+
+    def _quiet(self, version: int, from_t: float, ranges: int) -> cal.Calendar:
+        """Calendar "quiet" (UTC): ``ranges`` blackouts of 5-40 s, the first starting 30 s after ``from_t``
+        (virtual seconds) or later: by then every node reads it (TICKD_CLIENTS_REFRESH_S is 5 s), so each
+        occurrence in one is excluded, whether its row was written before the change or after."""
+        rng = self._calendar_rng
+        spans = []
+        for _ in range(ranges):
+            begins = from_t + 30 + rng.uniform(0, self.world.config.run_s + 60)
+            start = (self.world.start + timedelta(seconds=round(begins))).replace(tzinfo=None)
+            spans.append((start, start + timedelta(seconds=rng.randint(5, 40))))
+        return cal.Calendar("quiet", version, "UTC", ranges=cal.merged(spans))
+
+    async def _calendar_change(self, end: float) -> None:
+        """Once in the run, maybe: a client's calendar gets a new version with more blackouts (added only,
+        so what it excluded before stays excluded and the oracle reads the last version)."""
+        rng, loop = self._calendar_rng, self.world.loop
+        await asyncio.sleep(rng.uniform(0.2, 0.8) * self.world.config.run_s)
+        owners = sorted(self.api.calendars)
+        if not owners or loop.time() >= end or rng.random() < 0.3:
+            return
+        client_id = rng.choice(owners)
+        current = self.api.calendars[client_id]
+        more = self._quiet(current.version + 1, loop.time(), rng.randint(1, 3))
+        changed = msgspec.structs.replace(more, ranges=cal.merged([*current.ranges, *more.ranges]))
+        await self.api.save_calendar(client_id, changed)
 
     # -- bulk jobs --------------------------------------------------------------------------------------
 
@@ -593,13 +649,16 @@ class Workload:
             pending = now
 
     def _close_promises(self) -> None:
-        """Recurring promises are checked up to a point every occurrence before it had time to fire."""
+        """Recurring promises are checked up to a point every occurrence before it had time to fire,
+        against the calendars they name as they stand at the end."""
         until = self.api.clock() - timedelta(seconds=self.world.config.settle_s - 60)
         tables = self.world.tables
         for promise in self.world.oracle.promises.values():
             if promise.repeat is None:
                 continue
             promise.until = until
+            calendar = self.api.calendars.get(promise.client_id)
+            promise.calendars = tuple(c for c in [calendar] if c is not None and c.name in promise.repeat.calendars)
             if promise.cancelled_at is not None:
                 continue  # cancelled, or paused by a bulk job (``_close_bulk``): nothing fires after it
             # The workload pauses a schedule only in bulk: one paused now otherwise was auto-paused.

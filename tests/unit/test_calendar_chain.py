@@ -6,6 +6,7 @@ towards ``max_fires``; a calendar deleted since the schedule named it excludes n
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from collections.abc import Sequence
@@ -88,8 +89,9 @@ class Instance:
         assert current is not None
         return current
 
-    async def due(self, row: Schedule) -> tuple[Schedule, Chained]:
-        """The schedule's current occurrence comes due: chained, then (unless excluded) delivered."""
+    async def due(self, row: Schedule, result: DeliveryResult | None = None) -> tuple[Schedule, Chained]:
+        """The schedule's current occurrence comes due: chained, then (unless excluded) sent, ending as
+        ``result`` says (delivered, if not given)."""
         current = await self.current(row)
         assert current.status is Status.SCHEDULED
         self.clock.now = current.location.due_at
@@ -98,7 +100,7 @@ class Instance:
         assert chained is not None
         if chained.outcome in (Chain.CHAINED, Chain.ALREADY):
             fire.went_out(self.clock.now)
-            fire.result = DeliveryResult.delivered(1)
+            fire.result = result or DeliveryResult.delivered(1)
             await self.settler.settle(fire)
         return current, chained
 
@@ -195,3 +197,23 @@ async def test_a_schedule_naming_no_calendar_reads_none() -> None:
     row = await inst.create(NINE_BERLIN, day(1))
     _, chained = await inst.due(row)
     assert chained.outcome is Chain.CHAINED and (await inst.current(row)).fire_at == day(2)
+
+
+async def test_excluded_occurrences_between_failed_fires_leave_them_in_a_row() -> None:
+    """pause_after_failures counts fires: one a calendar excluded (passed over by the chain, or skipped
+    when due) sits between two failed fires without breaking their streak."""
+    inst = Instance()
+    await inst.calendar("holidays", 1, 2)
+    failed = DeliveryResult.failed(1, "HTTP 500", retriable=False)
+    repeat = msgspec.structs.replace(NINE_BERLIN, calendars=("holidays",))
+    row = await inst.create(repeat, day(1))
+    row = dataclasses.replace(row, options=Options(repeat=repeat, pause_after_failures=3))
+    await inst.store.replace_schedule(await inst.current(row), row, inst.clock())
+    await inst.due(row, failed)  # 1 May; 2 May passed over
+    await inst.due(row, failed)  # 3 May; 4 May written
+    await inst.calendar("holidays", 2, 2, 4)
+    _, chained = await inst.due(row)  # 4 May: excluded when due
+    assert chained.outcome is Chain.EXCLUDED
+    assert (await inst.current(row)).status is Status.SCHEDULED
+    await inst.due(row, failed)  # 5 May: the third failed fire in a row
+    assert (await inst.current(row)).status is Status.PAUSED
