@@ -23,6 +23,7 @@ ASSETS: dict[str, tuple[str, str]] = {
     "/ui/letters.js": ("letters.js", "text/javascript"),
     "/ui/notices.js": ("notices.js", "text/javascript"),
     "/ui/bulk.js": ("bulk.js", "text/javascript"),
+    "/ui/calendars.js": ("calendars.js", "text/javascript"),
     "/ui/stats.js": ("stats.js", "text/javascript"),
     "/ui/admin.js": ("admin.js", "text/javascript"),
     "/ui/app.js": ("app.js", "text/javascript"),

@@ -7,6 +7,7 @@ import { ApiError, BadId, isId, session, signIn, signOut } from "./api.js";
 import { h, mount, notice } from "./dom.js";
 import * as admin from "./admin.js";
 import * as bulkView from "./bulk.js";
+import * as calendarsView from "./calendars.js";
 import * as letters from "./letters.js";
 import * as notices from "./notices.js";
 import * as stats from "./stats.js";
@@ -18,6 +19,7 @@ const VIEWS = {
     { path: "dead-letters", label: "Dead letters", view: letters.deadLetters, one: letters.letterView, id: "deadLetter" },
     { path: "preview", label: "Cron preview", view: tenant.preview },
     { path: "policies", label: "Throttle policies", view: tenant.policies },
+    { path: "calendars", label: "Calendars", view: calendarsView.calendars },
     { path: "stats", label: "Lateness", view: stats.stats },
     { path: "bulk", label: "Bulk actions", view: bulkView.bulk },
     { path: "notifications", label: "Notifications", view: notices.notices },
@@ -62,7 +64,7 @@ function signInForm(message) {
     "form",
     { class: "signin card", onsubmit: submit },
     h("h2", {}, "Sign in"),
-    h("p", { class: "muted" }, "With a client's API key (its schedules, dead letters, lateness, previews and throttle policies) or the admin token (clients, quotas, nodes and the cluster's lateness). The key stays in this tab only."),
+    h("p", { class: "muted" }, "With a client's API key (its schedules, dead letters, lateness, previews, throttle policies and calendars) or the admin token (clients, quotas, nodes and the cluster's lateness). The key stays in this tab only."),
     h("label", {}, "API key or admin token", token),
     error,
     button,

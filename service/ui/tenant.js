@@ -38,7 +38,8 @@ function rule(s) {
   const r = s.recurrence;
   if (!r) return "once";
   const base = r.cron ? `cron ${r.cron} (${r.timezone || "UTC"})` : `every ${r.every}`;
-  return s.occurrence ? `${base} · #${s.occurrence}` : base;
+  const named = r.calendars ? `${base} · except ${r.calendars.join(", ")}` : base;
+  return s.occurrence ? `${named} · #${s.occurrence}` : named;
 }
 
 async function cancel(id, button, onDone) {
@@ -222,7 +223,7 @@ function triesSteps(run, dead) {
 // `dead(run)`: the steps after "Dead letter written" for a failed fire: a link to its letter and redrive.
 function runSteps(run, dead) {
   const steps = [];
-  const label = run.occurrence ? `Occurrence #${run.occurrence}` : "Fire";
+  const label = run.occurrence ? `Occurrence #${run.occurrence}` : run.status === "skipped" ? "Occurrence" : "Fire";
   steps.push(step("fire", `${label} due`, run.nominal_at, [h("span", { class: "step-note mono small wrap" }, run.fire_id)]));
   if (run.tries) {
     steps.push(...triesSteps(run, dead));
@@ -255,6 +256,10 @@ function outcome(run, dead) {
     const on = run.attempts ? ` on attempt ${run.attempts}` : "";
     const last = run.tries ? run.tries[run.tries.length - 1].sent_at : run.fired_at;
     return [step("ok", `Delivered${on}`, last, [" ", badge("succeeded")])];
+  }
+  if (run.status === "skipped") {
+    // A calendar excluded it (its reason names the calendar), or it fell while the schedule was paused.
+    return [step("skipped", "Skipped", null, [run.last_error ? `: ${run.last_error.replace(/^skipped: /, "")}` : ": the schedule was paused"])];
   }
   if (run.status === "failed" && !deadFire(run)) {
     return [step("failed", "Skipped", null, [`: ${run.last_error}`])];  // past the catch-up window: not fired
@@ -513,9 +518,10 @@ function previewTable(occurrences) {
       { label: "Local", cell: (r) => h("span", { class: "mono" }, r.local.slice(0, 19).replace("T", " ")) },
       { label: "Offset", cell: (r) => formatOffset(offsetMinutes(r.local)) },
       { label: "DST", cell: (r) => (r.note ? h("span", {}, badge(r.note.kind === "gap" ? "gap" : "repeat", r.note.kind), " ", r.note.text) : "") },
+      { label: "Fires", cell: (r) => (r.excluded_by ? h("span", {}, badge("excluded", "skipped"), ` by ${r.excluded_by}`) : "yes") },
     ],
     rows,
-    (r) => ({ class: r.note ? `dst dst-${r.note.kind}` : null }),
+    (r) => ({ class: [r.note ? `dst dst-${r.note.kind}` : "", r.excluded_by ? "excluded" : ""].join(" ").trim() || null }),
   );
 }
 
@@ -529,6 +535,7 @@ export async function preview(root) {
   const after = input({ id: "p-after", type: "datetime-local" });
   const onGap = h("select", { id: "p-gap" }, ["shift", "skip"].map((v) => h("option", { value: v }, v)));
   const onOverlap = h("select", { id: "p-overlap" }, ["first", "last", "both"].map((v) => h("option", { value: v }, v)));
+  const calendarNames = input({ id: "p-calendars", name: "calendars", placeholder: "holidays, weekends" });
   const out = h("div", { class: "results" });
 
   async function run(e) {
@@ -538,6 +545,8 @@ export async function preview(root) {
     else body.cron = cron.value.trim();
     if (timezone.value.trim() && !body.every) body.timezone = timezone.value.trim();
     if (after.value) body.after = localInputToIso(after.value);
+    const names = calendarNames.value.split(",").map((n) => n.trim()).filter(Boolean);
+    if (names.length) body.calendars = names;
     try {
       const answer = await api("POST", "/v1/schedules/preview", body);
       const changes = dstNotes(answer.occurrences).filter(Boolean).length;
@@ -562,6 +571,7 @@ export async function preview(root) {
       h("label", {}, "Count", count),
       h("label", {}, "on_gap", onGap),
       h("label", {}, "on_overlap", onOverlap),
+      h("label", {}, "Calendars", calendarNames),
       h("button", { type: "submit" }, "Preview"),
     ),
     out,
