@@ -59,6 +59,7 @@ import aiohttp
 import msgspec
 
 from bench.api import ADMIN_TOKEN, CLK_TCK, REPO, ApiProcesses, cpu_model, log, machine_busy_s, proc_cpu_s
+from tickd.schema import calendars as cal
 from tickd.schema import stats, timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.errors import ConfigError
@@ -201,6 +202,8 @@ class World:
     new_clients: list[str] = field(default_factory=list)
     business_keys: list[str] = field(default_factory=list)
     policies: list[str] = field(default_factory=list)
+    # Client A's calendars, each as large as one may be; schedules and previews name the first eight.
+    calendars: list[str] = field(default_factory=list)
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def pick(self, pool: list[str], rep: int) -> str:
@@ -231,9 +234,13 @@ def max_callback() -> dict[str, Any]:
     return {"type": "http", "url": url, "method": "POST", "headers": headers, "timeout_s": validation.MAX_TIMEOUT_S}
 
 
-def rule_fields(i: int, rule: tuple[str, str], s: ApiSettings, now: datetime) -> dict[str, Any]:
+def rule_fields(
+    i: int, rule: tuple[str, str], s: ApiSettings, now: datetime, calendars: list[str] | None = None
+) -> dict[str, Any]:
     expr, zone = rule
+    named = {"calendars": calendars[: cal.MAX_PER_SCHEDULE]} if calendars else {}
     return {
+        **named,
         "cron": expr.format(minutes=minutes_field(i)),
         "timezone": zone,
         "on_gap": "skip",
@@ -252,7 +259,7 @@ def events_for(payload_size: int, s: ApiSettings) -> int:
 def create_item(i: int, payload_size: int, rule: tuple[str, str], w: World) -> bytes:
     s = w.settings
     fields = {
-        **rule_fields(i, rule, s, w.now),
+        **rule_fields(i, rule, s, w.now, w.calendars),
         "events": events_for(payload_size, s),
         "window": f"{s.max_window_s}s",
         "throttle": THROTTLE,
@@ -286,16 +293,44 @@ def single_create(w: World, rep: int, path: str, method: str = "POST") -> Call:
 
 
 def patch_call(w: World, rep: int) -> Call:
-    fields = {**rule_fields(rep + 7, ACCEPTED_RULE, w.settings, w.now), "callback": max_callback()}
+    fields = {**rule_fields(rep + 7, ACCEPTED_RULE, w.settings, w.now, w.calendars), "callback": max_callback()}
     body = json_bytes(fields)[:-1] + b',"payload":' + payload_of(w.settings.max_payload_bytes) + b"}"
     path = f"/v1/schedules/{w.pick(w.recurring, rep)}"
     return Call("max payload, DST-gap cron, max callback", "PATCH", path, {}, body)
 
 
 def preview_call(w: World, rep: int) -> Call:
-    fields = {**rule_fields(rep + 11, ACCEPTED_RULE, w.settings, w.now), "count": validation.MAX_PREVIEW}
+    fields = {**rule_fields(rep + 11, ACCEPTED_RULE, w.settings, w.now, w.calendars), "count": validation.MAX_PREVIEW}
     fields.pop("jitter")
-    return Call(f"count {validation.MAX_PREVIEW}, DST-gap cron", "POST", "", {}, json_bytes(fields))
+    named = len(fields.get("calendars", []))
+    what = f"count {validation.MAX_PREVIEW}, DST-gap cron, {named} largest calendars"
+    return Call(what, "POST", "", {}, json_bytes(fields))
+
+
+def largest_calendar(w: World) -> dict[str, Any]:
+    """A calendar as large as one may be: the most dates (from five years ahead: the accepted rule's first
+    fire, a first Sunday of September about four years ahead, lies before them, so a create passes over
+    no exclusion and a batch stays within its search budget, while a preview's later occurrences are read
+    against them), the most ranges (after the dates), six weekdays (all but Sunday, the accepted rule's
+    day), a long zone name."""
+    first = (w.now + timedelta(days=5 * 366)).date()
+    dates = [(first + timedelta(days=d)).isoformat() for d in range(cal.MAX_DATES)]
+    start = datetime.combine(first + timedelta(days=cal.MAX_DATES + 10), datetime.min.time())
+    ranges = [
+        {
+            "from": (start + timedelta(days=2 * r)).strftime("%Y-%m-%dT%H:%M:%S"),
+            "to": (start + timedelta(days=2 * r, hours=20)).strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        for r in range(cal.MAX_RANGES)
+    ]
+    weekdays = ["mon", "tue", "wed", "thu", "fri", "sat"]
+    return {"timezone": "America/Argentina/ComodRivadavia", "dates": dates, "ranges": ranges, "weekdays": weekdays}
+
+
+def calendar_call(w: World, rep: int) -> Call:
+    name = f"iso-cal-{rep}-" + "c" * 50
+    body = json_bytes(largest_calendar(w))
+    return Call(f"1,000 dates, 200 ranges; {len(body) >> 10} KiB", "PUT", f"/v1/calendars/{name}", {}, body)
 
 
 def horizon(w: World) -> bytes:
@@ -407,6 +442,7 @@ def largest() -> dict[tuple[str, str], list[tuple[str, Builder]]]:
             )
         ],
         ("put", "/v1/throttle-policies/{name}"): [("", policy_call)],
+        ("put", "/v1/calendars/{name}"): [("", calendar_call)],
     }
 
 
@@ -417,6 +453,7 @@ def path_values(w: World, rep: int) -> dict[str, str]:
         "schedule_id": w.pick(w.recurring if rep % 2 else w.one_time, rep // 2),
         "key": w.pick(w.business_keys, rep) if w.business_keys else "iso-missing",
         "name": w.pick(w.policies, rep) if w.policies else THROTTLE,
+        "calendar": w.pick(w.calendars, rep),
         "dead_letter_id": w.pick(w.dead_letter_ids, rep + 1000),
         "event_id": f"{w.b_schedule}:{timing.to_epoch_ms(w.now)}:0",
     }
@@ -432,6 +469,9 @@ DESCRIBED = {
     ("get", "/v1/admin/stats"): "every client's day: 1,440 seeded minutes x writers",
     ("get", "/v1/dead-letters/{dead_letter_id}"): "a dead letter with a 64 KiB payload",
     ("get", "/v1/throttle-policies"): "every policy of the client",
+    ("get", "/v1/calendars"): "every calendar of the client, each as large as allowed",
+    ("get", "/v1/calendars/{name}"): "a calendar as large as allowed",
+    ("delete", "/v1/calendars/{name}"): "a calendar as large as allowed",
     ("get", "/v1/throttle-policies/{name}"): "a policy at its maximal limits",
     ("delete", "/v1/throttle-policies/{name}"): "a policy at its maximal limits",
     ("post", "/v1/events/{event_id}/release"): "an event id (no such event: no pollers run here)",
@@ -447,7 +487,10 @@ class _Filled(dict[str, str]):
 
 
 def generic_call(op: Operation, w: World, rep: int) -> Call:
-    path = op.path.format_map(_Filled(path_values(w, rep)))
+    values = path_values(w, rep)
+    if op.path.startswith("/v1/calendars/"):
+        values["name"] = values["calendar"] if op.method == "get" else w.calendars.pop()  # a delete uses one up
+    path = op.path.format_map(_Filled(values))
     what = DESCRIBED.get((op.method, op.path))
     if what is None:
         what = "nothing to enlarge" if "{" not in op.path else "generic (no builder: path filled in, no body)"
@@ -816,6 +859,10 @@ async def set_up(session: aiohttp.ClientSession, url: str, store: CassandraStore
     await register(session, url, w.spare_client, 4)
     limits = {"max_in_flight": 10, "release_timeout_s": 60}
     await api(session, "PUT", f"{url}/v1/throttle-policies/{THROTTLE}", w.key_a, limits)
+    for i in range(cal.MAX_PER_SCHEDULE + 12):  # named by schedules, read and deleted by rows
+        name = f"iso-cal-{i:02d}-" + "k" * 50
+        await api(session, "PUT", f"{url}/v1/calendars/{name}", w.key_a, largest_calendar(w))
+        w.calendars.append(name)
     b_one = await api(session, "POST", f"{url}/v1/schedules", w.key_b, one_time(w.now + timedelta(days=2), 64))
     w.b_schedule = b_one["schedule_id"]
     big = await api(session, "POST", f"{url}/v1/schedules", w.key_a, single_create(w, 999, "").body)

@@ -16,7 +16,9 @@ a chain step passes over (``Excluded``: its first occurrence, which calendar at 
 when; the first ``RECORDED_PER_STEP`` of a step). The search jumps to the end of each exclusion rather than
 stepping through it, so a week's blackout of a minutely schedule is one step, and it gives up after
 ``MAX_EXCLUSIONS_IN_A_ROW`` exclusions with no occurrence between them (the timeline then ends, as a
-rule that never matches does; the API refuses such a schedule at create). "Last day of the month" is a
+rule that never matches does; the API refuses such a schedule at create). Each exclusion passed over also
+spends a step of the search's ``ScanBudget``, so a batch request's searches together pass over at most
+its budget (``service.recurring.RuleWork``), exclusions included. "Last day of the month" is a
 cron rule (``0 9 L * *``), not a calendar.
 """
 
@@ -145,6 +147,9 @@ def next_allowed(
         calendar, until = hit
         passed.append(Excluded(found, calendar.name, calendar.version, until))
         moment = max(found, until - _TICK)  # the next fire is at or after the exclusion's end
+        budget.left -= 1  # each exclusion passed over is a step of the search (a request's budget counts it)
+        if budget.left <= 0:
+            break
     return None, passed
 
 

@@ -186,8 +186,20 @@ def test_a_search_through_exclusions_is_bounded() -> None:
     only_weekends = cal.parse_calendar("no", business_days=True)
     saturdays = cron("0 9 * * 6")
     found, passed = cal.next_allowed(saturdays, utc(2026, 1, 1), [only_weekends])
-    assert found is None and len(passed) == cal.MAX_EXCLUSIONS_IN_A_ROW + 1
-    assert passed[-1].first - passed[0].first == timedelta(weeks=cal.MAX_EXCLUSIONS_IN_A_ROW)
+    assert found is None and len(passed) == min(cal.MAX_EXCLUSIONS_IN_A_ROW + 1, rec.MAX_SCAN_STEPS)
+    assert passed[-1].first - passed[0].first == timedelta(weeks=len(passed) - 1)
+
+
+def test_each_exclusion_passed_over_spends_a_step_of_the_search_budget() -> None:
+    """A request's searches share one budget (``RuleWork``): exclusions count in it, so a batch of rules
+    each passing over many exclusions cannot multiply the work."""
+    only_weekends = cal.parse_calendar("no", business_days=True)
+    budget = rec.ScanBudget(50)
+    found, passed = cal.next_allowed(cron("0 9 * * 6"), utc(2026, 1, 1), [only_weekends], budget=budget)
+    assert (found, len(passed), budget.left) == (None, 50, 0)
+    budget = rec.ScanBudget(50)
+    found, passed = cal.next_allowed(cron("0 9 * * *"), utc(2026, 1, 2, 12), [only_weekends], budget=budget)
+    assert found == utc(2026, 1, 5, 9) and len(passed) == 2 and budget.left == 48  # Saturday, Sunday
 
 
 def test_the_end_of_the_calendar_ends_the_timeline_without_an_error() -> None:
