@@ -177,6 +177,8 @@ async def test_a_schedule_names_calendars_and_its_first_fire_is_the_first_they_l
     assert datetime.fromisoformat(created["fire_at"]) in {next_sunday_nine(before), next_sunday_nine(datetime.now(UTC))}
     got = await ok(await api.get(f"/v1/schedules/{created['schedule_id']}", headers=key))
     assert got["recurrence"]["calendars"] == ["sundays-only"] and got["fire_at"] == created["fire_at"]
+    keyed = await ok(await api.put("/v1/schedules/by-key/daily-close", json=body, headers=key), 201)
+    assert keyed["recurrence"]["calendars"] == ["sundays-only"] and keyed["fire_at"] == created["fire_at"]
     plain = await ok(
         await api.post("/v1/schedules", json=schedule_body(delay_s=None, cron="0 9 * * *"), headers=key), 201
     )
