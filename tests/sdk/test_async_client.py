@@ -11,7 +11,17 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from tickd_client import NO_RETRY, AsyncTickd, Conflict, Forbidden, Invalid, NotFound, Tickd, Unauthorized
+from tickd_client import (
+    NO_RETRY,
+    AsyncTickd,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    PreconditionFailed,
+    Tickd,
+    Unauthorized,
+)
 
 from tests.sdk.conftest import Dev, wait_for_runs
 
@@ -215,3 +225,39 @@ async def test_bulk_jobs(tenant: AsyncTickd, dev: Dev) -> None:
     statuses = {s.status async for s in tenant.list_schedules(tag="team=async")}
     assert statuses == {"cancelled"}
     assert [j.job_id async for j in tenant.list_bulk_jobs()] == [job.job_id]
+
+
+async def test_calendars(tenant: AsyncTickd) -> None:
+    created = await tenant.put_calendar("holidays", timezone="Europe/Berlin", dates=["2026-12-25"])
+    assert (created.version, created.timezone, created.dates) == (1, "Europe/Berlin", ["2026-12-25"])
+    replaced = await tenant.put_calendar("holidays", weekdays=["sun"], if_match=created.version)
+    assert (replaced.version, replaced.timezone, replaced.dates, replaced.weekdays) == (2, "UTC", [], ["sun"])
+    assert await tenant.get_calendar("holidays") == replaced
+    with pytest.raises(PreconditionFailed) as stale:
+        await tenant.put_calendar("holidays", if_match=created.version)
+    assert (stale.value.status, stale.value.code, stale.value.field) == (412, "precondition_failed", "If-Match")
+    with pytest.raises(PreconditionFailed):
+        await tenant.delete_calendar("holidays", if_match=created.version)
+    await tenant.put_calendar("blackout", ranges=[("2026-08-03T00:00", "2026-08-17T00:00")])
+    assert [(c.name, c.version) for c in await tenant.list_calendars()] == [("blackout", 1), ("holidays", 2)]
+    assert await tenant.delete_calendar("holidays", if_match=replaced.version) == replaced
+    with pytest.raises(NotFound) as missing:
+        await tenant.get_calendar("holidays")
+    assert missing.value.field == "name"
+    with pytest.raises(NotFound):
+        await tenant.delete_calendar("holidays")
+
+
+async def test_calendars_on_schedules_and_preview(tenant: AsyncTickd, dev: Dev) -> None:
+    await tenant.put_calendar("weekends", business_days=True)
+    found = await tenant.preview(cron="0 9 * * *", calendars=["weekends"], count=3, after="2026-12-25T12:00:00Z")
+    assert [(o.utc.day, o.excluded_by) for o in found] == [(26, "weekends v1"), (27, "weekends v1"), (28, None)]
+    assert [o.excluded_by for o in await tenant.preview(every="1h", count=2)] == [None, None]
+    created = await tenant.create_schedule(cron="0 9 * * *", calendars=["weekends"], callback=dev.healthz())
+    assert created.recurrence is not None and created.recurrence.calendars == ["weekends"]
+    assert created.fire_at.weekday() < 5
+    freed = await tenant.update_schedule(created.schedule_id, calendars=[])
+    assert freed.recurrence is not None and freed.recurrence.calendars is None
+    with pytest.raises(Invalid) as unknown:
+        await tenant.update_schedule(created.schedule_id, calendars=["nope"])
+    assert (unknown.value.code, unknown.value.field) == ("unknown_calendar", "calendars.0")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -128,6 +129,11 @@ def test_bash_completion_offers_commands_and_options(tickd: Run, tmp_path: Path)
     assert complete("tickd", "admin", "") >= {"nodes"}
     assert "--cron" in complete("tickd", "--url", "http://x", "schedules", "create", "--")
     assert complete("tickd", "clients", "list", "--output", "") == {"table", "wide", "json"}
+    assert complete("tickd", "calendars", "") == {"put", "get", "list", "delete", "--help"}
+    calendar_put = complete("tickd", "calendars", "put", "h", "--")
+    assert {"--timezone", "--date", "--range", "--weekday", "--business-days", "--if-match"} <= calendar_put
+    assert {"--calendar", "--no-calendars"} <= complete("tickd", "schedules", "update", "x", "--")
+    assert "--calendar" in complete("tickd", "schedules", "preview", "--")
 
 
 def test_dev_execs_tickd_dev(tmp_path: Path) -> None:
@@ -406,3 +412,82 @@ def test_bulk_commands(tickd: Run, dev: Dev) -> None:
         "bulk", "redrive", "--tag", tag, "--from", "2026-01-01T00:00:00Z", "--to", "2026-03-01T00:00:00Z"
     )
     assert code != 0 and "filter.to" in err  # more than 31 days
+
+
+def _line(out: str, name: str) -> str:
+    """The value of ``name`` in a single object's table (``name  value``)."""
+    found = re.search(rf"^{name} +(.*)$", out, flags=re.MULTILINE)
+    assert found is not None, out
+    return found.group(1)
+
+
+def test_calendars_commands(tickd: Run) -> None:
+    name = f"cal-{uuid.uuid4().hex[:8]}"
+    put = ["calendars", "put", name, "--timezone", "Europe/Berlin", "--date", "2026-12-26", "--date", "2026-12-25"]
+    put += ["--range", "2026-08-03T00:00/2026-08-17T00:00", "--weekday", "mon", "--business-days"]
+    code, out, _ = tickd(*put)
+    assert code == 0 and (_line(out, "name"), _line(out, "version")) == (name, "1")
+    assert _line(out, "ranges") == "2026-08-03T00:00:00/2026-08-17T00:00:00"  # as --range takes it
+    assert (_line(out, "dates"), _line(out, "weekdays")) == ("2026-12-25,2026-12-26", "mon,sat,sun")
+    shown = _json(tickd("calendars", "get", name, "-o", "json")[1])
+    assert (shown["version"], shown["timezone"], shown["weekdays"]) == (1, "Europe/Berlin", ["mon", "sat", "sun"])
+    assert shown["ranges"] == [{"from": "2026-08-03T00:00:00", "to": "2026-08-17T00:00:00"}]
+    code, out, _ = tickd("calendars", "put", name, "--date", "2027-01-01", "--if-match", "1", "-o", "json")
+    assert code == 0 and (_json(out)["version"], _json(out)["timezone"], _json(out)["ranges"]) == (2, "UTC", [])
+    code, _, err = tickd("calendars", "put", name, "--if-match", "1")
+    assert code == cli.CONFLICT and "precondition_failed" in err and "If-Match" in err
+    lines = tickd("calendars", "list")[1].splitlines()
+    assert lines[0].split() == ["name", "version", "timezone", "dates", "ranges", "weekdays", "updated_at"]
+    (row,) = [line.split() for line in lines[1:] if line.split()[0] == name]
+    assert row[:6] == [name, "2", "UTC", "2027-01-01", "-", "-"]
+    code, _, err = tickd("calendars", "delete", name, "--if-match", "1")
+    assert code == cli.CONFLICT and "precondition_failed" in err
+    code, out, _ = tickd("calendars", "delete", name, "--if-match", "2", "-o", "json")
+    assert code == 0 and (_json(out)["name"], _json(out)["version"]) == (name, 2)  # the calendar as it was
+    assert tickd("calendars", "get", name)[0] == cli.NOT_FOUND
+    assert tickd("calendars", "delete", name)[0] == cli.NOT_FOUND
+    assert name not in tickd("calendars", "list")[1]
+    assert tickd("calendars", "put", name, "--range", "2026-08-03T00:00")[0] == cli.USAGE  # no /TO
+    assert tickd("calendars", "put", name, "--if-match", "seven")[0] == cli.USAGE
+    code, _, err = tickd("calendars", "put", name, "--weekday", "mon", "--weekday", "someday")
+    assert code == cli.INVALID and "weekdays.1" in err
+    assert tickd("calendars", "get", name)[0] == cli.NOT_FOUND  # none of those wrote anything
+
+
+def test_calendar_option_on_schedules_and_preview(tickd: Run, dev: Dev) -> None:
+    weekends, holidays = f"we-{uuid.uuid4().hex[:8]}", f"ho-{uuid.uuid4().hex[:8]}"
+    assert tickd("calendars", "put", weekends, "--business-days")[0] == 0
+    assert tickd("calendars", "put", holidays, "--date", "2026-12-28")[0] == 0
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    rule = ["--cron", "0 9 * * *", "--calendar", weekends, "--calendar", holidays]
+    code, out, _ = tickd("schedules", "create", *rule, *hook, "-o", "json")
+    made = _json(out)
+    assert code == 0 and made["recurrence"]["calendars"] == [weekends, holidays]
+    assert datetime.fromisoformat(made["fire_at"]).weekday() < 5  # the first fire the calendars leave
+    schedule_id = made["schedule_id"]
+    code, out, _ = tickd("schedules", "update", schedule_id, "--no-calendars", "-o", "json")
+    assert code == 0 and _json(out)["recurrence"]["calendars"] is None
+    code, out, _ = tickd("schedules", "update", schedule_id, "--calendar", holidays, "-o", "json")
+    assert code == 0 and _json(out)["recurrence"]["calendars"] == [holidays]
+    assert _json(tickd("schedules", "get", schedule_id, "-o", "json")[1])["recurrence"]["calendars"] == [holidays]
+    key = f"cli-{uuid.uuid4().hex[:8]}"
+    by_key = ["schedules", "put-by-key", key, "--cron", "0 9 * * *", "--calendar", weekends, *hook]
+    code, out, _ = tickd(*by_key, "-o", "json")
+    assert code == 0 and _json(out)["recurrence"]["calendars"] == [weekends]
+    code, _, err = tickd("schedules", "create", "--cron", "0 9 * * *", "--calendar", f"{holidays}-none", *hook)
+    assert code == cli.INVALID and "unknown_calendar" in err and "calendars.0" in err
+
+    preview = ["schedules", "preview", "--cron", "0 9 * * *", "--count", "4", "--after", "2026-12-25T12:00:00Z"]
+    code, out, _ = tickd(*preview, "--calendar", weekends, "--calendar", holidays)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["utc", "local", "timezone", "excluded_by", "note"]
+    assert [line.split()[3:] for line in lines[1:]] == [
+        [weekends, "v1", "-"],  # Saturday the 26th
+        [weekends, "v1", "-"],
+        [holidays, "v1", "-"],  # Monday the 28th
+        ["-", "-"],
+    ]
+    code, out, _ = tickd(*preview, "--calendar", weekends, "-o", "json")
+    assert code == 0 and [o["excluded_by"] for o in _json(out)] == [f"{weekends} v1"] * 2 + [None] * 2
+    code, out, _ = tickd(*preview)  # naming none: no excluded_by column
+    assert code == 0 and out.splitlines()[0].split() == ["utc", "local", "timezone", "note"]

@@ -1,6 +1,7 @@
-"""The README's "SDK and CLI" examples, run as written against a fresh tickd-dev by a fresh virtualenv
-with only the SDK pip-installed into it (as a client team would): the code blocks are read out of the
-README, so the test breaks when the README and the SDK or CLI drift apart."""
+"""The README's "SDK and CLI" examples, and the SDK README's "Calendars" ones, run as written against a
+fresh tickd-dev by a fresh virtualenv with only the SDK pip-installed into it (as a client team would):
+the code blocks are read out of the READMEs, so the test breaks when a README and the SDK or CLI drift
+apart."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 SDK = README.parent / "sdk" / "python"
 
 
-def _blocks(language: str) -> list[str]:
-    text = README.read_text()
-    section = text.split("\n## SDK and CLI\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"^```{language}\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
+def _blocks(language: str, readme: Path = README, section: str = "SDK and CLI") -> list[str]:
+    text = readme.read_text()
+    found = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"^```{language}\n(.*?)^```$", found, flags=re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +96,46 @@ def test_the_cli_examples_run(fresh: Dev, venv: Path) -> None:
     by_key = [line for line in ran.stdout.splitlines() if re.fullmatch(r"[0-9a-f-]{36}", line)]
     assert len(by_key) == 2 and by_key[0] == by_key[1]  # put-by-key twice: one schedule
     assert re.search(r"^node_id +heartbeat_age_s", ran.stdout, flags=re.MULTILINE)
+
+
+def _calendar_blocks(language: str) -> list[str]:
+    return _blocks(language, SDK / "README.md", "Calendars")
+
+
+def test_the_sdk_readme_has_one_python_and_one_shell_calendars_example() -> None:
+    assert len(_calendar_blocks("python")) == 1 and len(_calendar_blocks("sh")) == 1
+
+
+def test_the_sdk_readme_calendars_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _calendar_blocks("python")
+    ran = subprocess.run(
+        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    assert ran.stdout.splitlines() == [
+        "holidays 1 ['sat', 'sun']",
+        "2026-12-25 holidays v1",
+        "2026-12-26 holidays v1",
+        "2026-12-27 holidays v1",
+        "2026-12-28 fires",
+        "skips ['holidays']",
+        "refused: precondition_failed",
+        "[('holidays', 2)]",
+    ]
+
+
+def test_the_sdk_readme_calendars_cli_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _calendar_blocks("sh")
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", example],
+        capture_output=True,
+        text=True,
+        env=_env(fresh, venv),
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)  # the delete matched version 1
+    assert re.search(r"^ranges +2026-08-03T00:00:00/2026-08-17T00:00:00$", ran.stdout, flags=re.MULTILINE)
+    assert re.search(r"^utc +local +timezone +excluded_by +note$", ran.stdout, flags=re.MULTILINE)
+    assert ran.stdout.count("holidays v1") == 3  # the preview: the 25th, 26th and 27th
+    assert '"weekdays": [\n    "sat",\n    "sun"\n  ]' in ran.stdout  # calendars get --output json

@@ -49,6 +49,7 @@ class Hit:
     path: str
     headers: dict[str, str]
     at: float
+    body: bytes = b""
 
 
 @dataclass
@@ -63,9 +64,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def _answer(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         fake = self.server.fake
-        fake.hits.append(Hit(self.command, self.path, dict(self.headers), time.monotonic()))
+        fake.hits.append(Hit(self.command, self.path, dict(self.headers), time.monotonic(), body))
         answer = fake.answers.pop(0)
         if isinstance(answer, str):  # RESET
             self.close_connection = True
@@ -322,3 +323,56 @@ def test_stats_is_a_read_retried_after_a_503_and_decoded(serve: Callable[..., Fa
     assert [(hit.method, hit.path) for hit in fake.hits] == [("GET", "/v1/stats")] * 2
     assert (found.window(300).failed, found.window(300).lateness_p99_s) == (1, 0.25)
     assert found.window(3600).lateness_max_s is None and found.at.tzinfo is not None
+
+
+CALENDAR = {
+    "name": "h",
+    "version": 2,
+    "timezone": "Europe/Berlin",
+    "dates": ["2026-12-25"],
+    "ranges": [{"from": "2026-08-03T00:00:00", "to": "2026-08-17T00:00:00"}],
+    "weekdays": ["sat", "sun"],
+    "created_at": _AT,
+    "updated_at": _AT,
+}
+
+
+@KINDS
+def test_a_calendar_put_is_retried_after_a_reset_unless_conditional(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve(RESET, (200, {"ETag": '"2"'}, CALENDAR))
+
+    def put(client: Any) -> Any:
+        ranges = [("2026-08-03T00:00", "2026-08-17T00:00")]
+        return client.put_calendar(
+            "h", timezone="Europe/Berlin", dates=["2026-12-25"], ranges=ranges, business_days=True
+        )
+
+    found = run(kind, fake.url, FAST, put)
+    assert (found.version, found.ranges, found.weekdays) == (2, CALENDAR["ranges"], ["sat", "sun"])
+    assert [(hit.method, hit.path) for hit in fake.hits] == [("PUT", "/v1/calendars/h")] * 2
+    assert json.loads(fake.hits[1].body) == {
+        "timezone": "Europe/Berlin",
+        "dates": ["2026-12-25"],
+        "ranges": [{"from": "2026-08-03T00:00", "to": "2026-08-17T00:00"}],
+        "weekdays": [],
+        "business_days": True,
+    }
+    assert "If-Match" not in fake.hits[0].headers
+    fake = serve(RESET, (200, {}, CALENDAR))
+    with pytest.raises(Unavailable):
+        run(kind, fake.url, FAST, lambda c: c.put_calendar("h", if_match=1))  # a repeat would find version 2
+    assert [hit.headers.get("If-Match") for hit in fake.hits] == ['"1"']
+
+
+@KINDS
+def test_a_calendar_delete_is_not_sent_again_after_a_503_but_a_read_is(serve: Callable[..., Fake], kind: str) -> None:
+    busy = (503, {"Retry-After": "0"}, _error(503, "store_unavailable"))
+    fake = serve(busy, (200, {}, CALENDAR))
+    with pytest.raises(Unavailable):
+        run(kind, fake.url, FAST, lambda c: c.delete_calendar("h", if_match="*"))
+    assert [(hit.method, hit.path, hit.headers.get("If-Match")) for hit in fake.hits] == [
+        ("DELETE", "/v1/calendars/h", "*")
+    ]
+    fake = serve(busy, (200, {}, {"calendars": [CALENDAR]}))
+    assert [c.name for c in run(kind, fake.url, FAST, lambda c: c.list_calendars())] == ["h"]
+    assert [(hit.method, hit.path) for hit in fake.hits] == [("GET", "/v1/calendars")] * 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from tickd_client import (
     Invalid,
     NotFound,
     PreconditionFailed,
+    RuleFields,
     Tickd,
     Unauthorized,
 )
@@ -425,3 +426,134 @@ def test_bulk_jobs_count_pause_and_list_by_tag(tenant: Tickd, dev: Dev) -> None:
     with pytest.raises(Conflict) as finished:
         tenant.cancel_bulk_job(counted.job_id)
     assert finished.value.code == "already_done"
+
+
+HOLIDAYS = {"timezone": "Europe/Berlin", "dates": ["2026-12-26", "2026-12-25"]}
+
+
+def test_calendars_put_get_list_delete(tenant: Tickd) -> None:
+    created = tenant.put_calendar("holidays", **HOLIDAYS)
+    assert (created.name, created.version, created.timezone) == ("holidays", 1, "Europe/Berlin")
+    assert created.dates == ["2026-12-25", "2026-12-26"] and created.ranges == [] and created.weekdays == []
+    replaced = tenant.put_calendar(
+        "holidays", ranges=[("2026-08-03T00:00", "2026-08-17T00:00")], weekdays=["mon"], business_days=True
+    )
+    assert (replaced.version, replaced.timezone, replaced.dates) == (2, "UTC", [])  # the whole calendar replaced
+    assert replaced.ranges == [{"from": "2026-08-03T00:00:00", "to": "2026-08-17T00:00:00"}]
+    assert replaced.weekdays == ["mon", "sat", "sun"]
+    assert replaced.created_at == created.created_at and replaced.updated_at >= created.updated_at
+    assert tenant.get_calendar("holidays") == replaced
+    tenant.put_calendar("blackout")
+    assert [(c.name, c.version) for c in tenant.list_calendars()] == [("blackout", 1), ("holidays", 2)]
+    assert tenant.delete_calendar("holidays") == replaced  # the calendar as it was
+    with pytest.raises(NotFound) as missing:
+        tenant.get_calendar("holidays")
+    assert (missing.value.code, missing.value.field) == ("not_found", "name")
+    with pytest.raises(NotFound):
+        tenant.delete_calendar("holidays")
+    assert [c.name for c in tenant.list_calendars()] == ["blackout"]
+
+
+def test_a_calendar_put_answers_201_then_200_with_the_version_as_etag(dev: Dev) -> None:
+    answers: list[httpx.Response] = []
+    http = httpx.Client(base_url=dev.url, event_hooks={"response": [answers.append]})
+    name = f"sdk-{uuid.uuid4().hex[:8]}"
+    with Tickd(dev.url, api_key=dev.api_key, http=http) as client:
+        first, second = client.put_calendar(name), client.put_calendar(name, weekdays=["sun"])
+        client.delete_calendar(name)
+    assert [(r.request.method, r.status_code, r.headers.get("ETag")) for r in answers] == [
+        ("PUT", 201, '"1"'),
+        ("PUT", 200, '"2"'),
+        ("DELETE", 200, '"2"'),
+    ]
+    assert (first.version, second.version, second.weekdays) == (1, 2, ["sun"])
+
+
+def test_calendar_dates_and_ranges_from_python_values(tenant: Tickd) -> None:
+    summer = (datetime(2026, 8, 3), datetime(2026, 8, 17))  # noqa: DTZ001 (wall times on the calendar's clock)
+    made = tenant.put_calendar(
+        "c",
+        dates=[date(2026, 12, 25), "2026-12-26"],
+        ranges=[summer, {"from": "2026-09-01T08:00", "to": "2026-09-01T12:00"}],
+    )
+    assert made.dates == ["2026-12-25", "2026-12-26"]
+    assert made.ranges == [
+        {"from": "2026-08-03T00:00:00", "to": "2026-08-17T00:00:00"},
+        {"from": "2026-09-01T08:00:00", "to": "2026-09-01T12:00:00"},
+    ]
+    assert tenant.put_calendar("c", ranges=made.ranges).ranges == made.ranges  # a calendar's ranges put back
+    with pytest.raises(ValueError, match="wall times"):
+        tenant.put_calendar("c", ranges=[(datetime(2026, 8, 3, tzinfo=UTC), datetime(2026, 8, 4, tzinfo=UTC))])
+    with pytest.raises(ValueError, match="days"):
+        tenant.put_calendar("c", dates=[datetime(2026, 12, 25)])  # noqa: DTZ001
+    assert tenant.get_calendar("c").version == 2  # neither refused one was sent
+    with pytest.raises(Invalid) as bad:
+        tenant.put_calendar("c", ranges=[("2026-08-17T00:00", "2026-08-03T00:00")])
+    assert (bad.value.status, bad.value.field) == (422, "ranges.0.to")
+    with pytest.raises(Invalid) as name:
+        tenant.put_calendar("Not A Name")
+    assert name.value.field == "name"
+
+
+def test_calendar_if_match_changes_or_deletes_only_the_version_read(tenant: Tickd) -> None:
+    first = tenant.put_calendar("h", **HOLIDAYS)
+    with pytest.raises(PreconditionFailed) as stale:
+        tenant.put_calendar("h", if_match=first.version + 6)
+    assert (stale.value.status, stale.value.code, stale.value.field) == (412, "precondition_failed", "If-Match")
+    with pytest.raises(PreconditionFailed):
+        tenant.delete_calendar("h", if_match=7)
+    with pytest.raises(PreconditionFailed):  # a name with no calendar has no version to match
+        tenant.put_calendar("new", if_match="*")
+    assert tenant.get_calendar("h") == first  # nothing changed
+    second = tenant.put_calendar("h", dates=["2027-01-01"], if_match=first.version)
+    assert (second.version, second.dates) == (2, ["2027-01-01"])
+    with pytest.raises(PreconditionFailed):
+        tenant.delete_calendar("h", if_match=first.version)
+    assert tenant.delete_calendar("h", if_match=f'"{second.version}"').version == 2
+    assert tenant.list_calendars() == []
+
+
+def test_schedules_name_calendars_and_a_preview_shows_what_they_exclude(tenant: Tickd, dev: Dev) -> None:
+    tenant.put_calendar("holidays", **HOLIDAYS)
+    tenant.put_calendar("holidays", **HOLIDAYS)  # version 2
+    tenant.put_calendar("weekends", business_days=True)
+    rule: RuleFields = {"cron": "0 9 * * *", "timezone": "Europe/Berlin", "calendars": ["holidays", "weekends"]}
+    shown = tenant.preview(**rule, count=4, after="2026-12-24T12:00:00Z")
+    assert [(o.local.date().isoformat(), o.excluded_by) for o in shown] == [
+        ("2026-12-25", "holidays v2"),
+        ("2026-12-26", "holidays v2"),  # a Saturday too: the first calendar named is the one shown
+        ("2026-12-27", "weekends v1"),
+        ("2026-12-28", None),
+    ]
+    plain = tenant.preview(**{**rule, "calendars": []}, count=4, after="2026-12-24T12:00:00Z")
+    assert [o.excluded_by for o in plain] == [None] * 4 and [o.utc for o in plain] == [o.utc for o in shown]
+
+    created = tenant.create_schedule(cron="0 9 * * *", calendars=("weekends", "weekends"), callback=dev.healthz())
+    assert created.recurrence is not None and created.recurrence.calendars == ["weekends"]  # each named once
+    assert created.fire_at.weekday() < 5  # the first fire is the first the calendar leaves
+    assert tenant.get_schedule(created.schedule_id).recurrence == created.recurrence
+    freed = tenant.update_schedule(created.schedule_id, calendars=[])
+    assert freed.recurrence is not None and freed.recurrence.calendars is None
+    named = tenant.update_schedule(created.schedule_id, calendars=["holidays"])
+    assert named.recurrence is not None and named.recurrence.calendars == ["holidays"]
+    cleared = tenant.update_schedule(created.schedule_id, calendars=None)
+    assert cleared.recurrence is not None and cleared.recurrence.calendars is None
+    keyed = tenant.put_schedule_by_key("k", cron="0 9 * * *", calendars=["holidays"], callback=dev.healthz())
+    assert keyed.recurrence is not None and keyed.recurrence.calendars == ["holidays"]
+
+    batch = tenant.create_schedules(
+        [
+            {"cron": "0 9 * * *", "calendars": ["weekends"], "callback": dev.healthz()},
+            {"cron": "0 9 * * *", "calendars": ["nope"], "callback": dev.healthz()},
+        ]
+    )
+    assert batch[0].schedule_id is not None and batch[1].error is not None
+    assert (batch[1].error.code, batch[1].error.field) == ("unknown_calendar", "calendars.0")
+    in_batch = tenant.get_schedule(batch[0].schedule_id).recurrence
+    assert in_batch is not None and in_batch.calendars == ["weekends"]
+    with pytest.raises(Invalid) as unknown:
+        tenant.create_schedule(cron="0 9 * * *", calendars=["weekends", "nope"], callback=dev.healthz())
+    assert (unknown.value.status, unknown.value.code, unknown.value.field) == (422, "unknown_calendar", "calendars.1")
+    with pytest.raises(Invalid) as lone:
+        tenant.preview(cron="0 9 * * *", calendars="weekends")  # one name, not a list: the API says so
+    assert lone.value.field == "calendars"

@@ -7,19 +7,21 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterable
+from datetime import date
 from typing import Any, Self, TypeVar, Unpack
 
 import httpx
 
 from tickd_client import calls
 from tickd_client._core import DEFAULT_URL, Core, Settings, env_settings, http_options, transport_error
-from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields, Time
+from tickd_client.calls import Call, RangeSpec, RuleFields, ScheduleChanges, ScheduleFields, Time
 from tickd_client.errors import TickdError
 from tickd_client.models import (
     ApiKey,
     AuditRecord,
     BatchItem,
     BulkJob,
+    Calendar,
     Client,
     ClientSettings,
     Cluster,
@@ -356,6 +358,47 @@ class AsyncTickd:
 
     async def release_event(self, event_id: str) -> Release:
         return await self.send(calls.release_event(event_id))
+
+    # Calendars (API key)
+
+    async def put_calendar(
+        self,
+        name: str,
+        *,
+        timezone: str | None = None,
+        dates: Iterable[date | str] = (),
+        ranges: Iterable[RangeSpec] = (),
+        weekdays: Iterable[str] = (),
+        business_days: bool = False,
+        if_match: calls.IfMatch = None,
+    ) -> Calendar:
+        """Create the calendar (version 1) or replace the whole of it (the next version). The recurring
+        schedules naming it (``calendars=[name]``) skip the occurrences that fall, on ``timezone``'s wall
+        clock (default UTC), on one of ``dates``, inside one of ``ranges`` (``(from, to)`` local wall times,
+        ``to`` excluded) or on one of ``weekdays`` (``business_days``: Saturdays and Sundays).
+        ``if_match``: replace only that version (``Calendar.version``); else ``PreconditionFailed``."""
+        call = calls.put_calendar(
+            name,
+            timezone=timezone,
+            dates=dates,
+            ranges=ranges,
+            weekdays=weekdays,
+            business_days=business_days,
+            if_match=if_match,
+        )
+        return await self.send(call)
+
+    async def get_calendar(self, name: str) -> Calendar:
+        return await self.send(calls.get_calendar(name))
+
+    async def list_calendars(self) -> list[Calendar]:
+        """Your calendars, by name."""
+        return await self.send(calls.list_calendars())
+
+    async def delete_calendar(self, name: str, *, if_match: calls.IfMatch = None) -> Calendar:
+        """Delete it (``if_match``: only that version); the calendar as it was. The schedules naming it
+        go on as if it excluded nothing."""
+        return await self.send(calls.delete_calendar(name, if_match))
 
     # Delivery statistics (API key)
 

@@ -9,7 +9,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickd_client.models import AuditRecord, BatchItem, BulkJob, Client, DeadLetter, Occurrence, Policy, Run, Schedule
+from tickd_client.models import (
+    AuditRecord,
+    BatchItem,
+    BulkJob,
+    Calendar,
+    Client,
+    DeadLetter,
+    Occurrence,
+    Policy,
+    Run,
+    Schedule,
+)
 
 # The columns of a list, per kind of row; a single object prints all its fields.
 COLUMNS: dict[type, tuple[str, ...]] = {
@@ -17,6 +28,7 @@ COLUMNS: dict[type, tuple[str, ...]] = {
     Schedule: ("schedule_id", "status", "fire_at", "attempts", "last_error", "tags"),
     Run: ("fire_id", "nominal_at", "status", "attempts", "lateness_s", "last_error"),
     Policy: ("name", "max_in_flight", "release_timeout_s", "in_flight"),
+    Calendar: ("name", "version", "timezone", "dates", "ranges", "weekdays", "updated_at"),
     BatchItem: ("index", "schedule_id", "status", "fire_at", "error"),
     Occurrence: ("utc", "local", "timezone"),
     AuditRecord: ("at", "actor", "action", "target", "version", "request_id"),
@@ -51,6 +63,8 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, list):
         return ",".join(_cell(v) for v in value) or "-"
+    if isinstance(value, dict) and value.keys() == {"from", "to"}:  # a calendar's range, as --range takes it
+        return f"{_cell(value['from'])}/{_cell(value['to'])}"
     if isinstance(value, dict):
         return json.dumps(value, ensure_ascii=False)
     return str(value)

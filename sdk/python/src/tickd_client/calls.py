@@ -5,9 +5,9 @@ these; neither builds a request or parses a body itself.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, Literal, TypedDict, TypeVar
 from urllib.parse import quote
 
@@ -16,6 +16,7 @@ from tickd_client.models import (
     AuditRecord,
     BatchItem,
     BulkJob,
+    Calendar,
     Client,
     ClientSettings,
     Cluster,
@@ -39,6 +40,9 @@ T = TypeVar("T")
 Item = TypeVar("Item")
 Time = datetime | int | str
 CallbackSpec = HttpCallback | KafkaCallback | Mapping[str, Any]
+WallTime = datetime | str
+# A calendar's range: ``(from, to)``, or ``{"from": ..., "to": ...}`` as a ``Calendar`` shows it.
+RangeSpec = tuple[WallTime, WallTime] | Mapping[str, WallTime]
 _TIME_FIELDS = frozenset({"fire_at", "start_at", "end_at", "after"})
 
 
@@ -53,6 +57,8 @@ class RuleFields(TypedDict, total=False):
     max_fires: int
     on_gap: Literal["shift", "skip"]
     on_overlap: Literal["first", "last", "both"]
+    # Names of your calendars whose exclusions the rule skips; on a change, ``[]`` or None names none.
+    calendars: Sequence[str] | None
 
 
 class ScheduleFields(RuleFields, total=False):
@@ -71,7 +77,8 @@ class ScheduleFields(RuleFields, total=False):
 
 
 class ScheduleChanges(RuleFields, total=False):
-    """A ``PATCH`` of a schedule: any subset; ``throttle=None`` removes the policy."""
+    """A ``PATCH`` of a schedule: any subset; ``throttle=None`` removes the policy, ``calendars=[]`` (or
+    None) every calendar."""
 
     callback: CallbackSpec
     fire_at: Time
@@ -120,6 +127,8 @@ def _json_field(name: str, value: Any) -> Any:
         return dict(value)
     if name in _TIME_FIELDS and value is not None:
         return time_value(value)
+    if name == "calendars" and value is not None and not isinstance(value, str):
+        return list(value)  # any sequence of names; a lone name goes as given, for the API to refuse
     return value
 
 
@@ -343,8 +352,9 @@ IfMatch = int | str | None
 
 
 def precondition(if_match: IfMatch) -> dict[str, str]:
-    """The ``If-Match`` header of a conditional change: a version (``Schedule.version``), an ETag as the
-    API answered it (``'"7"'``), or ``"*"`` (any existing schedule); None: unconditional."""
+    """The ``If-Match`` header of a conditional change: a version (``Schedule.version``,
+    ``Calendar.version``), an ETag as the API answered it (``'"7"'``), or ``"*"`` (any existing one); None:
+    unconditional."""
     if if_match is None:
         return {}
     if isinstance(if_match, bool):
@@ -482,6 +492,66 @@ def delete_policy(name: str) -> Call[Policy]:
 def release_event(event_id: str) -> Call[Release]:
     """A second release answers ``released: false``: repeatable."""
     return Call("POST", _path("events", event_id, "release"), _one(Release))
+
+
+# Calendars
+
+
+def _wall_time(value: WallTime) -> str:
+    """A local wall time of a calendar (its own zone applies): ``YYYY-MM-DDTHH:MM[:SS]`` as given, or a
+    naive datetime (one with a timezone is refused here: the calendar's zone is the one that counts)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            raise ValueError("a calendar's ranges are wall times in its own timezone: give naive datetimes")
+        return value.isoformat()
+    return value
+
+
+def _day(value: date | str) -> str:
+    if isinstance(value, datetime):
+        raise ValueError("a calendar's dates are days: give dates (or YYYY-MM-DD), not datetimes")
+    return value.isoformat() if isinstance(value, date) else value
+
+
+def _range_body(given: RangeSpec) -> dict[str, str]:
+    start, end = (given["from"], given["to"]) if isinstance(given, Mapping) else given
+    return {"from": _wall_time(start), "to": _wall_time(end)}
+
+
+def put_calendar(
+    name: str,
+    *,
+    timezone: str | None = None,
+    dates: Iterable[date | str] = (),
+    ranges: Iterable[RangeSpec] = (),
+    weekdays: Iterable[str] = (),
+    business_days: bool = False,
+    if_match: IfMatch = None,
+) -> Call[Calendar]:
+    """A PUT of the whole calendar (no ``timezone``: UTC). A repeat leaves the calendar as one did (a
+    version more), so it is repeatable, unless conditional (a repeat of one that applied finds the version
+    moved on: 412)."""
+    body: dict[str, Any] = {} if timezone is None else {"timezone": timezone}
+    body["dates"] = [_day(d) for d in dates]
+    body["ranges"] = [_range_body(r) for r in ranges]
+    body["weekdays"] = list(weekdays)
+    body["business_days"] = business_days
+    path = _path("calendars", name)
+    return Call("PUT", path, _one(Calendar), body, headers=precondition(if_match), repeatable=if_match is None)
+
+
+def get_calendar(name: str) -> Call[Calendar]:
+    return Call("GET", _path("calendars", name), _one(Calendar))
+
+
+def list_calendars() -> Call[list[Calendar]]:
+    return Call("GET", _path("calendars"), _listed(Calendar, "calendars"))
+
+
+def delete_calendar(name: str, if_match: IfMatch = None) -> Call[Calendar]:
+    """Not repeated once sent: a repeat of a delete that went through answers 404, not the calendar."""
+    path = _path("calendars", name)
+    return Call("DELETE", path, _one(Calendar), headers=precondition(if_match), repeatable=False)
 
 
 # Delivery statistics

@@ -1,7 +1,7 @@
 """tickd: the tickd API from a shell, on the SDK.
 
 Settings: --url or TICKD_URL (default http://127.0.0.1:8080); --api-key or TICKD_API_KEY (schedules,
-dead letters, policies, events, stats); --admin-token or TICKD_ADMIN_TOKEN (clients, admin).
+dead letters, policies, calendars, events, stats); --admin-token or TICKD_ADMIN_TOKEN (clients, admin).
 
 Exit codes: 0 ok; 1 unexpected error; 2 usage (bad arguments); 3 not found; 4 conflict, or a version
 --if-match did not match (also: a `dead-letters redrive` of many that could not redrive some); 5 invalid
@@ -60,7 +60,7 @@ _EXIT_BY_ERROR: tuple[tuple[type[TickdError], int], ...] = (
     (Unavailable, UNAVAILABLE),
     (RateLimited, UNAVAILABLE),
 )
-_RULE = ("cron", "timezone", "every", "start_at", "end_at", "max_fires", "on_gap", "on_overlap")
+_RULE = ("cron", "timezone", "every", "start_at", "end_at", "max_fires", "on_gap", "on_overlap", "calendars")
 _TIMES = ("fire_at", "start_at", "end_at", "after")
 Handler = Callable[[Tickd, argparse.Namespace], Any]
 
@@ -161,12 +161,12 @@ def _schedules_put_by_key(client: Tickd, args: argparse.Namespace) -> Any:
     return schedule.schedule_id if args.quiet else schedule
 
 
-def _if_match_arg(parser: argparse.ArgumentParser) -> None:
+def _if_match_arg(parser: argparse.ArgumentParser, what: str = "schedule") -> None:
     parser.add_argument(
         "--if-match",
         type=int,
         metavar="VERSION",
-        help="change only this version of the schedule (its 'version'); else exit 1 with precondition_failed",
+        help=f"change only this version of the {what} (its 'version'); else exit 4 with precondition_failed",
     )
 
 
@@ -185,6 +185,8 @@ def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
         fields["throttle"] = None
     if args.no_tags:
         fields["tags"] = None
+    if args.no_calendars:
+        fields["calendars"] = None
     return client.update_schedule(args.schedule_id, if_match=_if_match(args), **fields)
 
 
@@ -223,6 +225,25 @@ def _default_end(start: Time) -> Time:
     if isinstance(start, datetime):
         return start + timedelta(days=1)
     raise UsageError("--to is needed when --from is given")
+
+
+def _calendars_put(client: Tickd, args: argparse.Namespace) -> Any:
+    return client.put_calendar(
+        args.name,
+        timezone=args.timezone,
+        dates=args.date,
+        ranges=[_range(given) for given in args.range],
+        weekdays=args.weekday,
+        business_days=args.business_days,
+        if_match=_if_match(args),
+    )
+
+
+def _range(given: str) -> tuple[str, str]:
+    start, sep, end = given.partition("/")
+    if not sep:
+        raise UsageError(f"--range {given!r}: write it as FROM/TO, e.g. 2026-08-03T00:00/2026-08-17T00:00")
+    return start, end
 
 
 def _runs(client: Tickd, args: argparse.Namespace) -> Any:
@@ -359,7 +380,11 @@ def _span(seconds: int) -> str:
 def _preview(client: Tickd, args: argparse.Namespace) -> Any:
     after = _time(args.after) if args.after else None
     found = client.preview(count=args.count, after=after, **_given(args, _RULE))
-    return [_with_note(o, found[i - 1] if i else None) for i, o in enumerate(found)]
+    rows = [_with_note(o, found[i - 1] if i else None) for i, o in enumerate(found)]
+    if getattr(args, "output", "table") != "json" and not any(o.excluded_by for o in found):
+        for row in rows:  # no calendar excludes any of them: no column saying so
+            del row["excluded_by"]
+    return rows
 
 
 def _with_note(occurrence: Occurrence, before: Occurrence | None) -> dict[str, Any]:
@@ -432,6 +457,13 @@ def _rule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-fires", dest="max_fires", type=int)
     parser.add_argument("--on-gap", dest="on_gap", choices=("shift", "skip"), help="a local time DST skips")
     parser.add_argument("--on-overlap", dest="on_overlap", choices=("first", "last", "both"))
+    parser.add_argument(
+        "--calendar",
+        dest="calendars",
+        action="append",
+        metavar="NAME",
+        help="skip what this calendar of yours excludes (repeatable; on update: all replaced)",
+    )
 
 
 def _schedule_args(parser: argparse.ArgumentParser) -> None:
@@ -500,6 +532,7 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     _schedule_args(update)
     update.add_argument("--no-throttle", action="store_true", help="remove the throttle policy")
     update.add_argument("--no-tags", action="store_true", help="remove every tag")
+    update.add_argument("--no-calendars", action="store_true", help="name no calendar any more")
     _if_match_arg(update)
     listing = _leaf(group, "list", _schedules_list, "schedules due in [--from, --to)", common)
     listing.add_argument("--from", dest="start", help="default: now")
@@ -598,6 +631,33 @@ def _policies(commands: Any, common: argparse.ArgumentParser) -> None:
     _leaf(group, "delete", lambda c, a: c.delete_policy(a.name), "delete a policy", common).add_argument("name")
 
 
+def _calendars(commands: Any, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser(
+        "calendars", help="dates, ranges and weekdays the recurring schedules naming them skip"
+    ).add_subparsers(required=True, metavar="COMMAND")
+    put = _leaf(group, "put", _calendars_put, "create or replace a calendar (each put: a new version)", common)
+    put.add_argument("name", help="1-64 of a-z 0-9 _ -")
+    put.add_argument("--timezone", help="IANA zone its dates, ranges and weekdays are read in (default UTC)")
+    put.add_argument("--date", action="append", default=[], metavar="YYYY-MM-DD", help="a day (repeatable)")
+    put.add_argument(
+        "--range",
+        action="append",
+        default=[],
+        metavar="FROM/TO",
+        help="local wall times, TO excluded: 2026-08-03T00:00/2026-08-17T00:00 (repeatable)",
+    )
+    put.add_argument("--weekday", action="append", default=[], metavar="DAY", help="mon ... sun (repeatable)")
+    put.add_argument("--business-days", action="store_true", help="every Saturday and Sunday")
+    _if_match_arg(put, "calendar")
+    _leaf(group, "get", lambda c, a: c.get_calendar(a.name), "one calendar", common).add_argument("name")
+    _leaf(group, "list", lambda c, a: c.list_calendars(), "all calendars, by name", common)
+    delete = _leaf(
+        group, "delete", lambda c, a: c.delete_calendar(a.name, if_match=_if_match(a)), "delete a calendar", common
+    )
+    delete.add_argument("name")
+    _if_match_arg(delete, "calendar")
+
+
 def _dead_letter_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", help="one schedule's dead letters")
     parser.add_argument("--from", dest="start", help="failed at or after (default: 7 days ago)")
@@ -639,6 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
     _bulk(commands, common)
     _dead_letters(commands, common)
     _policies(commands, common)
+    _calendars(commands, common)
     events = commands.add_parser("events", help="throttled events").add_subparsers(required=True, metavar="COMMAND")
     release = _leaf(events, "release", lambda c, a: c.release_event(a.event_id), "free an event's token", common)
     release.add_argument("event_id")

@@ -74,6 +74,8 @@ class Recurrence:
     max_fires: int | None = None
     on_gap: str | None = None
     on_overlap: str | None = None
+    # The calendars whose exclusions the rule skips (``Calendar``), by name; None: it names none.
+    calendars: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,9 +198,9 @@ class ClientSettings:
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """One change to a schedule, policy or client: when, by whom (``admin``, or ``key:`` and 12 hex digits
-    of the API key's sha256), the action (``schedule.update``...), its target, the request's fields, the
-    version it left (schedules) and the request id."""
+    """One change to a schedule, policy, calendar or client: when, by whom (``admin``, or ``key:`` and 12 hex
+    digits of the API key's sha256), the action (``schedule.update``...), its target, the request's fields,
+    the version it left (schedules) and the request id."""
 
     audit_id: str
     at: datetime
@@ -213,11 +215,13 @@ class AuditRecord:
 
 @dataclass(frozen=True)
 class Occurrence:
-    """One fire time of a previewed rule: in UTC, and on the rule's wall clock."""
+    """One fire time of a previewed rule: in UTC, and on the rule's wall clock. ``excluded_by``: the
+    calendar the rule names that skips it, with its version (``"holidays v2"``); None: it fires."""
 
     utc: datetime
     local: datetime
     timezone: str
+    excluded_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,24 @@ class Policy:
     created_at: datetime
     updated_at: datetime
     in_flight: int | None = None  # only on a single policy's get
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """A calendar: the occurrences of the recurring schedules naming it (``calendars=[name]``) that fall,
+    on its ``timezone``'s wall clock, on one of its ``dates`` (YYYY-MM-DD), inside one of its ``ranges``
+    (each ``{"from", "to"}``: local wall times, ``to`` excluded; overlapping ones merged) or on one of its
+    ``weekdays`` (``mon``...``sun``; ``business_days`` shows as ``sat`` and ``sun``) are skipped. Each put
+    is a new ``version``, also its ETag: pass it as ``if_match`` to change or delete only that version."""
+
+    name: str
+    version: int
+    timezone: str
+    dates: list[str]
+    ranges: list[dict[str, str]]
+    weekdays: list[str]
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
