@@ -5,6 +5,7 @@ apart."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -112,7 +113,8 @@ def test_the_sdk_readme_calendars_example_runs(fresh: Dev, venv: Path) -> None:
         [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
     )
     assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
-    assert ran.stdout.splitlines() == [
+    *lines, listed = ran.stdout.splitlines()
+    assert lines == [
         "holidays 1 ['sat', 'sun']",
         "2026-12-25 holidays v1",
         "2026-12-26 holidays v1",
@@ -120,8 +122,9 @@ def test_the_sdk_readme_calendars_example_runs(fresh: Dev, venv: Path) -> None:
         "2026-12-28 fires",
         "skips ['holidays']",
         "refused: precondition_failed",
-        "[('holidays', 2)]",
     ]
+    # The dev's client is shared by this module's examples: the root README's makes calendars of its own.
+    assert ("holidays", 2) in ast.literal_eval(listed), listed
 
 
 def test_the_sdk_readme_calendars_cli_example_runs(fresh: Dev, venv: Path) -> None:
