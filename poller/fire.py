@@ -524,8 +524,11 @@ class Settler:
                 "occurrence_dropped_schedule_changed", schedule_id=str(row.schedule_id), fire_id=row.fire_id
             )
             current = await self._current(row)
-            await self._mark_superseded(row, current, None)
+            # An owed auto-pause first, the mark after: a node that dies in between leaves this row
+            # scheduled, and its next owner drops it again and finds the pause still owed (simulation seed
+            # 421069: marked moved first, the pause lost with its node, nothing came back to it).
             await self._failures.owed(client, row, current, now())
+            await self._mark_superseded(row, current, None)
             return chained
         if passed:
             recorded = passed[: cal.RECORDED_PER_STEP]
