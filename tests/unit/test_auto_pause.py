@@ -19,6 +19,7 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.plan import OpenMinute
 from tickd.poller.settings import PollerSettings
 from tickd.schema import notices, timing
+from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import memory_store
 from tickd.schema.model import (
     Chain,
@@ -159,3 +160,44 @@ async def test_a_notification_that_fails_for_good_notifies_nothing(notify: Clien
     await inst.settler.settle(fire)  # its dead letter is written, and nothing more
     assert await inst.feed() == [notices.DEAD_LETTERED]
     assert len(await inst.deliveries()) == 1
+
+
+async def test_an_owed_pause_lost_with_its_node_is_found_again_by_the_next_owner(notify: ClientSettings) -> None:
+    """Simulation seed 421069: a pause whose pointer moved but whose status write was lost (its node died)
+    leaves the schedule's next occurrence dropped as changed. The owner that drops it makes the owed pause
+    before marking it moved: if that owner dies in between too, the row is still scheduled and the next
+    owner drops it again and makes the pause."""
+    inst = Instance(notify)
+    row = await inst.create(every_minute(pause_after=2))
+
+    async def lost(*_: object) -> None:
+        return None  # the pause these failures set off is lost with its node
+
+    inst.settler._failures._pause_once = lost  # type: ignore[method-assign]
+    await inst.occurrence(row, FAILED)
+    await inst.occurrence(row, FAILED)
+    current = await inst.store.get_schedule("c1", row.schedule_id)
+    assert current is not None and current.status is Status.SCHEDULED
+
+    async def status_lost(*_: object, **__: object) -> None:
+        raise StoreUnavailable("the pause's status write, lost")
+
+    inst.store._write_status = status_lost  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        await inst.store.pause_schedule(current, inst.clock())  # its pointer moved, its status not written
+    del inst.store._write_status
+
+    async def dies(*_: object) -> None:
+        raise RuntimeError("the node died while making the owed pause")
+
+    inst.settler._failures._pause_once = dies  # type: ignore[method-assign]
+    inst.clock.now = current.location.due_at
+    with pytest.raises(RuntimeError):
+        await inst.settler.chain(Fire(current, OpenMinute(current.location.minute)))
+    left = await inst.store.get_schedule("c1", row.schedule_id)
+    assert left is not None and left.status is Status.SCHEDULED  # not marked moved: the next owner will look
+
+    next_owner = Settler(inst.settler._ctx, inst.store, Direct(inst.store))  # type: ignore[arg-type]
+    chained = await next_owner.chain(Fire(current, OpenMinute(current.location.minute)))
+    assert chained is not None and chained.outcome is Chain.CHANGED
+    assert await inst.status(row) is Status.PAUSED
