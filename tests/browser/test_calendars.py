@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from playwright.async_api import Page, expect
+from playwright.async_api import expect
 
 from tests.browser.conftest import (
     LAPTOP,
@@ -17,16 +17,11 @@ from tests.browser.conftest import (
     Subscriber,
     http_schedule,
     no_horizontal_scroll,
+    screenshot,
     sign_in,
 )
 
 HOLIDAYS = {"timezone": "Europe/Berlin", "dates": ["2026-12-24", "2026-12-25", "2026-12-26"]}
-
-
-async def _shot(page: Page, tmp_path: Path, name: str) -> None:
-    path = tmp_path / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
 
 
 async def test_tenant_reads_its_calendars_and_previews_what_they_take_away(
@@ -41,7 +36,7 @@ async def test_tenant_reads_its_calendars_and_previews_what_they_take_away(
     await expect(holidays).to_contain_text("Europe/Berlin")
     await expect(holidays).to_contain_text("2026-12-24, 2026-12-25, 2026-12-26")
     await expect(page.locator("tr[data-calendar='weekends']")).to_contain_text("sat, sun")
-    await _shot(page, tmp_path, "laptop-calendars")
+    await screenshot(page, tmp_path, "laptop-calendars")
 
     await page.click("#nav a:has-text('Cron preview')")
     await page.fill("#p-cron", "0 9 * * *")
@@ -59,7 +54,7 @@ async def test_tenant_reads_its_calendars_and_previews_what_they_take_away(
     await expect(excluded.nth(0)).to_contain_text("holidays v1")
     await expect(excluded.nth(3)).to_contain_text("weekends v1")
     await expect(rows.nth(4)).to_contain_text("2026-12-28 09:00:00")
-    await _shot(page, tmp_path, "laptop-preview-calendars")
+    await screenshot(page, tmp_path, "laptop-preview-calendars")
 
     await page.fill("#p-calendars", "holidays, nope")
     await page.click("form.filters button[type=submit]")
@@ -86,10 +81,10 @@ async def test_an_occurrence_a_calendar_excludes_shows_skipped_on_the_timeline_o
     skipped = page.locator("ol.timeline .step-skipped")
     await expect(skipped.first).to_contain_text("calendar quiet v1 until", timeout=30_000)
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-timeline-skipped-by-calendar")
+    await screenshot(page, tmp_path, "phone-timeline-skipped-by-calendar")
     await dev.call("DELETE", f"/v1/schedules/{created['schedule_id']}", dev.api_key)
 
     await page.goto(f"{dev.url}/ui#/calendars")
     await expect(page.locator("tr[data-calendar='quiet']")).to_have_count(1)
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-calendars")
+    await screenshot(page, tmp_path, "phone-calendars")

@@ -8,7 +8,7 @@ import re
 import uuid
 from pathlib import Path
 
-from playwright.async_api import Page, Route, expect
+from playwright.async_api import Route, expect
 
 from tests.browser.conftest import (
     LAPTOP,
@@ -18,14 +18,9 @@ from tests.browser.conftest import (
     Subscriber,
     http_schedule,
     no_horizontal_scroll,
+    screenshot,
     sign_in,
 )
-
-
-async def _shot(page: Page, tmp_path: Path, name: str) -> None:
-    path = tmp_path / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
 
 
 async def test_tenant_finds_a_schedule_and_cancels_another_on_a_phone(
@@ -42,7 +37,7 @@ async def test_tenant_finds_a_schedule_and_cancels_another_on_a_phone(
     await expect(row).to_have_count(1)
     await expect(row).to_contain_text("scheduled")
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-search")
+    await screenshot(page, tmp_path, "phone-search")
 
     await page.fill("#f-search", "")
     await page.select_option("#f-status", "scheduled")
@@ -55,13 +50,13 @@ async def test_tenant_finds_a_schedule_and_cancels_another_on_a_phone(
     cancelled = await dev.call("GET", f"/v1/schedules/{drop['schedule_id']}", dev.api_key)
     assert cancelled["status"] == "cancelled"
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-after-cancel")
+    await screenshot(page, tmp_path, "phone-after-cancel")
 
     await dev.call("PUT", "/v1/throttle-policies/emails", dev.api_key, {"max_in_flight": 5, "release_timeout_s": 30})
     await page.click("#nav a:has-text('Throttle policies')")
     await expect(page.locator("table.grid tbody tr", has_text="emails")).to_contain_text("0 / 5")
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-policies")
+    await screenshot(page, tmp_path, "phone-policies")
 
 
 async def test_tenant_finds_a_schedule_by_its_business_key(
@@ -76,7 +71,7 @@ async def test_tenant_finds_a_schedule_by_its_business_key(
     await page.click("form.filters button[type=submit]")
     await expect(page.locator(f"tr[data-id='{cart['schedule_id']}']")).to_have_count(1)
     await expect(page.locator("table tbody tr")).to_have_count(1)
-    await _shot(page, tmp_path, "laptop-search-business-key")
+    await screenshot(page, tmp_path, "laptop-search-business-key")
 
     # Text that is no business key still searches the listed schedules by the start of their id.
     await page.fill("#f-search", other["schedule_id"][:8])
@@ -114,7 +109,7 @@ async def test_a_slow_first_list_does_not_overwrite_a_search(
         await first_list.continue_()
     await page.evaluate("new Promise((done) => setTimeout(done, 300))")  # the page has handled the answer
     assert await page.locator("table tbody tr").count() == 1
-    await _shot(page, tmp_path, "laptop-search-after-slow-list")
+    await screenshot(page, tmp_path, "laptop-search-after-slow-list")
 
 
 async def test_tenant_watches_a_schedule_fire_on_its_timeline(
@@ -134,7 +129,7 @@ async def test_tenant_watches_a_schedule_fire_on_its_timeline(
     await expect(timeline).to_contain_text("Fired")
     await expect(page.locator(".details")).to_contain_text("succeeded")
     assert any(body["payload"] == {"marker": marker} for body in subscriber.received)
-    await _shot(page, tmp_path, "laptop-timeline-delivered")
+    await screenshot(page, tmp_path, "laptop-timeline-delivered")
 
 
 async def test_timeline_shows_a_retry_with_its_status_code_and_a_dead_letter(
@@ -150,14 +145,14 @@ async def test_timeline_shows_a_retry_with_its_status_code_and_a_dead_letter(
     await expect(timeline.locator(".step-dead")).to_contain_text("Dead letter written", timeout=15_000)
     await expect(timeline.locator(".step-failed")).to_contain_text("Failed after 1 attempt: HTTP 400")
     await expect(timeline.locator(".step-failed .badge")).to_have_text("400")
-    await _shot(page, tmp_path, "laptop-timeline-dead-letter")
+    await screenshot(page, tmp_path, "laptop-timeline-dead-letter")
 
     await page.goto(f"{dev.url}/ui#/schedules/{flaky['schedule_id']}")
     await expect(timeline.locator(".step-ok")).to_contain_text("Delivered on attempt 2", timeout=15_000)
     # Each attempt, late from its own due time; the first one's step says its answer.
     await expect(timeline.locator(".step-attempt")).to_contain_text("Attempt 2 (")
     await expect(timeline.locator(".step-fire").last).to_contain_text("Fired (")
-    await _shot(page, tmp_path, "laptop-timeline-retried")
+    await screenshot(page, tmp_path, "laptop-timeline-retried")
 
 
 async def test_preview_marks_the_dst_gap(open_page: OpenPage, dev: Dev, tmp_path: Path) -> None:
@@ -177,7 +172,7 @@ async def test_preview_marks_the_dst_gap(open_page: OpenPage, dev: Dev, tmp_path
     await expect(gap).to_contain_text("2026-03-08 03:00:00")  # 02:30 does not exist that day: shifted
     await expect(gap).to_contain_text("DST gap: clocks went forward 1 h")
     await expect(page.locator("tr.dst-repeat")).to_have_count(0)
-    await _shot(page, tmp_path, "laptop-preview-dst-gap")
+    await screenshot(page, tmp_path, "laptop-preview-dst-gap")
 
 
 async def test_admin_resizes_a_quota_through_the_dialog(open_page: OpenPage, dev: Dev, tmp_path: Path) -> None:
@@ -192,7 +187,7 @@ async def test_admin_resizes_a_quota_through_the_dialog(open_page: OpenPage, dev
     await page.fill("#resize-count", "1")
     await expect(dialog).to_contain_text("pollers 1\N{EN DASH}2 are not moved and not lost: those pollers drain")
     await expect(dialog).to_contain_text("poller_span stays 3")
-    await _shot(page, tmp_path, "laptop-resize-dialog")
+    await screenshot(page, tmp_path, "laptop-resize-dialog")
     await page.click("#resize-confirm")
 
     await expect(page.locator("dialog")).to_have_count(0)
@@ -201,7 +196,7 @@ async def test_admin_resizes_a_quota_through_the_dialog(open_page: OpenPage, dev
     await expect(row).to_contain_text("pollers 1\N{EN DASH}2")
     stored = await dev.call("GET", f"/v1/clients/{client_id}", dev.admin_token)
     assert (stored["poller_count"], stored["poller_span"]) == (1, 3)
-    await _shot(page, tmp_path, "laptop-resized")
+    await screenshot(page, tmp_path, "laptop-resized")
 
 
 async def test_admin_sees_the_dev_node_with_its_instances_and_epochs(
@@ -219,7 +214,7 @@ async def test_admin_sees_the_dev_node_with_its_instances_and_epochs(
         assert int(await instance.locator(".epoch").inner_text()) >= 1
     await expect(page.locator("#fenced")).to_contain_text("Fenced and departed nodes")
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-nodes")
+    await screenshot(page, tmp_path, "phone-nodes")
 
 
 async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber: Subscriber, tmp_path: Path) -> None:
@@ -241,7 +236,7 @@ async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber
     await page.click("form.filters button[type=submit]")  # the preview table, cards on a phone
     await expect(page.locator("table.grid tbody tr")).to_have_count(10)
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-preview")
+    await screenshot(page, tmp_path, "phone-preview")
 
     await page.click("#signout")
     await sign_in(page, dev.admin_token)
@@ -254,7 +249,7 @@ async def test_every_view_fits_a_phone(open_page: OpenPage, dev: Dev, subscriber
     await page.fill("#resize-count", "3")
     await expect(page.locator("dialog[open]")).to_contain_text("Raising the quota from 2 to 3")
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-resize-dialog")
+    await screenshot(page, tmp_path, "phone-resize-dialog")
     await page.click("dialog button:has-text('Keep as is')")
     await expect(page.locator("dialog")).to_have_count(0)
 
@@ -282,7 +277,7 @@ async def test_tenant_sees_a_delivered_fire_in_the_lateness_panel_on_a_phone(
     await expect(five.locator("td[data-label='Max late']")).to_have_text(re.compile(r"^\d+(\.\d+)? (ms|s)$"))
     await expect(page.locator("tr[data-window='86400'] td[data-label='Fired']")).not_to_have_text("0")
     await no_horizontal_scroll(page)
-    await _shot(page, tmp_path, "phone-lateness")
+    await screenshot(page, tmp_path, "phone-lateness")
 
 
 AT_LEAST_1 = re.compile(r"^[1-9]\d*$")
@@ -312,7 +307,7 @@ async def test_admin_sees_lateness_and_outcomes_across_the_cluster_and_for_one_c
     await expect(page.locator("#stats tr[data-window]")).to_have_count(3)
     await expect(page.locator("#stats-at")).to_contain_text("every client together")
     await expect(page.locator("#stats")).to_have_attribute("data-client", "")
-    await _shot(page, tmp_path, "laptop-cluster-lateness")
+    await screenshot(page, tmp_path, "laptop-cluster-lateness")
 
     # One client's: from the clients list, then back to every client through the picker.
     await page.click("#nav a:has-text('Clients')")
@@ -325,7 +320,7 @@ async def test_admin_sees_lateness_and_outcomes_across_the_cluster_and_for_one_c
     await expect(five.locator("td[data-label='Delivered']")).to_have_text("1")
     await expect(five.locator("td[data-label='Retried']")).to_have_text("0")
     await expect(page.locator("#stats-at")).to_contain_text(f"client {client_id} only")
-    await _shot(page, tmp_path, "laptop-one-client-lateness")
+    await screenshot(page, tmp_path, "laptop-one-client-lateness")
 
     await page.select_option("#stats-client", "")
     await expect(page.locator("h2")).to_have_text("Lateness and callback outcomes across the cluster")
@@ -353,4 +348,4 @@ async def test_a_schedules_changes_show_who_did_what(
     await expect(items.nth(1)).to_contain_text('"bytes": 7')  # the payload as its size, not its content
     await expect(items.nth(2)).to_contain_text("Created")
     await expect(items.nth(0)).to_contain_text("by key:")
-    await _shot(page, tmp_path, "laptop-schedule-changes")
+    await screenshot(page, tmp_path, "laptop-schedule-changes")
