@@ -1,0 +1,100 @@
+"""Missed fires (``schema.missed``, issue 27 item 1): which occurrences a policy fires when they cannot start
+within their deadline, where the timeline goes on, what is recorded as skipped; refusals naming the field."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tickd.schema import calendars as cal
+from tickd.schema import missed
+from tickd.schema import recurrence as rec
+from tickd.schema.errors import InvalidInput
+
+START = datetime(2030, 5, 1, 9, 0, tzinfo=UTC)
+EVERY_10S = rec.Recurrence(rec.EveryRule(10), start_at=START)
+SID = uuid.UUID(int=7)
+
+
+def decide(policy: missed.Missed, nominal: datetime, now: datetime, **kw: object) -> missed.Decision:
+    return missed.decide(policy, EVERY_10S, SID, nominal, 0, now, fired=1, **kw)  # type: ignore[arg-type]
+
+
+def test_fire_all_fires_however_late() -> None:
+    assert decide(missed.FIRE_ALL, START, START + timedelta(days=3)) == missed.ON_TIME
+
+
+def test_skip_fires_within_the_deadline_and_past_it_goes_on_at_the_first_that_can_start_in_time() -> None:
+    skip = missed.Missed("skip", 60)
+    assert decide(skip, START, START + timedelta(seconds=60)) == missed.ON_TIME
+    now = START + timedelta(seconds=95)
+    decision = decide(skip, START, now)
+    assert (
+        decision.verdict is missed.Verdict.SKIP
+        and decision.reason == "skipped: missed (95.0 s late, start deadline 60 s)"
+    )
+    # The timeline goes on after now - 60 s: the occurrence at +40 s is the first that can start in time.
+    following = rec.next_fire(EVERY_10S, decision.resume_after, fired=1)  # type: ignore[arg-type]
+    assert following == START + timedelta(seconds=40)
+    assert [p.nominal for p in decision.passed] == [START + timedelta(seconds=s) for s in (10, 20, 30)]
+
+
+def test_fire_once_fires_only_the_latest_of_the_missed_ones() -> None:
+    once = missed.Missed("fire_once", 30)
+    now = START + timedelta(seconds=95)
+    decision = decide(once, START, now)
+    assert decision.verdict is missed.Verdict.SKIP and "a later missed occurrence fires once instead" in (
+        decision.reason or ""
+    )
+    latest = rec.next_fire(EVERY_10S, decision.resume_after, fired=1)  # type: ignore[arg-type]
+    assert latest == START + timedelta(seconds=90)
+    assert [p.nominal for p in decision.passed] == [START + timedelta(seconds=s) for s in range(10, 90, 10)]
+    assert decide(once, START + timedelta(seconds=90), now) == missed.ON_TIME  # late too, but the latest
+
+
+def test_lateness_counts_from_the_jittered_due_time() -> None:
+    skip = missed.Missed("skip", 5)
+    due = missed.meant_due(SID, START, 10_000)
+    assert due > START  # this fire id's jitter is not zero
+    on_time = missed.decide(skip, EVERY_10S, SID, START, 10_000, due + timedelta(seconds=5), fired=1)
+    assert on_time == missed.ON_TIME
+    late = missed.decide(skip, EVERY_10S, SID, START, 10_000, due + timedelta(seconds=5.001), fired=1)
+    assert late.verdict is missed.Verdict.SKIP
+
+
+def test_excluded_occurrences_are_neither_fired_nor_recorded_as_missed() -> None:
+    walls = (START + timedelta(seconds=15), START + timedelta(seconds=45))  # a calendar's ranges: naive walls
+    quiet = cal.Calendar("quiet", 1, "UTC", ranges=(tuple(w.replace(tzinfo=None) for w in walls),))  # type: ignore[arg-type]
+    once = missed.Missed("fire_once", 30)
+    decision = decide(once, START, START + timedelta(seconds=95), calendars=[quiet])
+    # 20, 30 and 40 s are in the blackout: not missed, not recorded here (the chain records them).
+    assert [p.nominal for p in decision.passed] == [START + timedelta(seconds=s) for s in (10, 50, 60, 70, 80)]
+
+
+def test_passed_occurrences_are_recorded_up_to_a_bound() -> None:
+    decision = decide(missed.Missed("skip", 1), START, START + timedelta(hours=1))
+    assert len(decision.passed) == missed.RECORDED_PER_STEP
+
+
+@pytest.mark.parametrize(
+    ("policy", "deadline", "field"),
+    [
+        ("later", None, "missed.policy"),
+        ("fire_all", "60s", "missed.deadline"),
+        ("skip", "0s", "missed.deadline"),
+        ("skip", "8d", "missed.deadline"),
+        ("fire_once", "soon", "missed.deadline"),
+    ],
+)
+def test_bad_policies_are_refused_naming_the_field(policy: str, deadline: str | None, field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        missed.parse_missed(policy, deadline)
+    assert caught.value.field == field
+
+
+def test_a_policy_without_a_deadline_gets_the_default() -> None:
+    assert missed.parse_missed("skip", None) == missed.Missed("skip", missed.DEFAULT_DEADLINE_S)
+    assert missed.parse_missed(None, None) == missed.FIRE_ALL
+    assert missed.parse_missed("fire_once", "5m") == missed.Missed("fire_once", 300)
