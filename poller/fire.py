@@ -68,7 +68,7 @@ from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
 from tickd.schema import calendars as cal
-from tickd.schema import notices, timing
+from tickd.schema import missed, notices, timing
 from tickd.schema.errors import Conflict, StoreUnavailable
 from tickd.schema.model import (
     AuditRecord,
@@ -80,6 +80,7 @@ from tickd.schema.model import (
     FireOutcome,
     Location,
     Options,
+    Repeat,
     Run,
     Schedule,
     Status,
@@ -500,22 +501,27 @@ class Settler:
     async def chain(self, fire: Fire) -> Chained | None:
         """Before a recurring occurrence's first attempt: move the schedule on to its next occurrence
         (computed from this one's nominal time, so a late fire never shifts the timeline; past the ones its
-        calendars exclude, each stretch of them recorded in its runs as skipped), and return the chain's
-        outcome with the next occurrence's row as written (None: no chain for this fire).
+        calendars exclude, each recorded in its runs as skipped), and return the chain's outcome with the
+        next occurrence's row as written (None: no chain for this fire).
         ``Chain.CHANGED`` if the client changed or cancelled the schedule since this row was written:
-        then it must not fire, and its row is marked so here. ``Chain.EXCLUDED`` if one of its calendars,
-        as it stands now, excludes this occurrence: it must not fire, and its row and run are recorded
-        skipped here (a calendar changed after this row was written still has its say)."""
+        then it must not fire, and its row is marked so here. ``Chain.SKIPPED`` if this occurrence must
+        not fire: one of its calendars, as it stands now, excludes it (a calendar changed after this row
+        was written still has its say), or it missed its start deadline and its missed-fire policy skips it
+        (``schema.missed``: the timeline then goes on where the policy says, the occurrences passed over
+        recorded as skipped); its row and run are recorded skipped here."""
         row, now = fire.row, self._ctx.clock
         repeat = row.repeat
         if repeat is None or row.attempts != 0:
             return None
         calendars = await self._named_calendars(row, repeat.calendars)
-        hit = cal.excluded_by(calendars, row.fire_at)
-        # An excluded occurrence is not a fire: max_fires counts on from the one before it.
-        basis = row if hit is None else dataclasses.replace(row, seq=row.seq - 1)
         client = self._ctx.client()
-        following, passed = next_occurrence(basis, repeat, row.fire_at, now(), client.poller_count, calendars)
+        hit = cal.excluded_by(calendars, row.fire_at)
+        verdict = missed.ON_TIME if hit is not None else self._missed(row, repeat, client, calendars, now())
+        skip_reason = f"skipped: calendar {hit[0].name} v{hit[0].version}" if hit is not None else verdict.reason
+        # A skipped occurrence is not a fire: max_fires counts on from the one before it.
+        basis = row if skip_reason is None else dataclasses.replace(row, seq=row.seq - 1)
+        after = verdict.resume_after or row.fire_at
+        following, passed = next_occurrence(basis, repeat, after, now(), client.poller_count, calendars)
         chained = await durably(
             self._ctx.log, "chain", lambda: self._store.chain_schedule(row, following, now()), self._metrics
         )
@@ -530,19 +536,20 @@ class Settler:
             await self._failures.owed(client, row, current, now())
             await self._mark_superseded(row, current, None)
             return chained
-        if passed:
-            recorded = passed[: cal.RECORDED_PER_STEP]
-            runs = [
-                Run(x.first, Status.SKIPPED, 0, None, f"{x.reason()} until {x.until.isoformat()}") for x in recorded
-            ]
+        runs = [Run(m.nominal, Status.SKIPPED, 0, None, m.reason) for m in verdict.passed]
+        runs += [
+            Run(x.first, Status.SKIPPED, 0, None, f"{x.reason()} until {x.until.isoformat()}")
+            for x in passed[: cal.RECORDED_PER_STEP]
+        ]
+        if runs:
             await durably(
                 self._ctx.log, "skipped_runs", lambda: self._store.add_runs(row.client_id, row.schedule_id, runs)
             )
-        if hit is None:
+        if skip_reason is None:
             return chained
-        calendar, _ = hit
-        reason = f"skipped: calendar {calendar.name} v{calendar.version}"
-        self._ctx.log.info("occurrence_excluded", schedule_id=str(row.schedule_id), fire_id=row.fire_id, reason=reason)
+        self._ctx.log.info(
+            "occurrence_skipped", schedule_id=str(row.schedule_id), fire_id=row.fire_id, reason=skip_reason
+        )
         skipped = FireOutcome(
             row.client_id,
             row.schedule_id,
@@ -550,12 +557,26 @@ class Settler:
             Status.SKIPPED,
             0,
             now(),
-            reason,
+            skip_reason,
             nominal_at=row.fire_at,
             seq=row.seq,
         )
         await durably(self._ctx.log, "record_skipped", lambda: self._store.record_outcomes([skipped]), self._metrics)
-        return Chained(Chain.EXCLUDED, chained.following)
+        return Chained(Chain.SKIPPED, chained.following)
+
+    @staticmethod
+    def _missed(
+        row: Schedule, repeat: Repeat, client: Client, calendars: Sequence[cal.Calendar], now: datetime
+    ) -> missed.Decision:
+        """The occurrence's fate under its missed-fire policy (its own, else its client's default)."""
+        policy = repeat.missed or client.settings.missed or missed.FIRE_ALL
+        if not policy.applies:
+            return missed.ON_TIME
+        jitter_ms = row.options.jitter_ms if row.options is not None else 0
+        recurrence = repeat.recurrence()
+        return missed.decide(
+            policy, recurrence, row.schedule_id, row.fire_at, jitter_ms, now, fired=row.seq, calendars=calendars
+        )
 
     async def _named_calendars(self, row: Schedule, names: Sequence[str]) -> list[cal.Calendar]:
         if not names:

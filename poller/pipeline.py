@@ -175,8 +175,8 @@ class FirePipeline:
             if chained.outcome is Chain.CHANGED:
                 return  # the client changed the schedule: this occurrence was dropped, its row marked
             self._consider(chained.following)
-            if chained.outcome is Chain.EXCLUDED:
-                return  # a calendar excludes this occurrence: recorded skipped, never sent
+            if chained.outcome is Chain.SKIPPED:
+                return  # a calendar excludes it, or it missed its deadline: recorded skipped, never sent
         row = fire.row
         if row.options is not None and row.options.batch:
             # Its events fire as rows of their own, read into the plan from storage; then it has succeeded.

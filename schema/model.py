@@ -19,6 +19,7 @@ from tickd.schema import calendars as cal
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
 from tickd.schema.errors import InvalidInput
+from tickd.schema.missed import Missed
 
 
 class Status(enum.StrEnum):
@@ -85,6 +86,8 @@ class Repeat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     implicit_start: bool = False
     # The client's calendars (``schema.calendars``) whose exclusions this timeline skips, in the order named.
     calendars: tuple[str, ...] = ()
+    # What an occurrence that cannot start in time does (``schema.missed``); None: the client's default.
+    missed: Missed | None = None
 
     @classmethod
     def from_recurrence(cls, r: rec.Recurrence, *, implicit_start: bool = False) -> Repeat:
@@ -218,6 +221,8 @@ class ClientSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, om
     # dead letters, schedule rows after their fire and notices; and audit records.
     retention_s: int = 0
     audit_retention_s: int = 0
+    # Its recurring schedules' missed-fire policy where they name none (``schema.missed``; None: fire_all).
+    missed: Missed | None = None
 
 
 _settings_decoder: msgspec.json.Decoder[ClientSettings] = msgspec.json.Decoder(ClientSettings)
@@ -447,9 +452,10 @@ class Chain(enum.Enum):
     ALREADY = "already"
     # The client changed or cancelled the schedule after this occurrence was queued: do not fire it.
     CHANGED = "changed"
-    # One of the schedule's calendars excludes this occurrence (as it stands when the occurrence is due):
-    # the pointer moved on as for CHAINED; this one is recorded skipped, never fired.
-    EXCLUDED = "excluded"
+    # The occurrence must not fire: a calendar excludes it (as it stands when the occurrence is due), or it
+    # missed its start deadline and its policy skips it. The pointer moved on as for CHAINED; this one is
+    # recorded skipped, never fired.
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True, slots=True)

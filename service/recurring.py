@@ -19,13 +19,14 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from tickd.schema import calendars as cal
+from tickd.schema import missed as missed_fires
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
 from tickd.schema.model import Options, Repeat, Run, Schedule, Status
 from tickd.schema.store import Store
 from tickd.service.errors import Invalid, Malformed
 from tickd.service.settings import ApiSettings
-from tickd.service.validation import REPEAT_FIELDS, RepeatFields, parse_time
+from tickd.service.validation import REPEAT_FIELDS, MissedFields, RepeatFields, parse_time
 
 T = TypeVar("T")
 
@@ -168,6 +169,17 @@ async def preview(
     return await work.run(search)
 
 
+def missed_of(given: MissedFields | UnsetType | None, current: Repeat | None = None) -> missed_fires.Missed | None:
+    """The missed-fire policy a create or patch gives (null: the client's default), else the current one."""
+    if isinstance(given, UnsetType):
+        return current.missed if current is not None else None
+    if given is None:
+        return None
+    policy = None if isinstance(given.policy, UnsetType) else given.policy
+    deadline = None if isinstance(given.deadline, UnsetType) else given.deadline
+    return missed_fires.parse_missed(policy, deadline)
+
+
 def calendar_names(given: Sequence[str] | UnsetType | None, current: Repeat | None = None) -> tuple[str, ...]:
     """The calendars a create, patch or preview names: given (null: none), else the current rule's."""
     if isinstance(given, UnsetType):
@@ -205,7 +217,12 @@ def implicit_start(fields: RepeatFields) -> bool:
 
 
 def merge_repeat(
-    current: Repeat, patch: RepeatFields, now: datetime, settings: ApiSettings, calendars: Sequence[str] = ()
+    current: Repeat,
+    patch: RepeatFields,
+    now: datetime,
+    settings: ApiSettings,
+    calendars: Sequence[str] = (),
+    missed: missed_fires.Missed | None = None,
 ) -> Repeat:
     """A stored rule with a patch's fields laid over it; giving ``cron`` drops ``every`` and the reverse.
     ``calendars``: the names the patched rule names (``calendar_names``)."""
@@ -229,7 +246,7 @@ def merge_repeat(
     for name in given(patch):
         setattr(merged, name, getattr(patch, name))
     repeat = Repeat.from_recurrence(parse_repeat(merged, now, settings), implicit_start=implicit_start(merged))
-    return msgspec.structs.replace(repeat, calendars=tuple(calendars))
+    return msgspec.structs.replace(repeat, calendars=tuple(calendars), missed=missed)
 
 
 def first_fire(

@@ -177,6 +177,14 @@ class ClientPatch(Struct, forbid_unknown_fields=True):
     kafka_topics: Annotated[list[TopicGrant], Meta(max_length=MAX_TOPIC_GRANTS)] | UnsetType = UNSET
 
 
+class MissedFields(Struct, forbid_unknown_fields=True):
+    """A missed-fire policy (``schema.missed``): fire_all (every late occurrence fires), skip (one that cannot
+    start within ``deadline`` of its due time does not), fire_once (only the latest of those fires)."""
+
+    policy: Literal["fire_all", "skip", "fire_once"] | UnsetType = UNSET
+    deadline: Duration | UnsetType = UNSET
+
+
 CalendarNames = Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=calendars.MAX_PER_SCHEDULE)]
 
 
@@ -194,6 +202,8 @@ class RepeatFields(Struct, forbid_unknown_fields=True):
     # The client's calendars whose exclusions the timeline skips (a preview shows each excluded occurrence
     # with the calendar that excludes it); on a patch, [] or null names none.
     calendars: CalendarNames | UnsetType | None = UNSET
+    # What an occurrence that cannot start in time does; null (on a patch): back to the client's default.
+    missed: MissedFields | UnsetType | None = UNSET
 
 
 REPEAT_FIELDS = tuple(RepeatFields.__struct_fields__)
@@ -233,6 +243,8 @@ class SettingsPatch(Struct, forbid_unknown_fields=True):
 
     pause_after_failures: PauseAfter | UnsetType = UNSET
     notify: Target | UnsetType | None = UNSET
+    # The default missed-fire policy of its recurring schedules; null: fire_all.
+    missed: MissedFields | UnsetType | None = UNSET
     # Seconds its records are kept (0: the deployment's default); bounded by TICKD_*RETENTION_MAX_S.
     retention_s: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
     audit_retention_s: Annotated[int, Meta(ge=0)] | UnsetType = UNSET

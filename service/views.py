@@ -11,6 +11,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from tickd.schema import calendars, timing
 from tickd.schema.calendars import StoredCalendar
+from tickd.schema.missed import FIRE_ALL, Missed
 from tickd.schema.model import (
     AuditRecord,
     BulkJob,
@@ -76,6 +77,19 @@ class SigningSecretView(Struct):
     previous_valid_until: datetime | None
 
 
+class MissedView(Struct):
+    """A missed-fire policy: fire_all, or skip / fire_once past ``deadline_s`` after an occurrence's due time."""
+
+    policy: str
+    deadline_s: int | None
+
+
+def missed_view(missed: Missed | None) -> MissedView | UnsetType:
+    if missed is None:
+        return UNSET
+    return MissedView(*_missed_fields(missed))
+
+
 class RecurrenceView(Struct, omit_defaults=True):
     cron: str | UnsetType = UNSET
     timezone: str | UnsetType = UNSET
@@ -86,6 +100,8 @@ class RecurrenceView(Struct, omit_defaults=True):
     on_gap: str | UnsetType = UNSET
     on_overlap: str | UnsetType = UNSET
     calendars: list[str] | UnsetType = UNSET
+    # Its own policy; absent: the client's default (GET /v1/settings).
+    missed: MissedView | UnsetType = UNSET
 
 
 class ScheduleView(Struct, omit_defaults=True):
@@ -248,6 +264,8 @@ class SettingsView(Struct):
     audit_retention_s: int
     retention_max_s: int
     audit_retention_max_s: int
+    # The default missed-fire policy of its recurring schedules.
+    missed: MissedView
 
 
 def settings_view(client: ClientSettings, api: ApiSettings) -> SettingsView:
@@ -258,7 +276,12 @@ def settings_view(client: ClientSettings, api: ApiSettings) -> SettingsView:
         retention_of(client.audit_retention_s, api.audit_retention_s, api.audit_retention_max_s),
         api.retention_max_s,
         api.audit_retention_max_s,
+        MissedView(*_missed_fields(client.missed or FIRE_ALL)),
     )
+
+
+def _missed_fields(missed: Missed) -> tuple[str, int | None]:
+    return missed.policy, missed.deadline_s if missed.applies else None
 
 
 class OccurrenceView(Struct, omit_defaults=True):
@@ -432,6 +455,7 @@ def recurrence_view(r: Repeat) -> RecurrenceView:
     view.start_at = UNSET if r.implicit_start else opt(r.start_at)
     view.end_at, view.max_fires = opt(r.end_at), opt(r.max_fires)
     view.calendars = list(r.calendars) if r.calendars else UNSET
+    view.missed = missed_view(r.missed)
     return view
 
 

@@ -10,7 +10,7 @@ from aiohttp import web
 from msgspec import UnsetType
 
 from tickd.schema.model import Client, ClientSettings
-from tickd.service import audit, keys, params
+from tickd.service import audit, keys, params, recurring
 from tickd.service.declare import Routes
 from tickd.service.errors import Invalid, json_response
 from tickd.service.routes.audit import client_page
@@ -33,10 +33,12 @@ async def get_settings(request: web.Request) -> web.Response:
 
 @routes.patch(
     "/v1/settings",
-    "Change the client's own settings: pause_after_failures, notify, retention_s, audit_retention_s",
+    "Change the client's own settings: pause_after_failures, notify, retention_s, audit_retention_s, missed",
     response=SettingsView,
     request=SettingsPatch,
-    description="pause_after_failures: a recurring schedule whose fires end dead-lettered this many times "
+    description="missed: the missed-fire policy of its recurring schedules that name none ({policy: fire_all | "
+    "skip | fire_once, deadline: '90s'}; null: fire_all). "
+    "pause_after_failures: a recurring schedule whose fires end dead-lettered this many times "
     "in a row is paused (0: never; a schedule's own pause_after_failures wins). notify: an HTTP or Kafka "
     "target (checked as a callback is) that each notification is delivered to, signed and retried like a "
     "fire; null: notifications are kept in GET /v1/notifications only. retention_s (runs, dead letters, "
@@ -73,6 +75,8 @@ async def patch_settings(request: web.Request) -> web.Response:
         changed = msgspec.structs.replace(changed, pause_after_failures=patch.pause_after_failures)
     if not isinstance(patch.notify, UnsetType):
         changed = msgspec.structs.replace(changed, notify=target)
+    if not isinstance(patch.missed, UnsetType):
+        changed = msgspec.structs.replace(changed, missed=recurring.missed_of(patch.missed))
     await request.app[keys.STORE].set_client_settings(client.client_id, changed)
     _remember(request, client, changed)
     await audit.changed(request, client.client_id, client, "client.settings", client.client_id, raw)

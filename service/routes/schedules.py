@@ -120,7 +120,7 @@ async def _build(
         calendars = await recurring.named_calendars(request.app[keys.STORE], client.client_id, names, work)
         recurrence, fire_at = await recurring.timeline(body, at, settings, work, calendars)
         repeat = Repeat.from_recurrence(recurrence, implicit_start=recurring.implicit_start(body))
-        repeat = msgspec.structs.replace(repeat, calendars=tuple(names))
+        repeat = msgspec.structs.replace(repeat, calendars=tuple(names), missed=recurring.missed_of(body.missed))
     else:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
         fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
@@ -511,7 +511,8 @@ def _timing(
         raise Invalid("a recurring schedule's times come from its rule; change cron, every or start_at", field=field)
     if not recurring.given(patch):
         return current.fire_at, recurring.options_of(current.repeat, jitter, *shape), current.seq
-    repeat = recurring.merge_repeat(current.repeat, patch, at, settings, [c.name for c in calendars])
+    missed = recurring.missed_of(patch.missed, current.repeat)
+    repeat = recurring.merge_repeat(current.repeat, patch, at, settings, [c.name for c in calendars], missed)
     first = recurring.first_fire(repeat.recurrence(), at, settings, calendars=calendars)
     return first, recurring.options_of(repeat, jitter, *shape), 1
 

@@ -138,7 +138,7 @@ async def test_an_occurrence_a_calendar_excludes_by_the_time_it_is_due_is_skippe
     assert (await inst.current(row)).fire_at == day(2)
     await inst.calendar("holidays", 2, 25, 2)  # 2 May added after its row was written
     excluded, chained = await inst.due(row)
-    assert chained.outcome is Chain.EXCLUDED
+    assert chained.outcome is Chain.SKIPPED
     assert chained.following is not None and chained.following.fire_at == day(3)
     [stored] = [
         r
@@ -213,7 +213,7 @@ async def test_excluded_occurrences_between_failed_fires_leave_them_in_a_row() -
     await inst.due(row, failed)  # 3 May; 4 May written
     await inst.calendar("holidays", 2, 2, 4)
     _, chained = await inst.due(row)  # 4 May: excluded when due
-    assert chained.outcome is Chain.EXCLUDED
+    assert chained.outcome is Chain.SKIPPED
     assert (await inst.current(row)).status is Status.SCHEDULED
     await inst.due(row, failed)  # 5 May: the third failed fire in a row
     assert (await inst.current(row)).status is Status.PAUSED

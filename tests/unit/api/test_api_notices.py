@@ -26,6 +26,7 @@ DEFAULTS = {
     "audit_retention_s": 30 * 86400,
     "retention_max_s": 90 * 86400,
     "audit_retention_max_s": 365 * 86400,
+    "missed": {"policy": "fire_all", "deadline_s": None},
 }
 
 

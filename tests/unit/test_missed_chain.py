@@ -1,0 +1,94 @@
+"""Issue 27, missed fires: the chain step of a recurring schedule whose occurrence comes up late, as an
+instance runs it over the memory store. skip: a late occurrence is recorded skipped and the timeline goes
+on at the first occurrence that can still start in time; fire_once: only the latest of the late ones
+fires; fire_all (the default): every one fires; a schedule without a policy takes its client's."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import msgspec
+
+from tests.unit.test_calendar_chain import Instance
+from tickd.poller.delivery import DeliveryResult
+from tickd.poller.fire import Fire
+from tickd.poller.plan import OpenMinute
+from tickd.schema.missed import Missed
+from tickd.schema.model import Chain, Chained, ClientSettings, Repeat, Schedule, Status
+
+EVERY_10S = Repeat(every_s=10)
+
+
+async def late(inst: Instance, row: Schedule, by_s: float) -> tuple[Schedule, Chained]:
+    """The schedule's current occurrence comes up ``by_s`` after its due time: chained, then (unless
+    skipped) delivered."""
+    current = await inst.current(row)
+    inst.clock.now = current.location.due_at + timedelta(seconds=by_s)
+    fire = Fire(current, OpenMinute(current.location.minute))
+    chained = await inst.settler.chain(fire)
+    assert chained is not None
+    if chained.outcome in (Chain.CHAINED, Chain.ALREADY):
+        fire.went_out(inst.clock.now)
+        fire.result = DeliveryResult.delivered(1)
+        await inst.settler.settle(fire)
+    return current, chained
+
+
+async def every_10s(inst: Instance, missed: Missed | None) -> Schedule:
+    start = inst.clock.now + timedelta(seconds=10)
+    repeat = msgspec.structs.replace(EVERY_10S, start_at=start, missed=missed)
+    return await inst.create(repeat, start)
+
+
+async def test_skip_goes_on_at_the_first_occurrence_that_can_still_start_in_time() -> None:
+    inst = Instance()
+    row = await every_10s(inst, Missed("skip", 60))
+    start = row.fire_at
+    skipped, chained = await late(inst, row, 95)
+    assert chained.outcome is Chain.SKIPPED
+    following = await inst.current(row)
+    # 95 s late, a 60 s deadline: +40 s is the first occurrence meant due within 60 s of now.
+    assert (following.fire_at, following.seq, following.status) == (start + timedelta(seconds=40), 1, Status.SCHEDULED)
+    runs = {r.nominal_at: r for r in await inst.runs(row)}
+    assert [(t - start).seconds for t in sorted(runs)] == [0, 10, 20, 30]
+    assert all(r.status is Status.SKIPPED and r.fired_at is None for r in runs.values())
+    assert runs[start].last_error == "skipped: missed (95.0 s late, start deadline 60 s)"
+    _, chained = await late(inst, row, 0)  # +40 s, due now (55 s after it was meant to be): fires
+    assert chained.outcome is Chain.CHAINED
+    assert runs[start].seq == skipped.seq
+
+
+async def test_fire_once_fires_only_the_latest_of_the_late_occurrences() -> None:
+    inst = Instance()
+    row = await every_10s(inst, Missed("fire_once", 30))
+    start = row.fire_at
+    _, chained = await late(inst, row, 95)
+    assert chained.outcome is Chain.SKIPPED
+    latest = await inst.current(row)
+    assert latest.fire_at == start + timedelta(seconds=90)  # the last one due by now
+    inst_now = inst.clock.now
+    _, chained = await late(inst, row, 0)
+    assert chained.outcome is Chain.CHAINED and inst.clock.now == max(inst_now, latest.location.due_at)
+    runs = {r.nominal_at: r.status for r in await inst.runs(row)}
+    assert runs.pop(start + timedelta(seconds=90)) is Status.SUCCEEDED
+    assert set(runs.values()) == {Status.SKIPPED} and len(runs) == 9  # 0, 10, ... 80
+
+
+async def test_fire_all_fires_every_late_occurrence_and_is_the_default() -> None:
+    inst = Instance()
+    row = await every_10s(inst, None)
+    _, chained = await late(inst, row, 95)
+    assert chained.outcome is Chain.CHAINED
+    assert (await inst.current(row)).fire_at == row.fire_at + timedelta(seconds=10)  # the next, late too
+
+
+async def test_a_schedule_without_a_policy_takes_its_clients_and_its_own_wins() -> None:
+    inst = Instance()
+    inst.client = dataclasses.replace(inst.client, settings=ClientSettings(missed=Missed("skip", 30)))
+    row = await every_10s(inst, None)
+    _, chained = await late(inst, row, 45)
+    assert chained.outcome is Chain.SKIPPED
+    own = await every_10s(inst, Missed())  # fire_all, said by the schedule itself
+    _, chained = await late(inst, own, 45)
+    assert chained.outcome is Chain.CHAINED
