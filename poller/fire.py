@@ -112,6 +112,10 @@ class Fire:
     lateness_s: float | None = None  # a first attempt's lateness when it went out
     result: DeliveryResult | None = None  # how its delivery ended
     settled: bool = False  # its end is durable: outcome recorded, retry stored, or dead letter written
+    # A skip policy's deadline for its first attempt (``schema.missed``): past it when its send slots come,
+    # it is not sent (``skipped``) and is recorded skipped instead.
+    start_by: datetime | None = None
+    skipped: bool = False
 
     @property
     def key(self) -> str:
@@ -215,6 +219,8 @@ class Sender:
             await self._go_out(fire)
         finally:
             self._slots.give_back(fire.row)
+        if fire.skipped:
+            return  # a recurring occurrence (no token: only events hold one)
         token, result = fire.token, fire.delivery
         if token is not None:
             if result.ok or result.maybe_received:
@@ -237,6 +243,9 @@ class Sender:
             fire.result = result
 
     async def _go_out(self, fire: Fire) -> None:
+        if fire.start_by is not None and self._ctx.clock() > fire.start_by:
+            fire.skipped = True  # its skip policy's deadline passed while it waited: not sent
+            return
         fire.went_out(self._ctx.clock())
         self._ctx.observe_lateness(fire)
         row = fire.row
@@ -516,7 +525,8 @@ class Settler:
         calendars = await self._named_calendars(row, repeat.calendars)
         client = self._ctx.client()
         hit = cal.excluded_by(calendars, row.fire_at)
-        verdict = missed.ON_TIME if hit is not None else self._missed(row, repeat, client, calendars, now())
+        policy = repeat.missed or client.settings.missed or missed.FIRE_ALL
+        verdict = missed.ON_TIME if hit is not None else _missed(policy, row, repeat, calendars, now())
         skip_reason = f"skipped: calendar {hit[0].name} v{hit[0].version}" if hit is not None else verdict.reason
         # A skipped occurrence is not a fire: max_fires counts on from the one before it.
         basis = row if skip_reason is None else dataclasses.replace(row, seq=row.seq - 1)
@@ -546,37 +556,37 @@ class Settler:
                 self._ctx.log, "skipped_runs", lambda: self._store.add_runs(row.client_id, row.schedule_id, runs)
             )
         if skip_reason is None:
+            if policy.policy == "skip":
+                fire.start_by = missed.start_by(policy, row.schedule_id, row.fire_at, _jitter_ms(row))
             return chained
-        self._ctx.log.info(
-            "occurrence_skipped", schedule_id=str(row.schedule_id), fire_id=row.fire_id, reason=skip_reason
+        await self._record_skipped(row, skip_reason)
+        return Chained(Chain.SKIPPED, chained.following)
+
+    async def skip_late(self, fire: Fire) -> None:
+        """A fire whose skip policy's start deadline passed while it waited for its send slots: not sent,
+        recorded skipped (the schedule moved on to its next occurrence when it was chained)."""
+        row, now = fire.row, self._ctx.clock()
+        assert fire.start_by is not None
+        late_s = (now - fire.start_by).total_seconds()
+        await self._record_skipped(
+            row, f"skipped: missed (its start deadline passed {late_s:.1f} s before it could go out)"
         )
+
+    async def _record_skipped(self, row: Schedule, reason: str) -> None:
+        self._ctx.log.info("occurrence_skipped", schedule_id=str(row.schedule_id), fire_id=row.fire_id, reason=reason)
+        now = self._ctx.clock()
         skipped = FireOutcome(
             row.client_id,
             row.schedule_id,
             row.location,
             Status.SKIPPED,
             0,
-            now(),
-            skip_reason,
+            now,
+            reason,
             nominal_at=row.fire_at,
             seq=row.seq,
         )
         await durably(self._ctx.log, "record_skipped", lambda: self._store.record_outcomes([skipped]), self._metrics)
-        return Chained(Chain.SKIPPED, chained.following)
-
-    @staticmethod
-    def _missed(
-        row: Schedule, repeat: Repeat, client: Client, calendars: Sequence[cal.Calendar], now: datetime
-    ) -> missed.Decision:
-        """The occurrence's fate under its missed-fire policy (its own, else its client's default)."""
-        policy = repeat.missed or client.settings.missed or missed.FIRE_ALL
-        if not policy.applies:
-            return missed.ON_TIME
-        jitter_ms = row.options.jitter_ms if row.options is not None else 0
-        recurrence = repeat.recurrence()
-        return missed.decide(
-            policy, recurrence, row.schedule_id, row.fire_at, jitter_ms, now, fired=row.seq, calendars=calendars
-        )
 
     async def _named_calendars(self, row: Schedule, names: Sequence[str]) -> list[cal.Calendar]:
         if not names:
@@ -880,6 +890,28 @@ def _pause_threshold(client: Client, row: Schedule) -> int:
     if options.pause_after_failures is not None:
         return options.pause_after_failures
     return client.settings.pause_after_failures
+
+
+def _jitter_ms(row: Schedule) -> int:
+    return row.options.jitter_ms if row.options is not None else 0
+
+
+def _missed(
+    policy: missed.Missed, row: Schedule, repeat: Repeat, calendars: Sequence[cal.Calendar], now: datetime
+) -> missed.Decision:
+    """The occurrence's fate under its missed-fire policy."""
+    if not policy.applies:
+        return missed.ON_TIME
+    return missed.decide(
+        policy,
+        repeat.recurrence(),
+        row.schedule_id,
+        row.fire_at,
+        _jitter_ms(row),
+        now,
+        fired=row.seq,
+        calendars=calendars,
+    )
 
 
 # -- recording its outcome ----------------------------------------------------------------------------

@@ -189,6 +189,9 @@ class FirePipeline:
             return
         await self._sender.throttle(fire)
         await self._sender.send(fire)
+        if fire.skipped:
+            await self._settler.skip_late(fire)  # its start deadline passed while it waited to go out
+            return
         self._sent(fire)
         self._consider(await self._settler.settle(fire))
         self._ctx.count_in_stats(fire)

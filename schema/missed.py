@@ -88,6 +88,11 @@ def meant_due(schedule_id: UUID, nominal: datetime, jitter_ms: int) -> datetime:
     return nominal + timing.jitter(schedule_id, nominal, jitter_ms)
 
 
+def start_by(missed: Missed, schedule_id: UUID, nominal: datetime, jitter_ms: int) -> datetime:
+    """The latest moment the occurrence's first attempt may start under ``missed`` (a skip policy)."""
+    return meant_due(schedule_id, nominal, jitter_ms) + timedelta(seconds=missed.deadline_s)
+
+
 def decide(
     missed: Missed,
     recurrence: rec.Recurrence,

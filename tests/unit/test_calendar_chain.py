@@ -64,6 +64,7 @@ class Instance:
         # Read afresh at each fire: what a calendar change reaches within TICKD_CLIENTS_REFRESH_S.
         book = CalendarBook(self.store, refresh_s=0)
         self.settler = Settler(ctx, self.store, Direct(self.store), book)  # type: ignore[arg-type]
+        self.last_fire: Fire | None = None
 
     async def calendar(self, name: str, version: int, *days: int) -> None:
         calendar = Calendar(name, version, "Europe/Berlin", tuple(date(2030, 5, d) for d in days))

@@ -11,24 +11,28 @@ from datetime import timedelta
 import msgspec
 
 from tests.unit.test_calendar_chain import Instance
-from tickd.poller.delivery import DeliveryResult
-from tickd.poller.fire import Fire
+from tickd.poller.delivery import CallbackRouter, DeliveryResult
+from tickd.poller.fire import Fire, Sender
+from tickd.poller.metrics import Metrics
 from tickd.poller.plan import OpenMinute
+from tickd.poller.settings import PollerSettings
+from tickd.poller.slots import SendSlots
+from tickd.poller.throttle import ThrottleGate
 from tickd.schema.missed import Missed
 from tickd.schema.model import Chain, Chained, ClientSettings, Repeat, Schedule, Status
 
 EVERY_10S = Repeat(every_s=10)
 
 
-async def late(inst: Instance, row: Schedule, by_s: float) -> tuple[Schedule, Chained]:
+async def late(inst: Instance, row: Schedule, by_s: float, *, deliver: bool = True) -> tuple[Schedule, Chained]:
     """The schedule's current occurrence comes up ``by_s`` after its due time: chained, then (unless
-    skipped) delivered."""
+    skipped, or not ``deliver``) delivered. The fire is kept as ``inst.last_fire``."""
     current = await inst.current(row)
     inst.clock.now = current.location.due_at + timedelta(seconds=by_s)
-    fire = Fire(current, OpenMinute(current.location.minute))
+    fire = inst.last_fire = Fire(current, OpenMinute(current.location.minute))
     chained = await inst.settler.chain(fire)
     assert chained is not None
-    if chained.outcome in (Chain.CHAINED, Chain.ALREADY):
+    if deliver and chained.outcome in (Chain.CHAINED, Chain.ALREADY):
         fire.went_out(inst.clock.now)
         fire.result = DeliveryResult.delivered(1)
         await inst.settler.settle(fire)
@@ -92,3 +96,31 @@ async def test_a_schedule_without_a_policy_takes_its_clients_and_its_own_wins() 
     own = await every_10s(inst, Missed())  # fire_all, said by the schedule itself
     _, chained = await late(inst, own, 45)
     assert chained.outcome is Chain.CHAINED
+
+
+class _Refusing:
+    """A dispatcher that must not be called."""
+
+    async def deliver(self, schedule: Schedule, attempt: int, fired_at: object) -> DeliveryResult:
+        raise AssertionError(f"{schedule.fire_id} was sent past its start deadline")
+
+
+async def test_a_skip_fire_whose_deadline_passes_while_it_waits_to_go_out_is_recorded_skipped_not_sent() -> None:
+    inst = Instance()
+    row = await every_10s(inst, Missed("skip", 5))
+    current, chained = await late(inst, row, 2, deliver=False)
+    assert chained.outcome is Chain.CHAINED  # on time when chained
+    fire = inst.last_fire
+    assert fire.start_by == current.fire_at + timedelta(seconds=5)
+    inst.clock.now = fire.start_by + timedelta(milliseconds=1)  # its send slots came too late
+    settings = PollerSettings(node_id="n0", metrics_port=0)
+    ctx = inst.settler._ctx
+    gate = ThrottleGate(inst.store, "n0", inst.clock, Metrics())
+    sender = Sender(ctx, CallbackRouter(_Refusing(), _Refusing()), SendSlots.of(settings), gate)  # type: ignore[arg-type]
+    await sender.send(fire)
+    assert fire.skipped and fire.result is None
+    await inst.settler.skip_late(fire)
+    [run] = [r for r in await inst.runs(row) if r.nominal_at == current.fire_at]
+    assert run.status is Status.SKIPPED and run.fired_at is None
+    assert run.last_error == "skipped: missed (its start deadline passed 0.0 s before it could go out)"
+    assert (await inst.current(row)).fire_at == current.fire_at + timedelta(seconds=10)  # the timeline goes on
