@@ -559,6 +559,10 @@ class Settler:
             if policy.policy == "skip":
                 fire.start_by = missed.start_by(policy, row.schedule_id, row.fire_at, _jitter_ms(row))
             return chained
+        if chained.outcome is Chain.ALREADY:
+            # An owner before this one took the occurrence (in time, or not) and stopped before its outcome
+            # was recorded: it may have sent it. The policy holds as of now; the run says what is known.
+            skip_reason += "; an earlier owner may have sent it before it stopped"
         await self._record_skipped(row, skip_reason)
         return Chained(Chain.SKIPPED, chained.following)
 

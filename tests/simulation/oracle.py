@@ -17,6 +17,10 @@ from tickd.schema import calendars as cal
 from tickd.schema import timing
 from tickd.schema.model import InstanceKey, Repeat
 
+# A missed-fire policy's start deadline is checked by the node right before it hands the fire to its
+# dispatcher: the subscriber sees it later by the node's clock skew (at most 0.5 s) and the delivery's stamp,
+# which may read the client's signing keys through a slow store (up to 8 s under faults).
+_MISSED_TOLERANCE_S = 10.0
 # How long after an acknowledged change a version of an earlier, unacknowledged change may still fire
 # (a row loaded just before the fence landed: the hot-write deadline plus the API's guard).
 _SETTLE_GRACE_S = 5.0
@@ -48,6 +52,9 @@ class Promise:
     # Recurring: the calendars it names, as they stood at the end (each change only adds exclusions that
     # start after every node reads it): no occurrence they exclude may fire, every other one must.
     calendars: tuple[cal.Calendar, ...] = ()
+    # Recurring with a skip or fire_once policy: its runs recorded skipped at the end (epoch ms: reason).
+    # A missed occurrence not fired must be one of them.
+    skipped: dict[int, str] = field(default_factory=dict)
     cancelled_at: datetime | None = None  # when a cancel was acknowledged (API clock)
     cancelled_t: float | None = None  # the same moment in virtual seconds
     # Fire ids superseded by acknowledged reschedules, with when each was acknowledged (loop time).
@@ -83,6 +90,7 @@ class Promise:
 @dataclass
 class Oracle:
     guard_s: float
+    start: datetime  # the virtual clock's epoch: virtual seconds are seconds since it
     deliveries: list[Delivery] = field(default_factory=list)
     promises: dict[UUID, Promise] = field(default_factory=dict)
     dead_letters: set[str] = field(default_factory=set)  # fire ids (events: event ids) given up on
@@ -178,8 +186,10 @@ class Oracle:
         wanted = {timing.to_epoch_ms(n) for n in expected}
         if stray := sorted(ms for ms in delivered - wanted if ms < timing.to_epoch_ms(p.until)):
             problems.append(f"{p.schedule_id}: occurrences not on its timeline were delivered: {stray[:5]}")
+        problems += self._check_missed(p, expected, seen)
+        fired = [n for n in expected if timing.to_epoch_ms(n) not in p.skipped]  # skipped ones are no fires
         if p.paused_at is not None:
-            problems += self._check_auto_pause(p, expected, delivered)
+            problems += self._check_auto_pause(p, fired, delivered)
             # Due: the occurrences up to the one whose dead letter paused it (the later ones may have been
             # out already, or not: a paused schedule fires nothing new), except one that was in retry when
             # the pause landed: a pause stops a fire in retry, as a client's does (seed 55: an earlier
@@ -192,10 +202,39 @@ class Oracle:
         if p.uncertain:
             return problems
         for nominal in expected:
+            if timing.to_epoch_ms(nominal) in p.skipped:
+                continue  # recorded skipped: by its missed-fire policy (``_check_missed`` checks when)
             key = timing.fire_id(p.schedule_id, nominal)
             if not all(self._done(k, seen) for k in _keys(key, p.events)):
                 problems.append(f"{p.schedule_id}: occurrence {nominal} skipped (never delivered)")
         return problems
+
+    def _check_missed(self, p: Promise, expected: list[datetime], seen: dict[str, list[Delivery]]) -> list[str]:
+        """skip: no occurrence's first attempt goes out past its start deadline. fire_once: one that goes
+        out past it is the latest occurrence due by then (no later one was due well before it went out)."""
+        missed = p.repeat.missed if p.repeat is not None else None
+        if missed is None or not missed.applies:
+            return []
+        problems = []
+        for i, nominal in enumerate(expected):
+            firsts = [d.at for d in seen.get(timing.fire_id(p.schedule_id, nominal), ()) if d.attempt == 1]
+            if not firsts:
+                continue
+            sent = min(firsts)
+            late_s = sent - (nominal - self.start).total_seconds()
+            if late_s <= missed.deadline_s + _MISSED_TOLERANCE_S:
+                continue
+            if missed.policy == "skip":
+                problems.append(
+                    f"{p.schedule_id}: occurrence {nominal} went out {late_s:.1f} s late, past its"
+                    f" {missed.deadline_s} s start deadline (policy skip)"
+                )
+            elif i + 1 < len(expected) and (expected[i + 1] - self.start).total_seconds() < sent - _MISSED_TOLERANCE_S:
+                problems.append(
+                    f"{p.schedule_id}: fire_once sent {nominal} {late_s:.1f} s late though {expected[i + 1]} was"
+                    " due before it went out"
+                )
+        return problems[:3]
 
     def _last_dead_letter(self, p: Promise) -> int:
         """For a pause whose audit record is missing (its node killed in between): the nominal time (ms) of

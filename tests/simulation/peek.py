@@ -77,6 +77,12 @@ def current_status(tables: Tables, client_id: str, schedule_id: UUID) -> tuple[s
     return str(row.status), datetime.fromtimestamp(written / 1e6, UTC)
 
 
+def skipped_runs(tables: Tables, client_id: str, schedule_id: UUID) -> dict[int, str]:
+    """The schedule's runs recorded skipped: nominal time (epoch ms) and the reason."""
+    rows = tables.partition(table("runs"), {"client_id": client_id, "schedule_id": schedule_id})
+    return {timing.to_epoch_ms(utc(r.nominal_at)): str(r.last_error) for _, r in rows if r.status == "skipped"}
+
+
 def paused_since(tables: Tables, client_id: str, schedule_id: UUID) -> datetime | None:
     """If the schedule's current row is paused: when its pointer was last written (the pause's write,
     store clock); else None."""

@@ -14,6 +14,8 @@ from tickd.schema import timing
 from tickd.schema.memory.engine import micros
 from tickd.schema.model import HttpCallback, InstanceKey, Location, Repeat, Schedule
 
+EPOCH = datetime(2030, 1, 1, tzinfo=UTC)  # the virtual clock's start (only the missed-fire checks read it)
+
 
 async def _check() -> list[bool]:
     world = World(SimConfig(seed=1))
@@ -50,7 +52,7 @@ def _late_maybe_verdicts(expanded_at: float | None, delivered_at: float, event: 
     promise.unsure(promise.fire_id)
     promise.settled(50.0)
     promise.cancelled_at = now
-    oracle = Oracle(guard_s=2.0)
+    oracle = Oracle(guard_s=2.0, start=EPOCH)
     oracle.promises[sid] = promise
     if expanded_at is not None:
         oracle.expanded_at[promise.fire_id] = expanded_at
@@ -76,7 +78,7 @@ def _cancel_verdicts(delivered_at: float) -> list[str]:
     now = datetime(2030, 1, 1, tzinfo=UTC)
     promise = Promise("c0", sid, now)
     promise.cancelled_at, promise.cancelled_t = now + timedelta(seconds=30), 50.0
-    oracle = Oracle(guard_s=2.0)
+    oracle = Oracle(guard_s=2.0, start=EPOCH)
     oracle.promises[sid] = promise
     instance = InstanceKey("c0", 0)
     oracle.deliveries.append(Delivery(delivered_at, "n0#1", instance, 1, promise.fire_id, None, sid, 3, True))
@@ -97,7 +99,7 @@ def _superseded_verdicts(delivered_at: float) -> list[str]:
     old = promise.fire_id
     promise.old_fire_ids[old] = 50.0
     promise.fire_at = now + timedelta(minutes=1)
-    oracle = Oracle(guard_s=2.0)
+    oracle = Oracle(guard_s=2.0, start=EPOCH)
     oracle.promises[sid] = promise
     instance = InstanceKey("c0", 0)
     oracle.deliveries.append(Delivery(delivered_at, "n0#1", instance, 1, old, None, sid, 1, True))
@@ -129,7 +131,7 @@ def _auto_pause_verdicts(
     promise.paused_at = nominal[paused_by] + timedelta(seconds=5)
     promise.paused_by = timing.fire_id(sid, nominal[paused_by])
     promise.pause_notices = notices
-    oracle = Oracle(guard_s=2.0)
+    oracle = Oracle(guard_s=2.0, start=EPOCH)
     oracle.promises[sid] = promise
     oracle.dead_letters.update(timing.fire_id(sid, nominal[i]) for i in dead)
     instance = InstanceKey("c0", 0)

@@ -25,6 +25,7 @@ from tests.simulation.world import API, Endpoint, World
 from tickd.schema import calendars as cal
 from tickd.schema import events, timing
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
+from tickd.schema.missed import Missed
 from tickd.schema.model import (
     BulkFilter,
     BulkJob,
@@ -232,6 +233,8 @@ class Workload:
         # Calendars: which clients have one, which schedules name it, when it changes. A stream of their
         # own, so the rest of a seed's draws stay where they were.
         self._calendar_rng = random.Random(f"calendars-{world.config.seed}")
+        # Missed-fire policies (``schema.missed``), from a stream of their own too.
+        self._missed_rng = random.Random(f"missed-{world.config.seed}")
         world.delivery_checks.append(self._check_throttle)
         world.subscribe(self._consume)
 
@@ -294,6 +297,9 @@ class Workload:
             repeat = Repeat(every_s=self.rng.choice([5, 10, 30, 60]))
             if client_id in self.api.calendars and self._calendar_rng.random() < 0.6:
                 repeat = msgspec.structs.replace(repeat, calendars=("quiet",))
+            if self._missed_rng.random() < 0.4:
+                policy = self._missed_rng.choice(["skip", "fire_once"])
+                repeat = msgspec.structs.replace(repeat, missed=Missed(policy, self._missed_rng.randint(3, 20)))
             return Options(repeat=repeat, pause_after_failures=pause_after)
         if kind < 0.75:
             return Options(jitter_ms=self.rng.randint(1, 10_000))
@@ -659,6 +665,8 @@ class Workload:
             promise.until = until
             calendar = self.api.calendars.get(promise.client_id)
             promise.calendars = tuple(c for c in [calendar] if c is not None and c.name in promise.repeat.calendars)
+            if promise.repeat.missed is not None and promise.repeat.missed.applies:
+                promise.skipped = peek.skipped_runs(tables, promise.client_id, promise.schedule_id)
             if promise.cancelled_at is not None:
                 continue  # cancelled, or paused by a bulk job (``_close_bulk``): nothing fires after it
             # The workload pauses a schedule only in bulk: one paused now otherwise was auto-paused.

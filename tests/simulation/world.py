@@ -266,7 +266,7 @@ class World:
         self.tables = Tables(self.true_clock)
         self.memory = memory_store(MemoryConnection(self.tables, self.faults), self.store_settings)
         self.store = CheckedStore(self.memory, self)
-        self.oracle = Oracle(guard_s=2.0)
+        self.oracle = Oracle(guard_s=2.0, start=start)
         self.endpoints: dict[str, Endpoint] = {}
         self.nodes: dict[str, NodeHandle] = {}
         self._incarnations: dict[str, int] = {}
