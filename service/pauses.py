@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickd.schema import calendars as cal
 from tickd.schema import recurrence as rec
@@ -35,21 +35,32 @@ class Resumption:
 
 def resume(current: Schedule, client: Client, at: datetime, calendars: Sequence[cal.Calendar] = ()) -> Resumption:
     """The resume at ``at`` of paused ``current`` (the fire that was next when it was paused); a recurring
-    one goes on at its first occurrence from ``at`` on that ``calendars`` (its own) do not exclude."""
+    one goes on at its first occurrence from ``at`` on that ``calendars`` (its own) do not exclude, unless
+    a missed-fire policy (its own, else its client's) says otherwise about the ones that fell meanwhile:
+    ``skip`` fires those still within their start deadline, ``fire_once`` the latest of them, once,
+    ``fire_all`` every one of them (from the first, late, as after an outage)."""
     if current.repeat is None:
         return Resumption(placed_again(current, client, current.fire_at, current.seq, at), [])
+    policy = current.repeat.missed or client.settings.missed
+    if policy is not None and policy.policy == "fire_all":
+        return Resumption(placed_again(current, client, current.fire_at, current.seq, at), [])
     recurrence = current.repeat.recurrence()
+    # Skipped: the occurrences before this (a skip policy: those that can no longer start in time).
+    until = at - timedelta(seconds=policy.deadline_s) if policy is not None and policy.policy == "skip" else at
     nominal: datetime | None = current.fire_at
     seq = current.seq
     skipped: collections.deque[Run] = collections.deque(maxlen=MAX_SKIPPED_RUNS)
     for _ in range(_MAX_STEPS):
-        if nominal is None or nominal >= at:
+        if nominal is None or nominal >= until:
             break
         skipped.append(Run(nominal, Status.SKIPPED, 0, None, seq=seq))
         nominal = rec.next_fire(recurrence, nominal, fired=seq)
         seq += 1
-    if nominal is not None and nominal < at:
-        nominal = rec.next_fire(recurrence, at, fired=seq)
+    if nominal is not None and nominal < until:
+        nominal = rec.next_fire(recurrence, until, fired=seq)
+    if policy is not None and policy.policy == "fire_once" and skipped:
+        last = skipped.pop()  # the latest that fell while paused fires, once, now
+        return Resumption(placed_again(current, client, last.nominal_at, last.seq, at), list(skipped))
     if nominal is not None and cal.excluded_by(calendars, nominal):
         nominal, _ = cal.next_allowed(recurrence, nominal, calendars, fired=seq - 1)
     resumed = None if nominal is None else placed_again(current, client, nominal, seq, at)

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.integration.api_helpers import Api, Register, schedule_body
-from tickd.schema.model import Client, HttpCallback, Location, Options, Repeat, Schedule, Status
+from tickd.schema.missed import Missed
+from tickd.schema.model import Client, ClientSettings, HttpCallback, Location, Options, Repeat, Schedule, Status
 from tickd.schema.store import Store
 from tickd.service import pauses
 
@@ -154,3 +155,46 @@ async def test_hostile_inputs(api: Api, register: Register) -> None:
 
 def end_of(due_at: str) -> str:
     return (datetime.fromisoformat(due_at) + timedelta(minutes=1)).isoformat()
+
+
+def _paused_every_minute(missed: Missed | None) -> tuple[Schedule, Client, datetime]:
+    start = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    options = Options(repeat=Repeat(every_s=60, start_at=start, missed=missed))
+    client = Client("c", 4, True, "h", start, start)
+    current = Schedule(
+        "c",
+        uuid.uuid4(),
+        Location(1, start),
+        start,
+        b"{}",
+        HttpCallback(url="http://x/"),
+        start,
+        Status.PAUSED,
+        options=options,
+        seq=1,
+    )
+    return current, client, start
+
+
+def test_a_resume_follows_the_missed_fire_policy() -> None:
+    """Resumed at 12:10:30 after a pause from 12:00: by default the occurrences that fell meanwhile are
+    skipped; skip with a 3-minute deadline fires the ones still within it; fire_once the latest, once;
+    fire_all every one of them, from the first."""
+    at = datetime(2026, 11, 23, 12, 10, 30, tzinfo=UTC)
+    minute = timedelta(minutes=1)
+    cases: list[tuple[Missed | None, int, int]] = [  # policy: the minute it goes on at, how many skipped
+        (None, 11, 11),
+        (Missed("skip", 180), 8, 8),
+        (Missed("fire_once", 60), 10, 10),
+        (Missed("fire_all"), 0, 0),
+    ]
+    for missed, goes_on_at, skipped in cases:
+        current, client, start = _paused_every_minute(missed)
+        plan = pauses.resume(current, client, at)
+        assert plan.resumed is not None
+        assert (plan.resumed.fire_at, len(plan.skipped)) == (start + goes_on_at * minute, skipped), missed
+        assert plan.resumed.seq == goes_on_at + 1 and plan.resumed.status is Status.SCHEDULED
+    # The client's default applies to a schedule that names none.
+    current, client, start = _paused_every_minute(None)
+    client = dataclasses.replace(client, settings=ClientSettings(missed=Missed("fire_once", 60)))
+    assert pauses.resume(current, client, at).resumed.fire_at == start + 10 * minute  # type: ignore[union-attr]
