@@ -39,11 +39,16 @@ function noticeRows(items) {
 function settingsForm(current, onSaved) {
   const after = h("input", { type: "number", min: "0", max: "1000", id: "pause-after", value: String(current.pause_after_failures) });
   const url = h("input", { type: "url", id: "notify-url", placeholder: "https://… (empty: the feed only)", value: current.notify && current.notify.url ? current.notify.url : "" });
+  const missed = current.missed || { policy: "fire_all", deadline_s: null };
+  const policy = h("select", { id: "missed-policy" }, ["fire_all", "skip", "fire_once"].map((v) => h("option", { value: v, selected: v === missed.policy ? "" : null }, v)));
+  const deadline = h("input", { type: "number", min: "1", max: "604800", id: "missed-deadline", placeholder: "60", value: missed.deadline_s ? String(missed.deadline_s) : "" });
   const save = h("button", { type: "submit" }, "Save");
   async function submit(event) {
     event.preventDefault();
     await busy(save, async () => {
       const body = { pause_after_failures: Number(after.value), notify: url.value ? { type: "http", url: url.value } : null };
+      // fire_all is the default: null clears a policy; skip and fire_once take a deadline (60 s if empty).
+      body.missed = policy.value === "fire_all" ? null : { policy: policy.value, ...(deadline.value ? { deadline: `${Number(deadline.value)}s` } : {}) };
       try {
         onSaved(await api("PATCH", "/v1/settings", body), notice("Settings saved.", "ok"));
       } catch (err) {
@@ -56,6 +61,8 @@ function settingsForm(current, onSaved) {
     { class: "filters", onsubmit: submit },
     h("label", {}, "Pause a recurring schedule after this many failed fires in a row (0: never)", after),
     h("label", { class: "grow" }, "Deliver notifications to", url),
+    h("label", {}, "A late occurrence (missed fire): policy", policy),
+    h("label", {}, "start deadline, s", deadline),
     save,
   );
 }
@@ -69,12 +76,15 @@ export async function notices(root) {
 
   function showSettings(current, note = null) {
     const target = current.notify ? callbackText(current.notify) : "none: kept in this feed only";
+    const m = current.missed || { policy: "fire_all", deadline_s: null };
+    const late = m.policy === "fire_all" ? "every late occurrence fires (fire_all)" : `${m.policy} when more than ${m.deadline_s} s late`;
     const kept = `Runs, dead letters and notices are kept ${days(current.retention_s)}, audit records ${days(current.audit_retention_s)} (set with PATCH /v1/settings, up to ${days(current.retention_max_s)} and ${days(current.audit_retention_max_s)}).`;
     mount(
       settingsBox,
       note,
       h("p", { class: "muted", id: "notify-target" }, `Notify target: ${target}`),
       h("p", { class: "muted", id: "retention" }, kept),
+      h("p", { class: "muted", id: "missed" }, `Missed fires of recurring schedules that name no policy: ${late}.`),
       settingsForm(current, showSettings),
     );
   }

@@ -38,7 +38,8 @@ function rule(s) {
   const r = s.recurrence;
   if (!r) return "once";
   const base = r.cron ? `cron ${r.cron} (${r.timezone || "UTC"})` : `every ${r.every}`;
-  const named = r.calendars ? `${base} · except ${r.calendars.join(", ")}` : base;
+  const excepted = r.calendars ? `${base} · except ${r.calendars.join(", ")}` : base;
+  const named = r.missed ? `${excepted} · late: ${r.missed.policy}${r.missed.deadline_s ? ` after ${r.missed.deadline_s} s` : ""}` : excepted;
   return s.occurrence ? `${named} · #${s.occurrence}` : named;
 }
 
