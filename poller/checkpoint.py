@@ -26,6 +26,7 @@ from tickd.poller.errors import InstanceCrashed, InstanceDrained
 from tickd.poller.metrics import Metrics
 from tickd.poller.plan import FiringPlan
 from tickd.poller.settings import PollerSettings
+from tickd.schema import missed
 from tickd.schema.model import Claim, Client, FireOutcome, Status, next_occurrence
 from tickd.schema.store import Store
 from tickd.schema.timing import minute_bucket
@@ -101,9 +102,17 @@ class Checkpointer:
             )
             for r in live:
                 if r.repeat is not None and r.attempts == 0:
-                    # A recurring schedule lives on: its timeline resumes at the first occurrence after now.
-                    # (Past its calendars' exclusions as its next fire finds them: ``Settler.chain``.)
-                    following = next_occurrence(r, r.repeat, now, now, self._client().poller_count).row
+                    # A recurring schedule lives on: its timeline resumes at the first occurrence after now,
+                    # or where its missed-fire policy says (``schema.missed.after_window_skip``). (Past its
+                    # calendars' exclusions as its next fire finds them: ``Settler.chain``.)
+                    client = self._client()
+                    policy = r.repeat.missed or client.settings.missed or missed.FIRE_ALL
+                    window_s = self._s.catch_up_window_s
+                    after = now
+                    if policy.applies:
+                        recurrence = r.repeat.recurrence()
+                        after = missed.after_window_skip(policy, recurrence, r.fire_at, now, window_s, fired=r.seq)
+                    following = next_occurrence(r, r.repeat, after, now, client.poller_count).row
                     await self._store.chain_schedule(r, following, now)
             await self._store.record_skipped(self._instance, minute, reason, len(live))
             self._log.warning("minute_skipped", minute=minute.isoformat(), rows=len(live), reason=reason)

@@ -39,6 +39,7 @@ DEFAULT_DEADLINE_S: Final = 60  # a skip or fire_once policy given without a dea
 MAX_DEADLINE_S: Final = 7 * 86400
 # Occurrences one decision passes over that it records as skipped runs (the first ones), as calendars do.
 RECORDED_PER_STEP: Final = 20
+_TICK: Final = timedelta(microseconds=1)
 
 
 class Missed(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -126,6 +127,30 @@ def decide(
     before_latest = latest - timedelta(microseconds=1)
     passed = _between(recurrence, nominal, before_latest, fired, calendars, reason)
     return Decision(Verdict.SKIP, reason, before_latest, passed)
+
+
+def after_window_skip(
+    missed: Missed,
+    recurrence: rec.Recurrence,
+    nominal: datetime,
+    now: datetime,
+    window_s: int,
+    *,
+    fired: int,
+    calendars: Sequence[cal.Calendar] = (),
+) -> datetime:
+    """Where a timeline goes on (its next occurrence is the first after the moment returned) once the
+    catch-up window skipped its occurrence ``nominal`` with its whole minute. The window is the outer
+    bound: nothing older than it fires. fire_all (the default): the first occurrence after now; skip: the
+    first that can still start within its deadline; fire_once: the latest occurrence due by now, if it is
+    a later one than ``nominal`` and inside the window, fires once."""
+    if missed.policy == "skip":
+        return max(nominal, now - timedelta(seconds=missed.deadline_s) - _TICK)
+    if missed.policy == "fire_once":
+        latest = _latest_by(recurrence, nominal, now, fired, calendars)
+        if latest > nominal and latest >= now - timedelta(seconds=window_s):
+            return latest - _TICK
+    return now
 
 
 def _between(

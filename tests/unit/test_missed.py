@@ -98,3 +98,24 @@ def test_a_policy_without_a_deadline_gets_the_default() -> None:
     assert missed.parse_missed("skip", None) == missed.Missed("skip", missed.DEFAULT_DEADLINE_S)
     assert missed.parse_missed(None, None) == missed.FIRE_ALL
     assert missed.parse_missed("fire_once", "5m") == missed.Missed("fire_once", 300)
+
+
+def test_after_the_catch_up_windows_skip_a_timeline_goes_on_where_its_policy_says() -> None:
+    """The window (here an hour) skipped the occurrence at START with its minute; now is 2 h later. The
+    next occurrence written is the first after the moment returned."""
+    now = START + timedelta(hours=2, seconds=5)
+    hour = 3600
+
+    def goes_on_at(policy: missed.Missed, window_s: int = hour) -> datetime | None:
+        after = missed.after_window_skip(policy, EVERY_10S, START, now, window_s, fired=1)
+        return rec.next_fire(EVERY_10S, after, fired=1)
+
+    assert goes_on_at(missed.FIRE_ALL) == START + timedelta(hours=2, seconds=10)  # as before: after now
+    assert goes_on_at(missed.Missed("skip", 30)) == START + timedelta(hours=2) - timedelta(seconds=20)
+    assert goes_on_at(missed.Missed("fire_once", 30)) == START + timedelta(hours=2)  # the latest, once
+    # The window is the outer bound: a latest occurrence older than it does not fire.
+    sparse = rec.Recurrence(rec.EveryRule(5400), start_at=START)  # every 90 min: the latest by now is at 1:30
+    once = missed.Missed("fire_once", 30)
+    inside = missed.after_window_skip(once, sparse, START, now, hour, fired=1)
+    assert rec.next_fire(sparse, inside, fired=1) == START + timedelta(minutes=90)
+    assert missed.after_window_skip(once, sparse, START, now, 1800, fired=1) == now  # 1:30 is older than 30 min
