@@ -17,6 +17,8 @@ from tickd_client import (
     Conflict,
     Forbidden,
     Invalid,
+    MissedFields,
+    MissedPolicy,
     NotFound,
     PreconditionFailed,
     Tickd,
@@ -261,3 +263,23 @@ async def test_calendars_on_schedules_and_preview(tenant: AsyncTickd, dev: Dev) 
     with pytest.raises(Invalid) as unknown:
         await tenant.update_schedule(created.schedule_id, calendars=["nope"])
     assert (unknown.value.code, unknown.value.field) == ("unknown_calendar", "calendars.0")
+
+
+async def test_missed_fire_policy_on_schedules_and_in_settings(tenant: AsyncTickd, dev: Dev) -> None:
+    missed: MissedFields = {"policy": "fire_once", "deadline": "2m"}
+    created = await tenant.create_schedule(cron="0 9 * * *", missed=missed, callback=dev.healthz())
+    assert created.recurrence is not None and created.recurrence.missed == MissedPolicy("fire_once", 120)
+    assert (await tenant.get_schedule(created.schedule_id)).recurrence == created.recurrence
+    changed = await tenant.update_schedule(created.schedule_id, missed={"policy": "skip", "deadline": "1h"})
+    assert changed.recurrence is not None and changed.recurrence.missed == MissedPolicy("skip", 3600)
+    cleared = await tenant.update_schedule(created.schedule_id, missed=None)
+    assert cleared.recurrence is not None and cleared.recurrence.missed is None
+    with pytest.raises(Invalid) as bad:
+        await tenant.update_schedule(created.schedule_id, missed={"policy": "fire_all", "deadline": "60s"})
+    assert (bad.value.status, bad.value.field) == (422, "missed.deadline")
+    unchanged = (await tenant.get_schedule(created.schedule_id)).recurrence
+    assert unchanged is not None and unchanged.missed is None
+    assert (await tenant.get_settings()).missed == MissedPolicy("fire_all", None)
+    assert (await tenant.patch_settings(missed={"policy": "skip"})).missed == MissedPolicy("skip", 60)
+    assert (await tenant.patch_settings(retention_s=0)).missed == MissedPolicy("skip", 60)  # not given: kept
+    assert (await tenant.patch_settings(missed=None)).missed == MissedPolicy("fire_all", None)

@@ -134,6 +134,10 @@ def test_bash_completion_offers_commands_and_options(tickd: Run, tmp_path: Path)
     assert {"--timezone", "--date", "--range", "--weekday", "--business-days", "--if-match"} <= calendar_put
     assert {"--calendar", "--no-calendars"} <= complete("tickd", "schedules", "update", "x", "--")
     assert "--calendar" in complete("tickd", "schedules", "preview", "--")
+    missed = {"--missed-policy", "--missed-deadline", "--no-missed"}
+    assert missed <= complete("tickd", "schedules", "update", "x", "--")
+    assert missed <= complete("tickd", "settings", "--")
+    assert complete("tickd", "settings", "--missed-policy", "") == {"fire_all", "skip", "fire_once"}
 
 
 def test_dev_execs_tickd_dev(tmp_path: Path) -> None:
@@ -491,3 +495,52 @@ def test_calendar_option_on_schedules_and_preview(tickd: Run, dev: Dev) -> None:
     assert code == 0 and [o["excluded_by"] for o in _json(out)] == [f"{weekends} v1"] * 2 + [None] * 2
     code, out, _ = tickd(*preview)  # naming none: no excluded_by column
     assert code == 0 and out.splitlines()[0].split() == ["utc", "local", "timezone", "note"]
+
+
+def test_missed_fire_policy_options_on_schedules(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    policy = ["--missed-policy", "skip", "--missed-deadline", "90s"]
+    code, out, _ = tickd("schedules", "create", "--every", "1h", *policy, *hook, "-o", "json")
+    made = _json(out)
+    assert code == 0 and made["recurrence"]["missed"] == {"policy": "skip", "deadline_s": 90}
+    schedule_id = made["schedule_id"]
+    code, out, _ = tickd("schedules", "get", schedule_id)  # the table: in the recurrence, as calendars are
+    assert code == 0 and '"missed": {"policy": "skip", "deadline_s": 90}' in _line(out, "recurrence")
+    code, out, _ = tickd("schedules", "update", schedule_id, "--missed-policy", "fire_once", "-o", "json")
+    assert code == 0 and _json(out)["recurrence"]["missed"] == {"policy": "fire_once", "deadline_s": 60}
+    assert tickd("schedules", "update", schedule_id, "--missed-deadline", "5m")[0] == cli.USAGE  # no policy
+    assert tickd("schedules", "update", schedule_id, "--missed-policy", "skip", "--no-missed")[0] == cli.USAGE
+    assert tickd("schedules", "update", schedule_id, "--missed-policy", "later")[0] == cli.USAGE
+    code, _, err = tickd("schedules", "update", schedule_id, "--missed-policy", "fire_all", "--missed-deadline", "1m")
+    assert code == cli.INVALID and "missed.deadline" in err
+    shown = _json(tickd("schedules", "get", schedule_id, "-o", "json")[1])
+    assert shown["recurrence"]["missed"] == {"policy": "fire_once", "deadline_s": 60}  # none of those changed it
+    code, out, _ = tickd("schedules", "update", schedule_id, "--no-missed", "-o", "json")
+    assert code == 0 and _json(out)["recurrence"]["missed"] is None
+    key = f"cli-{uuid.uuid4().hex[:8]}"
+    by_key = ["schedules", "put-by-key", key, "--cron", "0 9 * * *", "--missed-policy", "fire_once", *hook]
+    code, out, _ = tickd(*by_key, "--missed-deadline", "2h", "-o", "json")
+    assert code == 0 and _json(out)["recurrence"]["missed"] == {"policy": "fire_once", "deadline_s": 7200}
+    code, _, err = tickd("schedules", "create", "--delay-s", "60", "--missed-policy", "skip", *hook)
+    assert code == cli.INVALID and "missed" in err  # a one-time schedule takes none
+
+
+def test_missed_fire_policy_options_on_settings(tickd: Run) -> None:
+    client_id = f"cli-{uuid.uuid4().hex[:10]}"  # a client of its own: the dev client's default stays fire_all
+    code, out, _ = tickd("clients", "create", client_id, "--pollers", "2", "-o", "json")
+    assert code == 0
+    own = ["settings", "--api-key", _json(out)["api_key"]]
+    code, out, _ = tickd(*own, "-o", "json")
+    assert code == 0 and _json(out)["missed"] == {"policy": "fire_all", "deadline_s": None}
+    code, out, _ = tickd(*own, "--missed-policy", "skip", "--missed-deadline", "5m")
+    assert code == 0 and _line(out, "missed") == '{"policy": "skip", "deadline_s": 300}'
+    code, out, _ = tickd(*own, "--pause-after-failures", "2", "-o", "json")
+    assert code == 0 and _json(out)["missed"] == {"policy": "skip", "deadline_s": 300}  # not given: unchanged
+    assert tickd(*own, "--missed-deadline", "5m")[0] == cli.USAGE
+    assert tickd(*own, "--missed-policy", "fire_once", "--no-missed")[0] == cli.USAGE
+    code, _, err = tickd(*own, "--missed-policy", "skip", "--missed-deadline", "8d")
+    assert code == cli.INVALID and "missed.deadline" in err
+    assert _json(tickd(*own, "-o", "json")[1])["missed"] == {"policy": "skip", "deadline_s": 300}
+    code, out, _ = tickd(*own, "--no-missed", "-o", "json")
+    assert code == 0 and _json(out)["missed"] == {"policy": "fire_all", "deadline_s": None}
+    assert _json(out)["pause_after_failures"] == 2

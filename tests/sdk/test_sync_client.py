@@ -6,6 +6,7 @@ import dataclasses
 import time
 import uuid
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -15,11 +16,13 @@ from tickd_client import (
     Forbidden,
     HttpCallback,
     Invalid,
+    MissedPolicy,
     NotFound,
     PreconditionFailed,
     RuleFields,
     Tickd,
     Unauthorized,
+    calls,
 )
 
 from tests.sdk.conftest import Dev, wait_for_dead_letters, wait_for_runs
@@ -557,3 +560,74 @@ def test_schedules_name_calendars_and_a_preview_shows_what_they_exclude(tenant: 
     with pytest.raises(Invalid) as lone:
         tenant.preview(cron="0 9 * * *", calendars="weekends")  # one name, not a list: the API says so
     assert lone.value.field == "calendars"
+
+
+def test_a_missed_fire_policy_on_create_batch_by_key_and_patch(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(every="1h", missed={"policy": "skip", "deadline": "90s"}, callback=dev.healthz())
+    assert created.recurrence is not None and created.recurrence.missed == MissedPolicy("skip", 90)
+    assert tenant.get_schedule(created.schedule_id).recurrence == created.recurrence
+    once = tenant.update_schedule(created.schedule_id, missed={"policy": "fire_once"})
+    assert once.recurrence is not None and once.recurrence.missed == MissedPolicy("fire_once", 60)  # default deadline
+    kept = tenant.update_schedule(created.schedule_id, every="2h")
+    assert kept.recurrence is not None and kept.recurrence.missed == MissedPolicy("fire_once", 60)  # a rule change
+    cleared = tenant.update_schedule(created.schedule_id, missed=None)
+    assert cleared.recurrence is not None and cleared.recurrence.missed is None  # the client's default applies
+    again = tenant.update_schedule(created.schedule_id, missed=created.recurrence.missed)  # a policy as read back
+    assert again.recurrence is not None and again.recurrence.missed == MissedPolicy("skip", 90)
+    keyed = tenant.put_schedule_by_key("k", cron="0 9 * * *", missed={"policy": "fire_all"}, callback=dev.healthz())
+    assert keyed.recurrence is not None and keyed.recurrence.missed == MissedPolicy("fire_all", None)
+    batch = tenant.create_schedules(
+        [
+            {"every": "1h", "missed": {"policy": "fire_once", "deadline": "2m"}, "callback": dev.healthz()},
+            {"every": "1h", "missed": {"policy": "skip", "deadline": "8d"}, "callback": dev.healthz()},
+        ]
+    )
+    assert batch[0].schedule_id is not None and batch[0].error is None
+    assert batch[1].error is not None and (batch[1].error.status, batch[1].error.field) == (422, "missed.deadline")
+    in_batch = tenant.get_schedule(batch[0].schedule_id).recurrence
+    assert in_batch is not None and in_batch.missed == MissedPolicy("fire_once", 120)
+    plain = tenant.create_schedule(every="1h", callback=dev.healthz())
+    assert plain.recurrence is not None and plain.recurrence.missed is None
+
+
+def test_a_bad_missed_fire_policy_is_invalid_naming_the_field(tenant: Tickd, dev: Dev) -> None:
+    later: Any = {"policy": "later"}
+    with pytest.raises(Invalid) as unknown:
+        tenant.create_schedule(every="1h", missed=later, callback=dev.healthz(), tags={"missed": "bad"})
+    assert (unknown.value.status, unknown.value.field) == (400, "missed.policy")
+    with pytest.raises(Invalid) as deadline:
+        tenant.create_schedule(
+            every="1h", missed={"policy": "fire_all", "deadline": "60s"}, callback=dev.healthz(), tags={"missed": "bad"}
+        )
+    assert (deadline.value.status, deadline.value.field) == (422, "missed.deadline")
+    with pytest.raises(Invalid) as once:
+        tenant.create_schedule(delay_s=60, missed={"policy": "skip"}, callback=dev.healthz(), tags={"missed": "bad"})
+    assert (once.value.status, once.value.field) == (422, "missed")  # a one-time schedule takes none
+    assert list(tenant.list_schedules(tag="missed=bad")) == []  # none of them was written
+    with pytest.raises(Invalid) as settings:
+        tenant.patch_settings(missed={"policy": "skip", "deadline": "8d"})
+    assert (settings.value.status, settings.value.field) == (422, "missed.deadline")
+    assert tenant.get_settings().missed == MissedPolicy("fire_all", None)
+
+
+def test_the_default_missed_fire_policy_is_set_and_reset_in_settings(tenant: Tickd) -> None:
+    assert tenant.get_settings().missed == MissedPolicy("fire_all", None)
+    changed = tenant.patch_settings(missed={"policy": "skip", "deadline": "5m"})
+    assert changed.missed == MissedPolicy("skip", 300)
+    other = tenant.patch_settings(pause_after_failures=3)  # missed not given: unchanged
+    assert (other.pause_after_failures, other.missed) == (3, MissedPolicy("skip", 300))
+    assert tenant.get_settings() == other
+    reset = tenant.patch_settings(missed=None)
+    assert (reset.pause_after_failures, reset.missed) == (3, MissedPolicy("fire_all", None))
+
+
+def test_the_missed_fire_policy_in_request_bodies() -> None:
+    assert calls.patch_settings().body == {}  # not given: not sent
+    assert calls.patch_settings(missed=None).body == {"missed": None}
+    assert calls.patch_settings(missed=MissedPolicy("skip", 300)).body == {
+        "missed": {"policy": "skip", "deadline": "300s"}
+    }
+    assert calls.patch_settings(missed=MissedPolicy("fire_all")).body == {"missed": {"policy": "fire_all"}}
+    assert calls.update_schedule("s", {"missed": None}).body == {"missed": None}
+    given = calls.create_schedule({"every": "1h", "missed": {"policy": "fire_once", "deadline": "2m"}}, None)
+    assert given.body == {"every": "1h", "missed": {"policy": "fire_once", "deadline": "2m"}}

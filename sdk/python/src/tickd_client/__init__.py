@@ -4,7 +4,7 @@ one exception class per kind of failure, auto-paging list iterators, Idempotency
 
 from tickd_client._async import AsyncTickd
 from tickd_client._sync import Tickd
-from tickd_client.calls import Call, RuleFields, ScheduleChanges, ScheduleFields
+from tickd_client.calls import Call, MissedFields, RuleFields, ScheduleChanges, ScheduleFields
 from tickd_client.errors import (
     Conflict,
     Forbidden,
@@ -30,6 +30,7 @@ from tickd_client.models import (
     HttpCallback,
     Instance,
     KafkaCallback,
+    MissedPolicy,
     Node,
     Notice,
     Occurrence,
@@ -68,6 +69,8 @@ __all__ = [
     "Instance",
     "Invalid",
     "KafkaCallback",
+    "MissedFields",
+    "MissedPolicy",
     "Node",
     "NotFound",
     "Notice",

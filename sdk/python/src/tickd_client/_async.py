@@ -235,7 +235,8 @@ class AsyncTickd:
         return self._pages(calls.notices(start, end, page_size=page_size))
 
     async def get_settings(self) -> ClientSettings:
-        """Your own settings: ``pause_after_failures`` (your recurring schedules' default) and ``notify``."""
+        """Your own settings: ``pause_after_failures`` and ``missed`` (your recurring schedules' defaults),
+        ``notify`` and the retentions."""
         return await self.send(calls.get_settings())
 
     async def patch_settings(
@@ -245,15 +246,19 @@ class AsyncTickd:
         notify: Any = calls._UNCHANGED,
         retention_s: int | None = None,
         audit_retention_s: int | None = None,
+        missed: calls.MissedSpec | None = calls._UNCHANGED,
     ) -> ClientSettings:
         """Change your settings: ``pause_after_failures`` (0: never), ``notify`` (a callback dict, e.g.
         ``{"type": "http", "url": ...}``; None removes it), ``retention_s`` and ``audit_retention_s``
-        (seconds; 0: the deployment's default). Only what is given changes."""
+        (seconds; 0: the deployment's default), ``missed`` (your recurring schedules' default missed-fire
+        policy, e.g. ``{"policy": "skip", "deadline": "5m"}``; None: back to ``fire_all``). Only what is
+        given changes."""
         call = calls.patch_settings(
             pause_after_failures=pause_after_failures,
             notify=notify,
             retention_s=retention_s,
             audit_retention_s=audit_retention_s,
+            missed=missed,
         )
         return await self.send(call)
 

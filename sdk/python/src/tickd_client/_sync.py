@@ -230,7 +230,8 @@ class Tickd:
         return self._pages(calls.notices(start, end, page_size=page_size))
 
     def get_settings(self) -> ClientSettings:
-        """Your own settings: ``pause_after_failures`` (your recurring schedules' default) and ``notify``."""
+        """Your own settings: ``pause_after_failures`` and ``missed`` (your recurring schedules' defaults),
+        ``notify`` and the retentions."""
         return self.send(calls.get_settings())
 
     def patch_settings(
@@ -240,15 +241,19 @@ class Tickd:
         notify: Any = calls._UNCHANGED,
         retention_s: int | None = None,
         audit_retention_s: int | None = None,
+        missed: calls.MissedSpec | None = calls._UNCHANGED,
     ) -> ClientSettings:
         """Change your settings: ``pause_after_failures`` (0: never), ``notify`` (a callback dict, e.g.
         ``{"type": "http", "url": ...}``; None removes it), ``retention_s`` and ``audit_retention_s``
-        (seconds; 0: the deployment's default). Only what is given changes."""
+        (seconds; 0: the deployment's default), ``missed`` (your recurring schedules' default missed-fire
+        policy, e.g. ``{"policy": "skip", "deadline": "5m"}``; None: back to ``fire_all``). Only what is
+        given changes."""
         call = calls.patch_settings(
             pause_after_failures=pause_after_failures,
             notify=notify,
             retention_s=retention_s,
             audit_retention_s=audit_retention_s,
+            missed=missed,
         )
         return self.send(call)
 

@@ -23,6 +23,7 @@ from tickd_client.models import (
     DeadLetter,
     HttpCallback,
     KafkaCallback,
+    MissedPolicy,
     Notice,
     Occurrence,
     Page,
@@ -46,6 +47,20 @@ RangeSpec = tuple[WallTime, WallTime] | Mapping[str, WallTime]
 _TIME_FIELDS = frozenset({"fire_at", "start_at", "end_at", "after"})
 
 
+class MissedFields(TypedDict, total=False):
+    """A missed-fire policy as the API takes it: ``policy`` ``fire_all`` (every late occurrence fires),
+    ``skip`` (one whose first attempt cannot start within ``deadline`` of its due time does not) or
+    ``fire_once`` (only the latest of those fires); ``deadline``: ``"90s"``, ``"5m"`` (``<n>s|m|h|d``, at
+    most 7 days; default 60 s; not with ``fire_all``)."""
+
+    policy: Literal["fire_all", "skip", "fire_once"]
+    deadline: str
+
+
+# A policy as given, or one as read (``Recurrence.missed``, ``ClientSettings.missed``) to set it again.
+MissedSpec = MissedFields | MissedPolicy
+
+
 class RuleFields(TypedDict, total=False):
     """A recurring schedule's rule (also what ``preview`` takes)."""
 
@@ -59,6 +74,8 @@ class RuleFields(TypedDict, total=False):
     on_overlap: Literal["first", "last", "both"]
     # Names of your calendars whose exclusions the rule skips; on a change, ``[]`` or None names none.
     calendars: Sequence[str] | None
+    # What an occurrence that cannot start in time does (recurring only); on a change, None: your default.
+    missed: MissedSpec | None
 
 
 class ScheduleFields(RuleFields, total=False):
@@ -78,7 +95,7 @@ class ScheduleFields(RuleFields, total=False):
 
 class ScheduleChanges(RuleFields, total=False):
     """A ``PATCH`` of a schedule: any subset; ``throttle=None`` removes the policy, ``calendars=[]`` (or
-    None) every calendar."""
+    None) every calendar, ``missed=None`` its own missed-fire policy (your default applies)."""
 
     callback: CallbackSpec
     fire_at: Time
@@ -129,6 +146,19 @@ def _json_field(name: str, value: Any) -> Any:
         return time_value(value)
     if name == "calendars" and value is not None and not isinstance(value, str):
         return list(value)  # any sequence of names; a lone name goes as given, for the API to refuse
+    if name == "missed" and value is not None:
+        return missed_value(value)
+    return value
+
+
+def missed_value(value: MissedSpec) -> Any:
+    """A missed-fire policy as the API takes it: ``{"policy", "deadline"}`` as given, or a ``MissedPolicy``
+    read back (its ``deadline_s`` as ``"<n>s"``). Anything else goes as given, for the API to refuse."""
+    if isinstance(value, MissedPolicy):
+        deadline = {} if value.deadline_s is None else {"deadline": f"{value.deadline_s}s"}
+        return {"policy": value.policy, **deadline}
+    if isinstance(value, Mapping):
+        return dict(value)
     return value
 
 
@@ -325,9 +355,10 @@ def patch_settings(
     notify: Any = _UNCHANGED,
     retention_s: int | None = None,
     audit_retention_s: int | None = None,
+    missed: MissedSpec | None = _UNCHANGED,
 ) -> Call[ClientSettings]:
     """Change your settings; only what is given changes (``notify=None`` removes the target; a retention
-    of 0 goes back to the deployment's default)."""
+    of 0 goes back to the deployment's default; ``missed=None`` the default policy back to ``fire_all``)."""
     given = {
         "pause_after_failures": pause_after_failures,
         "retention_s": retention_s,
@@ -336,6 +367,8 @@ def patch_settings(
     body: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
     if notify is not _UNCHANGED:
         body["notify"] = notify
+    if missed is not _UNCHANGED:
+        body["missed"] = None if missed is None else missed_value(missed)
     return Call("PATCH", _path("settings"), _one(ClientSettings), body=body)
 
 

@@ -119,7 +119,22 @@ def _schedule_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["callback"] = callback
     if args.tag:
         fields["tags"] = dict(_tag(given) for given in args.tag)
+    _missed(args, fields)
     return fields
+
+
+def _missed(args: argparse.Namespace, fields: dict[str, Any]) -> None:
+    """--missed-policy (with --missed-deadline) as ``fields["missed"]``; --no-missed, where offered: None."""
+    clear = getattr(args, "no_missed", False)
+    if args.missed_deadline is not None and args.missed_policy is None:
+        raise UsageError("--missed-deadline goes with --missed-policy")
+    if args.missed_policy is not None and clear:
+        raise UsageError("give --missed-policy or --no-missed, not both")
+    if args.missed_policy is not None:
+        deadline = {} if args.missed_deadline is None else {"deadline": args.missed_deadline}
+        fields["missed"] = {"policy": args.missed_policy, **deadline}
+    elif clear:
+        fields["missed"] = None
 
 
 def _tag(given: str) -> tuple[str, str]:
@@ -278,6 +293,7 @@ def _settings(client: Tickd, args: argparse.Namespace) -> Any:
         change["notify"] = {"type": "kafka", "topic": args.notify_topic}
     elif args.no_notify:
         change["notify"] = None
+    _missed(args, change)
     return client.patch_settings(**change) if change else client.get_settings()
 
 
@@ -489,6 +505,20 @@ def _schedule_args(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="recurring: pause after N fires in a row dead-lettered (0: never; default: your settings')",
     )
+    _missed_args(parser, "recurring: what an occurrence that cannot start in time does (default: your settings')")
+
+
+_MISSED_POLICIES = ("fire_all", "skip", "fire_once")
+
+
+def _missed_args(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--missed-policy", dest="missed_policy", choices=_MISSED_POLICIES, help=help)
+    parser.add_argument(
+        "--missed-deadline",
+        dest="missed_deadline",
+        metavar="DURATION",
+        help="with skip or fire_once: how late a first attempt may start, <n>s|m|h|d (default 60s; at most 7d)",
+    )
 
 
 def _clients(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -533,6 +563,7 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     update.add_argument("--no-throttle", action="store_true", help="remove the throttle policy")
     update.add_argument("--no-tags", action="store_true", help="remove every tag")
     update.add_argument("--no-calendars", action="store_true", help="name no calendar any more")
+    update.add_argument("--no-missed", action="store_true", help="no missed-fire policy of its own: your default")
     _if_match_arg(update)
     listing = _leaf(group, "list", _schedules_list, "schedules due in [--from, --to)", common)
     listing.add_argument("--from", dest="start", help="default: now")
@@ -732,6 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--retention-s", type=int, metavar="S", help="keep runs, dead letters, notices S seconds (0: default)"
     )
     own.add_argument("--audit-retention-s", type=int, metavar="S", help="keep audit records S seconds (0: default)")
+    _missed_args(own, "your recurring schedules' default: what an occurrence that cannot start in time does")
+    own.add_argument("--no-missed", action="store_true", help="the default missed-fire policy back to fire_all")
     # Listed for help and completion; run() hands everything after "dev" to tickd-dev unparsed.
     commands.add_parser("dev", help="run tickd-dev (the whole of tickd in one process, in memory): tickd dev [ARGS]")
     completion = commands.add_parser("completion", help="print a shell completion script")

@@ -65,6 +65,17 @@ class SigningSecret:
 
 
 @dataclass(frozen=True)
+class MissedPolicy:
+    """A missed-fire policy: what a recurring schedule does with an occurrence whose first attempt cannot
+    start within ``deadline_s`` of its due time (all pollers down, the schedule paused, a backlog).
+    ``policy``: ``fire_all`` (every one fires, late, in order; ``deadline_s`` None), ``skip`` (a missed one
+    does not fire) or ``fire_once`` (of those missed together, only the latest fires)."""
+
+    policy: str
+    deadline_s: int | None = None
+
+
+@dataclass(frozen=True)
 class Recurrence:
     cron: str | None = None
     timezone: str | None = None
@@ -76,6 +87,8 @@ class Recurrence:
     on_overlap: str | None = None
     # The calendars whose exclusions the rule skips (``Calendar``), by name; None: it names none.
     calendars: list[str] | None = None
+    # Its own missed-fire policy; None: your default applies (``ClientSettings.missed``).
+    missed: MissedPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -184,9 +197,9 @@ class BulkJob:
 @dataclass(frozen=True)
 class ClientSettings:
     """Your own settings: the default of ``pause_after_failures`` for your recurring schedules (0: never),
-    the target your notifications are delivered to (None: the feed only), and how long your records are
+    the target your notifications are delivered to (None: the feed only), how long your records are
     kept (runs, dead letters, schedules after their fire and notices; audit records), with the most you
-    may choose."""
+    may choose, and the default missed-fire policy of your recurring schedules (``fire_all`` unless set)."""
 
     pause_after_failures: int
     notify: dict[str, Any] | None
@@ -194,6 +207,7 @@ class ClientSettings:
     audit_retention_s: int | None = None
     retention_max_s: int | None = None
     audit_retention_max_s: int | None = None
+    missed: MissedPolicy | None = None
 
 
 @dataclass(frozen=True)
