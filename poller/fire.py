@@ -852,13 +852,19 @@ class FailureNotices:
         await self._notify(client, record)
 
     async def _notify(self, client: Client, record: AuditRecord) -> None:
-        sent = notices.delivery(client, record)  # made once: a retried write writes the same schedule
-        await durably(self._log, "notice", lambda: self._store.record_notice(record), self._metrics)
-        if sent is not None:
-            await durably(
-                self._log, "notice_delivery", lambda: self._store.create_schedule(sent, record.at), self._metrics
-            )
-        self._metrics.notices.labels(record.action).inc()
+        await notify_durably(self._store, self._log, self._metrics, client, record)
+
+
+async def notify_durably(
+    store: Store, log: FilteringBoundLogger, metrics: Metrics, client: Client, record: AuditRecord
+) -> None:
+    """A notice tickd made (``schema.notices``) into the client's feed and to its target, through store
+    outages (``durably``)."""
+    sent = notices.delivery(client, record)  # made once: a retried write writes the same schedule
+    await durably(log, "notice", lambda: store.record_notice(record), metrics)
+    if sent is not None:
+        await durably(log, "notice_delivery", lambda: store.create_schedule(sent, record.at), metrics)
+    metrics.notices.labels(record.action).inc()
 
 
 # The audit action of an auto-pause, and how many of a schedule's latest records ``owed`` reads for one.

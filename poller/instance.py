@@ -37,6 +37,7 @@ from tickd.poller.settings import PollerSettings
 from tickd.poller.slots import SendSlots
 from tickd.poller.stats import TenantStats
 from tickd.poller.throttle import ThrottleGate
+from tickd.poller.wakes import Waker
 from tickd.schema.model import Claim, Client, HotMark
 from tickd.schema.store import Store
 
@@ -81,6 +82,7 @@ class PollerInstance:
         ctx = FireContext(
             self._current_client, settings, metrics, clock, lease, self._log, rng or random.Random(), stats
         )
+        calendars = calendars or CalendarBook(store, settings.clients_refresh_s)
         self._pipeline = FirePipeline(
             ctx,
             self._plan,
@@ -88,6 +90,7 @@ class PollerInstance:
             slots,
             Sender(ctx, router, slots, gate),
             Settler(ctx, store, self._outcomes, calendars),
+            Waker(ctx, store, calendars),
         )
         self._checkpoints = Checkpointer(
             claim, self._current_client, store, self._plan, settings, metrics, clock, self._log, self._loader.sweep

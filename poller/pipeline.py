@@ -32,6 +32,7 @@ from tickd.poller.fire import Fire, FireContext, Sender, Settler, rechecked
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.plan import FiringPlan
 from tickd.poller.slots import FireLanes, SendSlots
+from tickd.poller.wakes import Waker
 from tickd.schema import guard
 from tickd.schema.model import Chain, HttpCallback, KafkaCallback, Schedule
 
@@ -45,6 +46,7 @@ class FirePipeline:
         slots: SendSlots,
         sender: Sender,
         settler: Settler,
+        waker: Waker,
     ) -> None:
         self._ctx = ctx
         self._plan = plan
@@ -52,6 +54,7 @@ class FirePipeline:
         self._slots = slots  # the node's send slots: taken here only for a group (a fire takes its own)
         self._sender = sender
         self._settler = settler
+        self._waker = waker  # a timed pause parked in these minutes ends: its schedule resumed
         settings = ctx.settings
         self._lanes: FireLanes[Fire] = FireLanes(
             settings.instance_max_inflight, settings.http.per_client_limit, self._deliver, plan.fire_crashed
@@ -106,7 +109,9 @@ class FirePipeline:
                         await self._slots.take(row)
                     self._lanes.taken()
                     fire = Fire(row, self._plan.start_fire(row))
-                    if groupable:
+                    if row.wakes:
+                        self._lanes.spawn(self._wake(fire))
+                    elif groupable:
                         group.append(fire)
                     elif isinstance(row.callback, HttpCallback) and not _waits(row):
                         self._lanes.queue(fire)
@@ -136,7 +141,7 @@ class FirePipeline:
 
     def _groupable(self, row: Schedule) -> bool:
         """Whether a due row goes out with the pass's group: a Kafka fire with nothing to do first."""
-        if not isinstance(row.callback, KafkaCallback) or (row.repeat is not None and row.attempts == 0):
+        if row.wakes or not isinstance(row.callback, KafkaCallback) or (row.repeat is not None and row.attempts == 0):
             return False
         return not _waits(row) and not self._plan.delivered_before(row.event_id or row.fire_id)
 
@@ -154,6 +159,16 @@ class FirePipeline:
             if not fire.settled:
                 row = fire.row
                 self._ctx.log.error("fire_not_settled", schedule_id=str(row.schedule_id), fire_id=row.fire_id)
+            self._end([fire])
+
+    async def _wake(self, fire: Fire) -> None:
+        """A paused row due where its pause ends (``poller.wakes``): the schedule resumed, its next fire
+        planned. It ends as a fire does: settled, or its minute poisoned if it raised."""
+        guard.set_guard(self._ctx.lease_guard())
+        try:
+            self._consider(await self._waker.wake(fire.row))
+            fire.settled = True
+        finally:
             self._end([fire])
 
     async def _deliver_group(self, group: list[Fire]) -> None:

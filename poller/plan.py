@@ -143,7 +143,7 @@ class FiringPlan:
         if state is None or key in state.fired or not _taken(state, key[0]):
             return
         known = self._pending.get(key)
-        if row.status is not Status.SCHEDULED:
+        if row.status is not Status.SCHEDULED and not row.wakes:
             if known is not None:
                 del self._pending[key]
                 state.pending -= 1
@@ -164,16 +164,17 @@ class FiringPlan:
 
     def changed(self, minute: datetime, stamp: RowStamp) -> bool:
         """Whether a re-read row of ``minute``, seen by its stamp only, would change the plan if read
-        whole (``consider``): a scheduled row the plan never had, or a pending one whose status, version
-        or attempts moved on. Rows fired already, and minutes not open, change nothing."""
+        whole (``consider``): a scheduled row the plan never had (or a paused one: it may be a pause
+        parked where it ends, ``Schedule.wakes``), or a pending one whose status, version or attempts
+        moved on. Rows fired already, and minutes not open, change nothing."""
         state = self.open.get(minute)
         key = (stamp.due_at, stamp.schedule_id)
         if state is None or key in state.fired:
             return False
         known = self._pending.get(key)
         if known is None:
-            return stamp.status is Status.SCHEDULED
-        if stamp.status is not Status.SCHEDULED:
+            return stamp.status in (Status.SCHEDULED, Status.PAUSED)
+        if stamp.status is not known.status:
             return True
         return stamp.version > known.version or (stamp.version == known.version and stamp.attempts != known.attempts)
 

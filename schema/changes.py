@@ -168,10 +168,14 @@ class ClientChanges(ScheduleRows):
     async def cancel_schedule(self, current: Schedule, now: datetime) -> Schedule:
         return await self._change_status(current, Status.CANCELLED, now)
 
-    async def pause_schedule(self, current: Schedule, now: datetime) -> Schedule:
+    async def pause_schedule(self, current: Schedule, now: datetime, parked: Schedule | None = None) -> Schedule:
         """Pause ``current`` where it is: its row stays, status paused, at a new version (so a poller's
-        chain from it, or a move, loses its compare-and-set). ``Conflict`` if it changed meanwhile."""
-        return await self._change_status(current, Status.PAUSED, now)
+        chain from it, or a move, loses its compare-and-set). ``Conflict`` if it changed meanwhile.
+        With ``parked`` (``current`` with a pause note, at the location its pause ends, if it has a time),
+        the pause moves the schedule there as a change does: the new row paused, the old one retired."""
+        if parked is None:
+            return await self._change_status(current, Status.PAUSED, now)
+        return await self.replace_schedule(current, dataclasses.replace(parked, status=Status.PAUSED), now)
 
     async def _change_status(self, current: Schedule, status: Status, now: datetime) -> Schedule:
         base = await self._change_base(current)
@@ -190,7 +194,8 @@ class ClientChanges(ScheduleRows):
 
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
         base = await self._change_base(current)
-        new = dataclasses.replace(updated, version=base.version + 1, status=Status.SCHEDULED)
+        status = Status.PAUSED if updated.status is Status.PAUSED else Status.SCHEDULED
+        new = dataclasses.replace(updated, version=base.version + 1, status=status)
         await self._bump_ref(current, new.location, new.version, now, base=base)
         await self._write_replacement(current, new, now, base=base)
         await self._still_last(current, new.version)

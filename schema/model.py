@@ -117,6 +117,20 @@ class EventOf(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     count: int
 
 
+class PauseNote(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A pause the client gave a time or a reason: on the paused row's options until it is resumed. A
+    pause with ``until`` is parked at that time (its row's due time): the instance owning that minute
+    resumes it then, as a client's resume would (``schema.pauses``)."""
+
+    at: datetime  # when it was paused
+    until: datetime | None = None
+    note: str | None = None
+
+
+# A pause note's longest text (characters).
+MAX_PAUSE_NOTE = 500
+
+
 class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a schedule asks beyond one fire at one time; stored as JSON, absent for plain schedules."""
 
@@ -144,6 +158,8 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     pause_after_failures: int | None = None
     # The row delivers one of the client's notifications (``schema.notices``): it never notifies itself.
     notice: bool = False
+    # Set on a paused row whose pause has a time or a reason; dropped by the resume.
+    pause: PauseNote | None = None
 
     @property
     def batch(self) -> bool:
@@ -359,6 +375,24 @@ class Schedule:
     @property
     def repeat(self) -> Repeat | None:
         return self.options.repeat if self.options is not None else None
+
+    @property
+    def pause(self) -> PauseNote | None:
+        return self.options.pause if self.options is not None else None
+
+    @property
+    def wakes(self) -> bool:
+        """A paused row parked at the time its pause ends: a poller takes it when due, to resume it."""
+        pause = self.pause
+        return self.status is Status.PAUSED and pause is not None and pause.until is not None
+
+
+def with_pause(options: Options | None, pause: PauseNote | None) -> Options | None:
+    """``options`` with ``pause`` set (None: dropped); None when nothing else is left in them."""
+    if options is None:
+        return None if pause is None else Options(pause=pause)
+    changed = msgspec.structs.replace(options, pause=pause)
+    return None if changed == Options() else changed
 
 
 _ONE_MS = timedelta(milliseconds=1)

@@ -92,8 +92,9 @@ class ScheduleStore(Protocol):
     async def replace_schedule(self, current: Schedule, updated: Schedule, now: datetime) -> Schedule:
         """Move/modify ``current`` into ``updated`` (a new version). Raises ``Conflict`` if it changed."""
 
-    async def pause_schedule(self, current: Schedule, now: datetime) -> Schedule:
-        """Mark ``current`` paused (a client change: a new version). ``Conflict`` if it changed."""
+    async def pause_schedule(self, current: Schedule, now: datetime, parked: Schedule | None = None) -> Schedule:
+        """Mark ``current`` paused (a client change: a new version), or move it to ``parked`` (paused, with
+        its pause note, where a timed pause ends). ``Conflict`` if it changed."""
 
     async def resume_schedule(self, current: Schedule, resumed: Schedule, now: datetime) -> Schedule:
         """Replace paused ``current`` by ``resumed`` (scheduled). ``Conflict`` if not paused or changed."""

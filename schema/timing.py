@@ -10,7 +10,11 @@ from __future__ import annotations
 import hashlib
 import math
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from tickd.schema.model import Options
 
 # Cassandra refuses TTLs above 20 years.
 MAX_TTL_S = 20 * 365 * 24 * 3600
@@ -28,6 +32,12 @@ def minute_bucket(moment: datetime) -> datetime:
 def due_time(fire_at: datetime, now: datetime) -> datetime:
     """When a schedule is stored to fire: its nominal time, or ``now`` if that is already past."""
     return fire_at if fire_at > now else now
+
+
+def stored_due_at(schedule_id: UUID, fire_at: datetime, options: Options | None, now: datetime) -> datetime:
+    """Where a fire's row is stored: the nominal time plus its jitter, or now if that is past."""
+    offset = jitter(schedule_id, fire_at, options.jitter_ms) if options else timedelta(0)
+    return truncate_ms(due_time(fire_at + offset, now))
 
 
 def poller_id_for(schedule_id: UUID, poller_count: int) -> int:

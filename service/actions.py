@@ -14,14 +14,18 @@ from collections.abc import Awaitable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+import msgspec
 from aiohttp import web
+from msgspec import UnsetType
 
-from tickd.schema import notices, redrives, triggers
-from tickd.schema.model import Client, DeadLetter, Schedule, Status
-from tickd.service import audit, grants, keys, pauses, recurring
+from tickd.schema import notices, pauses, redrives, timing, triggers
+from tickd.schema.model import Client, DeadLetter, Location, PauseNote, Schedule, Status, with_pause
+from tickd.service import audit, grants, keys, recurring
 from tickd.service.audit import Caller
 from tickd.service.confirm import confirmed
+from tickd.service.errors import Invalid
 from tickd.service.routes.common import conflict
+from tickd.service.validation import PauseRequest, parse_time, to_ms
 from tickd.service.views import dead_letter_id, public_status
 
 T = TypeVar("T")
@@ -96,16 +100,62 @@ async def cancel(caller: Caller, client: Client, current: Schedule) -> Schedule:
     return cancelled
 
 
-async def pause(caller: Caller, client: Client, current: Schedule) -> Schedule:
-    """Pause: the schedule fires nothing until resumed. Pausing a paused schedule changes nothing."""
-    if current.status is Status.PAUSED:
+async def pause(caller: Caller, client: Client, current: Schedule, *, wanted: PauseRequest | None = None) -> Schedule:
+    """Pause: the schedule fires nothing until resumed. Pausing a paused schedule without ``wanted``
+    changes nothing; with it (a time it resumes by itself, a note), its pause becomes that one, the
+    schedule's row parked at ``until`` (``schema.model.PauseNote``), or where it is if there is none."""
+    if current.status is Status.PAUSED and wanted is None:
         return current
     at = audit.app_now(caller.app)
+    note = None if wanted is None else pause_note(caller, wanted, at)
+    if current.status is Status.PAUSED and note is not None and _same_pause(current.pause, note):
+        return current  # the same pause asked again
     left_s = check_mutable(caller, current, at, stops=True)
-    write = caller.app[keys.STORE].pause_schedule(current, at)
-    paused = await confirmed_change(caller, at, [current.location.due_at], left_s, write)
-    await audit.schedules_changed(caller, client, "schedule.pause", [(paused, None)])
+    store = caller.app[keys.STORE]
+    parked = None if note is None else parked_at(current, client, note)
+    write = store.pause_schedule(current, at, parked)
+    dues = [current.location.due_at] if parked is None else [current.location.due_at, parked.location.due_at]
+    paused = await confirmed_change(caller, at, dues, left_s, write)
+    await audit.schedules_changed(caller, client, "schedule.pause", [(paused, _pause_fields(note))])
     return paused
+
+
+def pause_note(caller: Caller, wanted: PauseRequest, at: datetime) -> PauseNote:
+    """The pause a request asks for: its ``until`` ahead of now and within the horizon (422 naming it)."""
+    until = None
+    if wanted.until is not None and not isinstance(wanted.until, UnsetType):
+        until = to_ms(parse_time(wanted.until, "until"))
+        horizon_s = caller.app[keys.SETTINGS].max_horizon_s
+        if until <= at:
+            raise Invalid("until must be ahead of now", field="until", code="out_of_range")
+        if (until - at).total_seconds() > horizon_s:
+            raise Invalid(f"until is more than {horizon_s} s ahead", field="until", code="out_of_range")
+    note = wanted.note if isinstance(wanted.note, str) and wanted.note else None
+    return PauseNote(at=at, until=until, note=note)
+
+
+def parked_at(current: Schedule, client: Client, note: PauseNote) -> Schedule:
+    """``current`` paused with ``note``: at the time its pause ends, on its instance (off a draining
+    poller if it was on one), or where it is for a pause with no time."""
+    location = current.location
+    if note.until is not None:
+        poller_id = location.poller_id
+        if poller_id >= client.poller_count:
+            poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
+        location = Location(poller_id, note.until)
+    return dataclasses.replace(current, location=location, options=with_pause(current.options, note))
+
+
+def _same_pause(current: PauseNote | None, asked: PauseNote) -> bool:
+    return current is not None and (current.until, current.note) == (asked.until, asked.note)
+
+
+def _pause_fields(note: PauseNote | None) -> bytes | None:
+    """The audit record's fields of a pause: its until and note, as a request body would give them."""
+    if note is None:
+        return None
+    fields = {"until": note.until.isoformat() if note.until else None, "note": note.note}
+    return msgspec.json.encode({k: v for k, v in fields.items() if v is not None})
 
 
 async def resume(caller: Caller, client: Client, current: Schedule) -> Schedule:

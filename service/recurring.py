@@ -11,9 +11,8 @@ import dataclasses
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
-from uuid import UUID
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -21,7 +20,6 @@ from msgspec import UNSET, UnsetType
 from tickd.schema import calendars as cal
 from tickd.schema import missed as missed_fires
 from tickd.schema import recurrence as rec
-from tickd.schema import timing
 from tickd.schema.model import Options, Repeat, Run, Schedule, Status
 from tickd.schema.store import Store
 from tickd.service.errors import Invalid, Malformed
@@ -325,12 +323,6 @@ def batch_shape(
     if not isinstance(window, UnsetType):
         window_ms = rec.parse_duration(window, "window", 1, settings.max_window_s) * 1000
     return count, window_ms
-
-
-def due_at(schedule_id: UUID, fire_at: datetime, options: Options | None, now: datetime) -> datetime:
-    """Where the row is stored: the nominal time plus its jitter, or now if that is past."""
-    offset = timing.jitter(schedule_id, fire_at, options.jitter_ms) if options else timedelta(0)
-    return timing.truncate_ms(timing.due_time(fire_at + offset, now))
 
 
 def parse_after(value: datetime | int | UnsetType, now: datetime) -> datetime:

@@ -22,7 +22,7 @@ from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from tickd.schema import calendars
 from tickd.schema.grants import topic_allowed
-from tickd.schema.model import Callback, HttpCallback, KafkaCallback
+from tickd.schema.model import MAX_PAUSE_NOTE, Callback, HttpCallback, KafkaCallback
 from tickd.service.errors import Invalid, Malformed, PayloadTooLarge
 from tickd.service.settings import ApiSettings
 
@@ -72,6 +72,7 @@ HEADER_NAME_PATTERN = worded(
 HEADER_VALUE_PATTERN = worded(
     r"^[\t\x20-\x7e]{0,8192}(?!\n)$", "an HTTP header value: up to 8192 printable ASCII characters or tabs"
 )
+PAUSE_NOTE_PATTERN = worded(r"^[^\x00-\x1f\x7f]*(?!\n)$", f"at most {MAX_PAUSE_NOTE} characters, no control characters")
 CRON_PATTERN = worded(r"^[^\x00-\x1f\x7f]+(?!\n)$", "a cron expression (no control characters)")
 MAX_TOPIC_GRANTS = 100
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
@@ -140,6 +141,7 @@ TAG_FILTER_PATTERN = worded(
 TARGET_PATTERN = worded(r"^[A-Za-z0-9._-]{1,255}(?!\n)$", "a callback URL's host name, or a Kafka topic")
 TagKey = Annotated[str, Meta(pattern=TAG_KEY_PATTERN)]
 TagValue = Annotated[str, Meta(pattern=TAG_VALUE_PATTERN)]
+PauseText = Annotated[str, Meta(max_length=MAX_PAUSE_NOTE, pattern=PAUSE_NOTE_PATTERN)]
 Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=MAX_TAGS, description=f"at most {MAX_TAGS} key: value labels")]
 
 
@@ -279,6 +281,14 @@ class PolicyPut(Struct, forbid_unknown_fields=True):
 class PreviewRequest(RepeatFields, forbid_unknown_fields=True):
     count: Annotated[int, Meta(ge=1, le=MAX_PREVIEW)] = 10
     after: Moment | UnsetType = UNSET
+
+
+class PauseRequest(Struct, forbid_unknown_fields=True):
+    """A pause with a time or a reason (the body is optional): ``until``, the schedule resumes by itself
+    then; ``note``, shown with the pause. A pause with a body replaces the schedule's pause, if it has one."""
+
+    until: Moment | UnsetType | None = UNSET
+    note: PauseText | UnsetType | None = UNSET
 
 
 class RedriveRequest(Struct, forbid_unknown_fields=True):

@@ -19,6 +19,7 @@ from tickd.schema.model import (
     Client,
     ClientSettings,
     DeadLetter,
+    PauseNote,
     Repeat,
     Run,
     Schedule,
@@ -134,6 +135,16 @@ class ScheduleView(Struct, omit_defaults=True):
     notice: bool | UnsetType = UNSET
     # A trigger (POST /v1/schedules/{id}/trigger): the schedule it is an extra fire of.
     trigger_of: UUID | UnsetType = UNSET
+    # A paused schedule's pause, when it was given a time or a note.
+    pause: PauseView | UnsetType = UNSET
+
+
+class PauseView(Struct, omit_defaults=True):
+    """When the schedule was paused; ``until``: it resumes by itself then (``due_at`` is that time too)."""
+
+    paused_at: datetime
+    until: datetime | UnsetType = UNSET
+    note: str | UnsetType = UNSET
 
 
 class ScheduleList(Struct):
@@ -490,7 +501,7 @@ def _completed(run: Run) -> bool | None:
     return False if datetime.now(UTC) > end + _WINDOW_GRACE else None
 
 
-def _or_unset(value: int | None) -> int | UnsetType:
+def _or_unset(value: T | None) -> T | UnsetType:
     return UNSET if value is None else value
 
 
@@ -520,7 +531,12 @@ def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
         pause_after_failures=_or_unset(options.pause_after_failures if options else None),
         notice=True if options and options.notice else UNSET,
         trigger_of=options.retry_of if options and options.retry_of and not options.repeat else UNSET,
+        pause=pause_view(s.pause) if s.status is Status.PAUSED and s.pause is not None else UNSET,
     )
+
+
+def pause_view(pause: PauseNote) -> PauseView:
+    return PauseView(paused_at=pause.at, until=_or_unset(pause.until), note=_or_unset(pause.note))
 
 
 def dead_letter_id(letter: DeadLetter) -> str:

@@ -63,14 +63,17 @@ from tickd.schema.settings import StoreSettings
 def event_insert(s: Schedule, now: datetime, retention_s: int) -> Write:
     """An event row: as ``row_insert``, but leaving the status (and attempts) of a row already there."""
     _, values = row_insert(s, now, retention_s)
-    return "insert_event", {name: value for name, value in values.items() if name not in ("attempts", "ts", "tries")}
+    unwritten = ("attempts", "ts", "tries", "status")
+    return "insert_event", {name: value for name, value in values.items() if name not in unwritten}
 
 
 def row_insert(s: Schedule, now: datetime, retention_s: int, ts: int | None = None) -> Write:
-    """The schedule's row in its minute partition, status scheduled (written at ``ts``, if given)."""
+    """The schedule's row in its minute partition, with its status (scheduled, or paused: a pause
+    parked where it ends), written at ``ts``, if given."""
     loc = s.location
     values = {
         **_row_key(s.client_id, s.schedule_id, loc),
+        "status": Status.PAUSED.value if s.status is Status.PAUSED else Status.SCHEDULED.value,
         "fire_at": s.fire_at,
         "version": s.version,
         "payload": s.payload,
@@ -325,7 +328,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         if new.location == current.location and new.schedule_id == current.schedule_id:
             insert = cleared(insert, new, current)
         if keep_status:  # see insert_retry in queries.cql
-            insert = ("insert_retry", {k: v for k, v in insert[1].items() if k != "ts"})
+            insert = ("insert_retry", {k: v for k, v in insert[1].items() if k not in ("ts", "status")})
         writes = [insert, *self._signals(new.instance, new.location, now)]
         if base is not None:  # a client's change may set tags, or move a one-time schedule's expiry
             writes += tag_writes(new, now, self._retention(current.client_id))

@@ -48,6 +48,7 @@ from tickd.service.validation import (
     REPEAT_FIELDS,
     BatchCreate,
     HttpTarget,
+    PauseRequest,
     PreviewRequest,
     ScheduleCreate,
     SchedulePatch,
@@ -75,6 +76,7 @@ from tickd.service.views import (
 log = structlog.get_logger("tickd.api")
 T = TypeVar("T")
 _BODY_OVERHEAD = 32 * 1024  # room for the callback and fire_at around the largest payload
+_PAUSE_BODY_MAX = 8 * 1024  # a pause's until and note (500 characters, each up to 6 bytes as JSON escapes)
 _SCHEDULED = Status.SCHEDULED.value
 _RACE_RETRIES = 3
 # "batch", "preview" and "by-key" are not schedule ids: another method on them is a 405, not a lookup.
@@ -153,7 +155,7 @@ def _placed(
     options: Options | None,
 ) -> Schedule:
     poller_id = timing.poller_id_for(schedule_id, client.poller_count)
-    location = Location(poller_id, recurring.due_at(schedule_id, fire_at, options, at))
+    location = Location(poller_id, timing.stored_due_at(schedule_id, fire_at, options, at))
     seq = 1 if options is not None and options.repeat is not None else 0
     return Schedule(client.client_id, schedule_id, location, fire_at, payload, callback, at, options=options, seq=seq)
 
@@ -243,7 +245,7 @@ async def _reserved_elsewhere(
     log.info("idempotency_key_taken_over", client_id=client.client_id, schedule_id=str(bound.schedule_id))
     # Fire time (and so fire id) as the first request computed it; a fire time now past is due now.
     rebuilt = await _build(request, client, body, bound.created_at or at, bound.schedule_id)
-    due_at = recurring.due_at(rebuilt.schedule_id, rebuilt.fire_at, rebuilt.options, at)
+    due_at = timing.stored_due_at(rebuilt.schedule_id, rebuilt.fire_at, rebuilt.options, at)
     return dataclasses.replace(rebuilt, location=Location(rebuilt.location.poller_id, due_at))
 
 
@@ -545,7 +547,7 @@ def _updated(
     poller_id = current.location.poller_id
     if poller_id >= client.poller_count:  # leave a draining poller when the schedule moves anyway
         poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
-    location = Location(poller_id, recurring.due_at(current.schedule_id, fire_at, options, at))
+    location = Location(poller_id, timing.stored_due_at(current.schedule_id, fire_at, options, at))
     return dataclasses.replace(
         current,
         location=location,
@@ -633,17 +635,34 @@ async def cancel_schedule(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/schedules/{schedule_id}/pause",
-    "Pause a schedule: it fires nothing until resumed (pausing a paused one is 200)",
+    "Pause a schedule: it fires nothing until resumed, by a call or by itself at `until`",
     response=ScheduleView,
+    request=PauseRequest,
+    optional_body=True,
     headers=params.ChangeHeaders,
     errors=(409, 412),
-    description="409 already_cancelled, already_fired, or fire_imminent (a one-time schedule within "
+    description="The body is optional: until (RFC 3339 or epoch seconds, ahead of now, within "
+    "TICKD_MAX_HORIZON_S) resumes it by itself then, as POST .../resume would (its missed-fire policy "
+    "decides about the occurrences that fell meanwhile); note (at most 500 characters) is shown with the "
+    "pause. Pausing a paused schedule without a body changes nothing (200); with one, replaces its pause. "
+    "409 already_cancelled, already_fired, or fire_imminent (a one-time schedule within "
     "TICKD_MUTATION_GUARD_S of its first due time; a fire in retry can be paused at any time).",
 )
 async def pause_schedule(request: web.Request) -> web.Response:
-    """Pause: the schedule fires nothing until resumed. Pausing a paused schedule is 200 (idempotent)."""
-    paused = await _retrying_races(request, functools.partial(actions.pause, request))
-    log.info("schedule_paused", client_id=paused.client_id, schedule_id=str(paused.schedule_id))
+    """Pause: the schedule fires nothing until resumed. Pausing a paused schedule without a body is 200
+    (idempotent); with one, its pause is replaced by the body's."""
+    _schedule_id(request)  # the path before the body
+    body = None
+    if request.body_exists:
+        body = decode(PauseRequest, await read_json(request, _PAUSE_BODY_MAX))
+    paused = await _retrying_races(request, functools.partial(actions.pause, request, wanted=body))
+    pause = paused.pause
+    log.info(
+        "schedule_paused",
+        client_id=paused.client_id,
+        schedule_id=str(paused.schedule_id),
+        until=pause.until.isoformat() if pause is not None and pause.until is not None else None,
+    )
     return schedule_answer(paused)
 
 

@@ -41,7 +41,6 @@ from tickd.schema.model import (
     ThrottlePolicy,
 )
 from tickd.service import keys as api_keys
-from tickd.service import recurring
 from tickd.service.bulk import BulkRunner
 from tickd.service.confirm import confirmed
 from tickd.service.settings import ApiSettings
@@ -138,7 +137,7 @@ class Api:
         else:
             fire_at, seq = timing.truncate_ms(at + timedelta(seconds=delay_s)), 0
         poller_id = timing.poller_id_for(sid, client.poller_count)
-        location = Location(poller_id, recurring.due_at(sid, fire_at, options, at))
+        location = Location(poller_id, timing.stored_due_at(sid, fire_at, options, at))
         callback = _KAFKA if sid.int % 2 else _CALLBACK
         schedule = Schedule(client_id, sid, location, fire_at, b'{"n":1}', callback, at, options=options, seq=seq)
         await self.confirmed(at, [location.due_at], None, lambda: self.store.create_schedules([schedule], at))
@@ -181,7 +180,7 @@ class Api:
         assert client is not None
         fire_at = timing.truncate_ms(at + timedelta(seconds=delay_s))
         poller_id = timing.poller_id_for(sid, client.poller_count)
-        location = Location(poller_id, recurring.due_at(sid, fire_at, current.options, at))
+        location = Location(poller_id, timing.stored_due_at(sid, fire_at, current.options, at))
         if intended is not None:
             intended.append(fire_at)
         updated = dataclasses.replace(current, location=location, fire_at=fire_at, attempts=0, last_error=None)

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.integration.api_helpers import Api, Register, schedule_body
+from tickd.schema import pauses
 from tickd.schema.missed import Missed
 from tickd.schema.model import Client, ClientSettings, HttpCallback, Location, Options, Repeat, Schedule, Status
 from tickd.schema.store import Store
-from tickd.service import pauses
 
 pytest_plugins = ["tests.integration.api_fixtures"]
 

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from tickd.schema import calendars as cal
 from tickd.schema import recurrence as rec
 from tickd.schema import timing
-from tickd.schema.model import Client, Location, Run, Schedule, Status
-from tickd.service import recurring
+from tickd.schema.model import Client, Location, Run, Schedule, Status, with_pause
 
 MAX_SKIPPED_RUNS = 100
 # Occurrences walked one by one (a long pause of a frequent rule): past these, straight to the next one.
@@ -72,13 +71,14 @@ def placed_again(current: Schedule, client: Client, nominal: datetime, seq: int,
     poller_id = current.location.poller_id
     if poller_id >= client.poller_count:
         poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
-    location = Location(poller_id, recurring.due_at(current.schedule_id, nominal, current.options, at))
+    location = Location(poller_id, timing.stored_due_at(current.schedule_id, nominal, current.options, at))
     return dataclasses.replace(
         current,
         location=location,
         fire_at=nominal,
         seq=seq,
         status=Status.SCHEDULED,
+        options=with_pause(current.options, None),
         attempts=0,
         fired_at=None,
         last_error=None,
