@@ -58,6 +58,9 @@ class OpenMinute:
     # The slice being read, if one is: rows up to its end (None: the rest of the minute) are taken.
     loading: SliceRead | None = None
     last_mark: tuple[datetime, UUID | None] | None = None  # the hot mark last seen: (touched_at, write_id)
+    # Paused rows read whole that do not wake here (no timed pause ends at them), by version: a re-read
+    # need not read them again while their stamp stays the same.
+    resting: dict[RowKey, int] = field(default_factory=dict)
     first_touch: datetime | None = None
     hot_until: datetime | None = None
 
@@ -144,6 +147,8 @@ class FiringPlan:
             return
         known = self._pending.get(key)
         if row.status is not Status.SCHEDULED and not row.wakes:
+            if row.status is Status.PAUSED:
+                state.resting[key] = row.version
             if known is not None:
                 del self._pending[key]
                 state.pending -= 1
@@ -173,7 +178,9 @@ class FiringPlan:
             return False
         known = self._pending.get(key)
         if known is None:
-            return stamp.status in (Status.SCHEDULED, Status.PAUSED)
+            if stamp.status is Status.PAUSED:
+                return state.resting.get(key) != stamp.version
+            return stamp.status is Status.SCHEDULED
         if stamp.status is not known.status:
             return True
         return stamp.version > known.version or (stamp.version == known.version and stamp.attempts != known.attempts)

@@ -13,6 +13,7 @@ version it left, as an auto-pause's is (``poller.fire.FailureNotices``).
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 
 from tickd.poller.calendars import CalendarBook
 from tickd.poller.fire import FireContext, durably, notify_durably
@@ -21,6 +22,7 @@ from tickd.schema.errors import Conflict
 from tickd.schema.model import Schedule, Status
 from tickd.schema.store import Store
 
+_ONE_MS = timedelta(milliseconds=1)
 # The audit action of a timed pause's end (the client's own resume records ``schedule.resume``).
 RESUME_AT_UNTIL = "schedule.resume_at_until"
 ENDED_AT_UNTIL = "schedule.resume_ended"
@@ -43,10 +45,16 @@ class Waker:
         if current is None or current.location != row.location or current.version != row.version or not current.wakes:
             log.info("pause_end_dropped_schedule_changed", schedule_id=str(schedule_id))
             return None
-        client, at = ctx.client(), ctx.clock()
+        # Not before its own row's time: a fire due now is placed at now, and the resumed row must not
+        # land on this one's key (the plan holds it as fired: it would never fire).
+        client, at = ctx.client(), max(ctx.clock(), row.location.due_at + _ONE_MS)
         names = current.repeat.calendars if current.repeat is not None else ()
         calendars = await durably(log, "read_calendars", lambda: self._calendars.named(row.client_id, names), metrics)
-        plan = pauses.resume(current, client, at, calendars)
+        # As of the pause's end: a wake that comes late (its node was down) leaves what fell due since then
+        # to be fired late, as after an outage (its missed-fire policy decides), not skipped as paused.
+        pause = current.pause
+        assert pause is not None and pause.until is not None
+        plan = pauses.resume(current, client, min(pause.until, at), calendars, now=at)
         if plan.skipped:
             runs = plan.skipped
             await durably(log, "add_runs", lambda: store.add_runs(row.client_id, schedule_id, runs), metrics)
@@ -67,8 +75,6 @@ class Waker:
                 log.info("pause_end_dropped_schedule_changed", schedule_id=str(schedule_id))
                 return None
             done = landed
-        pause = current.pause
-        assert pause is not None and pause.until is not None
         action = ENDED_AT_UNTIL if resumed is None else RESUME_AT_UNTIL
         log.info(
             "schedule_resumed_at_until",

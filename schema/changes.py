@@ -62,7 +62,10 @@ def abandoned(current: Schedule, ref: ScheduleRef, live: Schedule | None, target
         # marked moved at ``current``'s version and place is one a poller found superseded by this very
         # change, its write not landed (the mark is written below the change's, poller.fire: seed 200181).
         return live.status in (Status.SCHEDULED, Status.PAUSED, Status.MOVED)
-    return ref.previous == current.location and target is None
+    # Landed, the change's row at the pointer's place carries its version; a row there at an older one is
+    # the schedule's own from before it moved away (a change moving it back where it was: a timed pause
+    # resumed to its original time, simulation seed 1000 at the branch timed-pause), not the change's.
+    return ref.previous == current.location and (target is None or target.version < ref.version)
 
 
 def change_base(

@@ -32,17 +32,26 @@ class Resumption:
     skipped: list[Run]
 
 
-def resume(current: Schedule, client: Client, at: datetime, calendars: Sequence[cal.Calendar] = ()) -> Resumption:
+def resume(
+    current: Schedule,
+    client: Client,
+    at: datetime,
+    calendars: Sequence[cal.Calendar] = (),
+    now: datetime | None = None,
+) -> Resumption:
     """The resume at ``at`` of paused ``current`` (the fire that was next when it was paused); a recurring
     one goes on at its first occurrence from ``at`` on that ``calendars`` (its own) do not exclude, unless
     a missed-fire policy (its own, else its client's) says otherwise about the ones that fell meanwhile:
     ``skip`` fires those still within their start deadline, ``fire_once`` the latest of them, once,
-    ``fire_all`` every one of them (from the first, late, as after an outage)."""
+    ``fire_all`` every one of them (from the first, late, as after an outage). ``now`` (if later than
+    ``at``: a timed pause ended at ``at`` and is resumed late) is where the resumed fire is placed: the
+    occurrences from ``at`` to ``now`` are late fires, as after an outage, not ones the pause passed over."""
+    now = at if now is None else max(at, now)
     if current.repeat is None:
-        return Resumption(placed_again(current, client, current.fire_at, current.seq, at), [])
+        return Resumption(placed_again(current, client, current.fire_at, current.seq, now), [])
     policy = current.repeat.missed or client.settings.missed
     if policy is not None and policy.policy == "fire_all":
-        return Resumption(placed_again(current, client, current.fire_at, current.seq, at), [])
+        return Resumption(placed_again(current, client, current.fire_at, current.seq, now), [])
     recurrence = current.repeat.recurrence()
     # Skipped: the occurrences before this (a skip policy: those that can no longer start in time).
     until = at - timedelta(seconds=policy.deadline_s) if policy is not None and policy.policy == "skip" else at
@@ -59,10 +68,10 @@ def resume(current: Schedule, client: Client, at: datetime, calendars: Sequence[
         nominal = rec.next_fire(recurrence, until, fired=seq)
     if policy is not None and policy.policy == "fire_once" and skipped:
         last = skipped.pop()  # the latest that fell while paused fires, once, now
-        return Resumption(placed_again(current, client, last.nominal_at, last.seq, at), list(skipped))
+        return Resumption(placed_again(current, client, last.nominal_at, last.seq, now), list(skipped))
     if nominal is not None and cal.excluded_by(calendars, nominal):
         nominal, _ = cal.next_allowed(recurrence, nominal, calendars, fired=seq - 1)
-    resumed = None if nominal is None else placed_again(current, client, nominal, seq, at)
+    resumed = None if nominal is None else placed_again(current, client, nominal, seq, now)
     return Resumption(resumed, list(skipped))
 
 

@@ -24,6 +24,9 @@ _MISSED_TOLERANCE_S = 10.0
 # How long after an acknowledged change a version of an earlier, unacknowledged change may still fire
 # (a row loaded just before the fence landed: the hot-write deadline plus the API's guard).
 _SETTLE_GRACE_S = 5.0
+# Clocks differ from true time by up to ``WorldConfig.max_skew_s`` (0.5 s): the API's that set a pause's
+# until, and the node's that wakes it.
+_SKEW_TOLERANCE_S = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,9 @@ class Promise:
     paused_at: datetime | None = None
     paused_by: str | None = None
     pause_notices: int = 0
+    # Recurring: timed pauses acknowledged, each (the occurrence it stopped at, until): nothing from that
+    # occurrence on goes out before until, and the schedule goes on by itself after it (``poller.wakes``).
+    paused_until: list[tuple[datetime, datetime]] = field(default_factory=list)
 
     def unsure(self, *fire_ids: str) -> None:
         """A change was not acknowledged: these versions may fire, or not."""
@@ -187,6 +193,7 @@ class Oracle:
         if stray := sorted(ms for ms in delivered - wanted if ms < timing.to_epoch_ms(p.until)):
             problems.append(f"{p.schedule_id}: occurrences not on its timeline were delivered: {stray[:5]}")
         problems += self._check_missed(p, expected, seen)
+        problems += self._check_timed_pauses(p, seen)
         fired = [n for n in expected if timing.to_epoch_ms(n) not in p.skipped]  # skipped ones are no fires
         if p.paused_at is not None:
             problems += self._check_auto_pause(p, fired, delivered)
@@ -234,6 +241,28 @@ class Oracle:
                     f"{p.schedule_id}: fire_once sent {nominal} {late_s:.1f} s late though {expected[i + 1]} was"
                     " due before it went out"
                 )
+        return problems[:3]
+
+    def _check_timed_pauses(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:
+        """A timed pause: no occurrence from the one it stopped at goes out before its until (clocks
+        skewed both ways: ``_SKEW_TOLERANCE_S``); one without a missed-fire policy has skipped runs only
+        where a pause was (a resume records what fell meanwhile, and nothing else skips it)."""
+        problems = []
+        for stopped, until in p.paused_until:
+            ends = (until - self.start).total_seconds() - _SKEW_TOLERANCE_S
+            early = sorted(
+                (key, min(d.at for d in deliveries))
+                for key, deliveries in seen.items()
+                if _nominal_ms(key) >= timing.to_epoch_ms(stopped) and min(d.at for d in deliveries) < ends
+            )
+            if early:
+                problems.append(f"{p.schedule_id}: {early[0][0]} went out at t={early[0][1]:.2f}, paused until {until}")
+        missed = p.repeat.missed if p.repeat is not None else None
+        if p.paused_until and (missed is None or not missed.applies):
+            spans = [(timing.to_epoch_ms(a), timing.to_epoch_ms(b)) for a, b in p.paused_until]
+            paused = [ms for ms, why in p.skipped.items() if not why.startswith("skipped: calendar")]
+            if stray := sorted(ms for ms in paused if not any(a <= ms <= b for a, b in spans)):
+                problems.append(f"{p.schedule_id}: occurrences recorded skipped outside its pauses: {stray[:5]}")
         return problems[:3]
 
     def _last_dead_letter(self, p: Promise) -> int:

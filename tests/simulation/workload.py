@@ -35,11 +35,13 @@ from tickd.schema.model import (
     KafkaCallback,
     Location,
     Options,
+    PauseNote,
     Repeat,
     Schedule,
     Status,
     ThrottlePolicy,
 )
+from tickd.service import actions
 from tickd.service import keys as api_keys
 from tickd.service.bulk import BulkRunner
 from tickd.service.confirm import confirmed
@@ -187,6 +189,21 @@ class Api:
         dues = [current.location.due_at, location.due_at]
         return await self.confirmed(at, dues, left_s, lambda: self.store.replace_schedule(current, updated, at))
 
+    async def pause_until(self, client_id: str, sid: uuid.UUID, for_s: float) -> Schedule:
+        """A timed pause as the handler makes it (``service.actions.pause``): the schedule's row parked,
+        paused, at ``until``, where the instance owning that minute resumes it (``poller.wakes``)."""
+        client = await self.call(lambda: self.store.get_client(client_id))
+        current = await self.call(lambda: self.store.get_schedule(client_id, sid))
+        if client is None or current is None:
+            raise NotFound("gone")
+        if current.status is not Status.SCHEDULED:
+            raise Conflict(f"status {current.status}")
+        at = timing.truncate_ms(self.clock())
+        note = PauseNote(at=at, until=timing.truncate_ms(at + timedelta(seconds=for_s)), note="sim")
+        parked = actions.parked_at(current, client, note)
+        dues = [current.location.due_at, parked.location.due_at]
+        return await self.confirmed(at, dues, None, lambda: self.store.pause_schedule(current, at, parked))
+
     async def confirmed(
         self, at: datetime, dues: list[datetime], left_s: float | None, op: Callable[[], Awaitable[T]]
     ) -> T:
@@ -234,6 +251,8 @@ class Workload:
         self._calendar_rng = random.Random(f"calendars-{world.config.seed}")
         # Missed-fire policies (``schema.missed``), from a stream of their own too.
         self._missed_rng = random.Random(f"missed-{world.config.seed}")
+        # Timed pauses of recurring schedules (``poller.wakes``), from a stream of their own.
+        self._pause_rng = random.Random(f"pauses-{world.config.seed}")
         world.delivery_checks.append(self._check_throttle)
         world.subscribe(self._consume)
 
@@ -255,6 +274,7 @@ class Workload:
             asyncio.create_task(self._clients(end)),
             asyncio.create_task(self._bulk(end)),
             asyncio.create_task(self._calendar_change(end)),
+            asyncio.create_task(self._timed_pauses(end)),
         ]
         if config.faults:
             actors.append(asyncio.create_task(self._chaos(end)))
@@ -380,6 +400,36 @@ class Workload:
         # its fire id (seed 95018).
         promise.maybe.pop(promise.fire_id, None)
         promise.old_fire_ids.pop(promise.fire_id, None)
+
+    async def _timed_pauses(self, end: float) -> None:
+        """Now and then a recurring schedule paused for 5-60 s, as a client does it: retried on a race
+        with its poller's chain (as the handler retries), its outcome in doubt on a store error."""
+        loop, rng = self.world.loop, self._pause_rng
+        while loop.time() < end - 60:
+            await asyncio.sleep(rng.expovariate(1 / 15))
+            live = [
+                p
+                for p in self.world.oracle.promises.values()
+                if p.repeat is not None and p.cancelled_at is None and not p.uncertain and not p.paused_until
+                and p.schedule_id not in self._groups  # a bulk pause of a paused schedule leaves it to its end
+            ]  # fmt: skip
+            if not live:
+                continue
+            promise = rng.choice(live)
+            for_s = rng.uniform(5, 60)
+            for _ in range(3):
+                try:
+                    parked = await self.api.pause_until(promise.client_id, promise.schedule_id, for_s)
+                except Conflict:
+                    continue  # its chain moved it on meanwhile, or it was paused by its failures: read again
+                except NotFound:
+                    break
+                except StoreUnavailable:
+                    promise.unsure()  # paused or not, resumed or not: only its timeline's shape is checked
+                    break
+                assert parked.pause is not None and parked.pause.until is not None
+                promise.paused_until.append((parked.fire_at, parked.pause.until))
+                break
 
     async def _resize(self, client_id: str) -> None:
         pollers = self.rng.choice([1, 2, 3, 4, 6])
@@ -664,7 +714,7 @@ class Workload:
             promise.until = until
             calendar = self.api.calendars.get(promise.client_id)
             promise.calendars = tuple(c for c in [calendar] if c is not None and c.name in promise.repeat.calendars)
-            if promise.repeat.missed is not None and promise.repeat.missed.applies:
+            if (promise.repeat.missed is not None and promise.repeat.missed.applies) or promise.paused_until:
                 promise.skipped = peek.skipped_runs(tables, promise.client_id, promise.schedule_id)
             if promise.cancelled_at is not None:
                 continue  # cancelled, or paused by a bulk job (``_close_bulk``): nothing fires after it

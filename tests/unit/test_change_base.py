@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tickd.schema.changes import change_base, fenced
-from tickd.schema.model import HttpCallback, Location, Schedule, ScheduleRef
+from tickd.schema.errors import Conflict
+from tickd.schema.model import HttpCallback, Location, Schedule, ScheduleRef, Status
 
 T0 = datetime(2030, 1, 1, 1, 49, tzinfo=UTC)
 SID = uuid.uuid4()
@@ -37,3 +41,18 @@ def test_a_change_on_the_pointer_with_nothing_stale_fences_only_a_move_cut_short
     assert change_base(at(A, 2), clean, None, None, clock_ts=200).stale == (CREATED,)
     poller_move = ScheduleRef("c0", SID, A, 2, previous=CREATED, changed_version=1, write_ts=100)
     assert change_base(at(A, 2), poller_move, None, None, clock_ts=200).stale == ()  # a poller's own move
+
+
+def test_a_change_lost_on_its_way_back_to_where_the_schedule_was_is_taken_over() -> None:
+    """A change moving the schedule back to a place it left (a timed pause resumed at its original time)
+    moved the pointer and lost its rows: the row at the pointer's place is the schedule's own from before,
+    at an older version, not the change's. The next change takes the lost one over (simulation seed 1000
+    at the timed-pause branch: the resume, retried, was refused as concurrent and the schedule stopped)."""
+    parked = dataclasses.replace(at(A, 2), status=Status.PAUSED)
+    lost = ScheduleRef("c0", SID, CREATED, 3, previous=A, changed_version=3, write_ts=100)
+    left_there = dataclasses.replace(at(CREATED, 1), status=Status.MOVED)
+    base = change_base(parked, lost, parked, left_there, clock_ts=200)
+    assert base.version == 3 and base.write_ts == 200  # built on the lost change, its version taken over
+    landed = at(CREATED, 3)
+    with pytest.raises(Conflict):
+        change_base(parked, lost, parked, landed, clock_ts=200)  # it landed: a change of someone else's

@@ -108,7 +108,7 @@ async def test_the_missed_fire_policy_decides_about_the_occurrences_in_between()
     node.clock.now = UNTIL
     resumed = await node.waker.wake(once)
     assert resumed is not None and resumed.fire_at == START + timedelta(minutes=10)  # the latest, once, now
-    assert resumed.location.due_at == UNTIL
+    assert resumed.location.due_at > UNTIL  # not on the woken row's key, which its instance holds as fired
     every = await node.paused_every_minute(Missed("fire_all", 3600))
     resumed = await node.waker.wake(every)
     assert resumed is not None and resumed.fire_at == START + timedelta(minutes=1)  # from the first, late
@@ -158,7 +158,22 @@ def test_the_plan_takes_a_paused_row_only_where_its_pause_ends() -> None:
     plan.consider(plain)
     plan.consider(row)
     assert plan.pending_through(minute) == 1  # only the one whose pause ends here
+    assert not plan.changed(minute, stamp)  # read whole once: it rests, until its stamp moves on
+    assert plan.changed(minute, stamp._replace(version=2))
     assert not plan.changed(minute, RowStamp(UNTIL, row.schedule_id, row.version, Status.PAUSED, 0))
     assert plan.changed(minute, RowStamp(UNTIL, row.schedule_id, row.version + 1, Status.MOVED, 0))
     plan.consider(dataclasses.replace(row, status=Status.MOVED, version=row.version + 1))
     assert plan.pending_through(minute) == 0  # resumed by the client meanwhile: nothing to wake
+
+
+async def test_a_late_wake_skips_only_what_fell_while_paused() -> None:
+    """Its node was down at until: the occurrences due since until are late fires (as after an outage,
+    its missed-fire policy deciding in the chain step), not ones the pause passed over."""
+    node = Node()
+    parked = await node.paused_every_minute()
+    node.clock.now = UNTIL + timedelta(minutes=3)
+    resumed = await node.waker.wake(parked)
+    assert resumed is not None and resumed.fire_at == START + timedelta(minutes=11)  # the first from until on
+    assert resumed.location.due_at == UNTIL + timedelta(minutes=3)  # due now (not in a minute gone by)
+    runs = await node.store.list_runs("c1", parked.schedule_id, None, 50)
+    assert max(r.nominal_at for r in runs if r.status is Status.SKIPPED) == START + timedelta(minutes=10)
