@@ -284,7 +284,7 @@ function timeline(schedule, runs, dead) {
   const steps = [step("created", "Created", schedule.created_at)];
   for (const run of [...runs].reverse()) steps.push(...runSteps(run, dead));
   if (schedule.status === "cancelled") steps.push(step("failed", "Cancelled", null, [" ", badge("cancelled")]));
-  if (schedule.status === "paused") steps.push(step("pending", "Paused", null, [": fires nothing until resumed"]));
+  if (schedule.status === "paused") steps.push(pausedStep(schedule.pause));
   if (schedule.status === "scheduled") {
     const what = schedule.attempts > 0 ? `Next retry (attempt ${schedule.attempts + 1})` : "Next fire due";
     steps.push(step("pending", what, schedule.due_at));
@@ -292,9 +292,27 @@ function timeline(schedule, runs, dead) {
   return h("ol", { class: "timeline", "aria-label": "timeline" }, steps);
 }
 
+// A paused schedule's step: since when (a pause with a body), and whether it resumes by itself.
+function pausedStep(pause) {
+  const what = pause && pause.until ? [": resumes by itself at ", when(pause.until)] : [": fires nothing until resumed"];
+  const note = pause && pause.note ? h("span", { class: "step-note wrap" }, pause.note) : null;
+  return step("pending", "Paused", pause ? pause.paused_at : null, [...what, note]);
+}
+
+// The pause a schedule paused with a body carries (GET /v1/schedules/{id}: `pause`).
+function pauseRows(pause) {
+  if (!pause) return [];
+  return [
+    ["Paused since", h("span", { id: "s-paused-since" }, when(pause.paused_at))],
+    ["Resumes at", h("span", { id: "s-pause-until" }, pause.until ? when(pause.until) : "until resumed by hand")],
+    pause.note ? ["Pause note", h("span", { id: "s-pause-note", class: "wrap" }, pause.note)] : null,
+  ];
+}
+
 function details(s) {
   const rows = [
     ["Status", h("span", { id: "s-status" }, badge(s.status))],
+    ...pauseRows(s.pause),
     s.trigger_of ? ["Trigger of", h("a", { href: scheduleHref(s.trigger_of), class: "mono wrap" }, s.trigger_of)] : null,
     ["Fire at", when(s.fire_at)],
     ["Due at", when(s.due_at)],
@@ -325,6 +343,7 @@ const CHANGE_WORDS = {
   "schedule.resume": "Resumed",
   "schedule.auto_pause": "Auto-paused after failed fires",
   "schedule.resume_ended": "Resumed (its rule had nothing left: ended)",
+  "schedule.resume_at_until": "Resumed at its pause's end",
   "schedule.cancel": "Cancelled",
   "schedule.trigger": "Triggered",
   "schedule.put_by_key": "Put by key",
@@ -357,22 +376,72 @@ function changesList(records) {
 // --- pause, resume, trigger now ---------------------------------------------------------------------
 
 const CHANGED = {
-  pause: (s) => `Paused: ${s.schedule_id} fires nothing until resumed.`,
+  pause: (s) =>
+    s.pause && s.pause.until
+      ? [`Paused: ${s.schedule_id} resumes by itself at `, when(s.pause.until), "."]
+      : `Paused: ${s.schedule_id} fires nothing until resumed.`,
   resume: (s) =>
     s.status === "cancelled"
       ? `Resumed, but its rule has nothing left (end_at passed or max_fires spent): ${s.schedule_id} ended cancelled.`
       : [`Resumed: ${s.schedule_id} is scheduled again, next fire due `, when(s.due_at), "."],
 };
 
-// POST /v1/schedules/{id}/pause or /resume; onDone(notice).
-async function change(id, action, button, onDone) {
+// An API error in words, naming the field it refused unless the message already does.
+function errorText(err) {
+  return err instanceof ApiError && err.field && !err.message.startsWith(err.field) ? `${err.field}: ${err.message}` : err.message;
+}
+
+// POST /v1/schedules/{id}/pause (with `body`, a timed or noted pause, or none) or /resume; onDone(notice,
+// true when it was done).
+async function change(id, action, button, onDone, body = undefined) {
   await busy(button, async () => {
     try {
-      onDone(notice(CHANGED[action](await api("POST", `/v1/schedules/${seg("schedule", id)}/${action}`)), "ok"));
+      onDone(notice(CHANGED[action](await api("POST", `/v1/schedules/${seg("schedule", id)}/${action}`, body)), "ok"), true);
     } catch (err) {
-      onDone(notice(`${action === "pause" ? "Pause" : "Resume"} refused: ${err.message}`));
+      onDone(notice(`${action === "pause" ? "Pause" : "Resume"} refused: ${errorText(err)}`), false);
     }
   });
+}
+
+// Pause's optional "Resume at" and "Note". Built once per view and kept across its redraws (every 1.5 s
+// while the schedule can change), so what is being typed stays.
+function pauseFields() {
+  const until = h("input", { type: "datetime-local", id: "pause-until", name: "until" });
+  const note = h("input", { type: "text", id: "pause-note", name: "note", maxlength: "500", autocomplete: "off", placeholder: "why it is paused" });
+  const el = h(
+    "div",
+    { class: "pause-fields", role: "group", "aria-label": "pause options" },
+    h("label", {}, "Resume at (optional)", until),
+    h("label", { class: "grow" }, "Note (optional)", note),
+  );
+  return {
+    el,
+    show(on) {
+      el.hidden = !on;
+    },
+    // The pause's body: null when "Resume at" is half filled in (nothing is sent), undefined when both are
+    // empty (a plain pause, no body). "Resume at" is the browser's local clock, sent as a UTC instant.
+    body() {
+      if (until.validity.badInput) return null;
+      const wanted = {};
+      if (until.value) wanted.until = localInputToIso(until.value);
+      if (note.value.trim()) wanted.note = note.value.trim();
+      return Object.keys(wanted).length ? wanted : undefined;
+    },
+    clear() {
+      until.value = "";
+      note.value = "";
+    },
+  };
+}
+
+function pause(id, fields, button, onDone) {
+  const body = fields.body();
+  if (body === null) return onDone(notice("Pause refused: give \"Resume at\" a whole date and time, or leave it empty."));
+  return change(id, "pause", button, (note, done) => {
+    if (done) fields.clear();
+    onDone(note);
+  }, body);
 }
 
 async function trigger(id, button, onDone) {
@@ -393,24 +462,29 @@ async function trigger(id, button, onDone) {
 }
 
 // Pause and Resume are both shown, the one the status allows enabled; a paused schedule can be cancelled.
-function scheduleActions(s, onDone) {
+// Pause's options (`fields`) are shown while it can be paused.
+function scheduleActions(s, fields, onDone) {
   const id = s.schedule_id;
   const button = (action, label, enabled, kind, onclick) =>
     h("button", { type: "button", class: kind, "data-action": action, disabled: !enabled, onclick: (e) => onclick(e.currentTarget) }, label);
   const live = s.status === "scheduled" || s.status === "paused";
-  return h(
-    "div",
-    { class: "actions" },
-    button("pause", "Pause", s.status === "scheduled", "secondary", (b) => change(id, "pause", b, onDone)),
+  fields.show(s.status === "scheduled");
+  return [
+    button("pause", "Pause", s.status === "scheduled", "secondary", (b) => pause(id, fields, b, onDone)),
     button("resume", "Resume", s.status === "paused", "secondary", (b) => change(id, "resume", b, onDone)),
     button("trigger", "Trigger now", s.status !== "cancelled", "", (b) => trigger(id, b, onDone)),
     live ? button("cancel", "Cancel schedule", true, "danger", (b) => cancel(id, b, onDone)) : null,
-  );
+  ];
 }
 
 export async function scheduleView(root, id, ctx) {
   const message = h("div");
   const body = h("div", { class: "detail" });
+  // Redrawn on each refresh: the buttons and the two columns; the pause options stay (see pauseFields).
+  const fields = pauseFields();
+  const buttons = h("div", { class: "action-buttons" });
+  const panes = h("div");
+  const bar = h("div", { class: "actions schedule-actions" }, fields.el, buttons);
   mount(root, h("p", {}, h("a", { href: "#/schedules" }, "← Schedules")), h("h2", { class: "mono wrap" }, id), message, body);
   // fire id -> dead letter, read on open (a redriven fire's run no longer says it failed) and, since the
   // poller marks a fire failed before it writes the letter, again every 2 s while a failed fire has none
@@ -458,8 +532,12 @@ export async function scheduleView(root, id, ctx) {
       mount(message, notice(err.message));
       return false;
     }
-    mount(body, scheduleActions(schedule, done), h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs, dead)), h("section", {}, h("h3", {}, "Details"), details(schedule), h("h3", {}, "Changes"), changesList(changes))));
-    const live = schedule.status === "scheduled" || runs.some((r) => r.status === "scheduled");
+    if (!bar.isConnected) mount(body, bar, panes);
+    mount(buttons, scheduleActions(schedule, fields, done));
+    mount(panes, h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs, dead)), h("section", {}, h("h3", {}, "Details"), details(schedule), h("h3", {}, "Changes"), changesList(changes))));
+    // A timed pause ends by itself: follow it to its resume too.
+    const timed = schedule.status === "paused" && Boolean(schedule.pause && schedule.pause.until);
+    const live = schedule.status === "scheduled" || timed || runs.some((r) => r.status === "scheduled");
     return live || (lacking(runs) && looks < 5);
   }
 
