@@ -139,6 +139,24 @@ async def test_pause_resume_trigger(tenant: AsyncTickd, dev: Dev) -> None:
     assert (await tenant.get_schedule(created.schedule_id)).fire_at == created.fire_at
 
 
+async def test_timed_pause_with_a_note(tenant: AsyncTickd, dev: Dev) -> None:
+    created = await tenant.create_schedule(every="1h", callback=dev.healthz())
+    until = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    paused = await tenant.pause_schedule(created.schedule_id, until=until, note="freeze")
+    assert paused.pause is not None and (paused.pause.until, paused.pause.note) == (until, "freeze")
+    assert paused.due_at == until and (await tenant.get_schedule(created.schedule_id)).pause == paused.pause
+    assert await tenant.pause_schedule(created.schedule_id, until=until, note="freeze") == paused  # no change
+    noted = await tenant.pause_schedule(created.schedule_id, note="longer freeze")  # replaced: no end now
+    assert noted.pause is not None and (noted.pause.until, noted.pause.note) == (None, "longer freeze")
+    with pytest.raises(ValueError, match="timezone"):
+        await tenant.pause_schedule(created.schedule_id, until=datetime(2030, 1, 1))  # noqa: DTZ001
+    with pytest.raises(Invalid) as past:
+        await tenant.pause_schedule(created.schedule_id, until=int(time.time()) - 60)
+    assert past.value.field == "until"
+    resumed = await tenant.resume_schedule(created.schedule_id)
+    assert resumed.status == "scheduled" and resumed.pause is None
+
+
 async def test_put_get_cancel_by_key(tenant: AsyncTickd, dev: Dev) -> None:
     fire_at = datetime.now(UTC) + timedelta(hours=1)
     first = await tenant.put_schedule_by_key("k.1", fire_at=fire_at, callback=dev.healthz(), payload=1)

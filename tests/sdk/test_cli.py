@@ -138,6 +138,7 @@ def test_bash_completion_offers_commands_and_options(tickd: Run, tmp_path: Path)
     assert missed <= complete("tickd", "schedules", "update", "x", "--")
     assert missed <= complete("tickd", "settings", "--")
     assert complete("tickd", "settings", "--missed-policy", "") == {"fire_all", "skip", "fire_once"}
+    assert {"--until", "--note", "--if-match"} <= complete("tickd", "schedules", "pause", "x", "--")
 
 
 def test_dev_execs_tickd_dev(tmp_path: Path) -> None:
@@ -544,3 +545,40 @@ def test_missed_fire_policy_options_on_settings(tickd: Run) -> None:
     code, out, _ = tickd(*own, "--no-missed", "-o", "json")
     assert code == 0 and _json(out)["missed"] == {"policy": "fire_all", "deadline_s": None}
     assert _json(out)["pause_after_failures"] == 2
+
+
+def test_pause_until_a_time_with_a_note(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    schedule_id = tickd("schedules", "create", "--every", "1h", *hook, "-q")[1].strip()
+    until = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    code, out, _ = tickd("schedules", "pause", schedule_id, "--until", until.isoformat(), "--note", "disk swap")
+    assert code == 0 and _line(out, "status") == "paused"
+    assert _line(out, r"pause\.until") == until.isoformat() and _line(out, r"pause\.note") == "disk swap"
+    assert _line(out, "due_at") == until.isoformat() and "pause.paused_at" in out
+    shown = tickd("schedules", "get", schedule_id)[1]  # the table: the pause's fields, one line each
+    assert _line(shown, r"pause\.until") == until.isoformat() and _line(shown, r"pause\.note") == "disk swap"
+    pause = _json(tickd("schedules", "get", schedule_id, "-o", "json")[1])["pause"]
+    assert (pause["until"], pause["note"]) == (until.isoformat(), "disk swap")
+    epoch = int(until.timestamp()) + 60
+    code, out, _ = tickd("schedules", "pause", schedule_id, "--until", str(epoch), "-o", "json")
+    pause = _json(out)["pause"]
+    assert code == 0 and pause["until"] == datetime.fromtimestamp(epoch, UTC).isoformat() and pause["note"] is None
+    code, out, _ = tickd("schedules", "pause", schedule_id, "--note", "no end")
+    assert code == 0 and _line(out, r"pause\.note") == "no end" and "pause.until" not in out
+    code, out, _ = tickd("schedules", "resume", schedule_id)
+    assert code == 0 and _line(out, "status") == "scheduled" and "pause." not in out
+    code, out, _ = tickd("schedules", "pause", schedule_id)  # no options: a pause with no time or note
+    assert code == 0 and _line(out, "status") == "paused" and "pause." not in out
+
+
+def test_pause_until_is_checked_before_sending(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--delay-s", "3600"]
+    schedule_id = tickd("schedules", "create", *hook, "-q")[1].strip()
+    for given in ("2030-01-01T00:00:00", "tomorrow", "-5", "2030-13-01T00:00:00Z", ""):
+        code, _, err = tickd("schedules", "pause", schedule_id, "--until", given)
+        assert code == cli.USAGE and f"--until {given!r}" in err and "offset" in err, (given, err)
+    code, _, err = tickd("schedules", "pause", schedule_id, "--until", "1")  # well formed, but long past
+    assert code == cli.INVALID and "until" in err
+    code, _, err = tickd("schedules", "pause", schedule_id, "--note", "x" * 501)
+    assert code == cli.INVALID and "note" in err
+    assert _line(tickd("schedules", "get", schedule_id)[1], "status") == "scheduled"  # none of them paused it

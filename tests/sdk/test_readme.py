@@ -1,7 +1,7 @@
-"""The README's "SDK and CLI" examples, and the SDK README's "Calendars" ones, run as written against a
-fresh tickd-dev by a fresh virtualenv with only the SDK pip-installed into it (as a client team would):
-the code blocks are read out of the READMEs, so the test breaks when a README and the SDK or CLI drift
-apart."""
+"""The README's "SDK and CLI" examples, and the SDK README's "Calendars" and "Timed pauses" ones, run as
+written against a fresh tickd-dev by a fresh virtualenv with only the SDK pip-installed into it (as a
+client team would): the code blocks are read out of the READMEs, so the test breaks when a README and the
+SDK or CLI drift apart."""
 
 from __future__ import annotations
 
@@ -142,3 +142,38 @@ def test_the_sdk_readme_calendars_cli_example_runs(fresh: Dev, venv: Path) -> No
     assert re.search(r"^utc +local +timezone +excluded_by +note$", ran.stdout, flags=re.MULTILINE)
     assert ran.stdout.count("holidays v1") == 3  # the preview: the 25th, 26th and 27th
     assert '"weekdays": [\n    "sat",\n    "sun"\n  ]' in ran.stdout  # calendars get --output json
+
+
+def _pause_blocks(language: str) -> list[str]:
+    return _blocks(language, SDK / "README.md", "Timed pauses")
+
+
+def test_the_sdk_readme_has_one_python_and_one_shell_timed_pause_example() -> None:
+    assert len(_pause_blocks("python")) == 1 and len(_pause_blocks("sh")) == 1
+
+
+def test_the_sdk_readme_timed_pause_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _pause_blocks("python")
+    ran = subprocess.run(
+        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    assert ran.stdout.splitlines() == ["paused warehouse migration", "True", "scheduled None"]
+
+
+def test_the_sdk_readme_timed_pause_cli_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _pause_blocks("sh")
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", example],
+        capture_output=True,
+        text=True,
+        env=_env(fresh, venv),
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    assert len(re.findall(r"^pause\.note +warehouse migration$", ran.stdout, flags=re.MULTILINE)) == 2  # pause, get
+    until = re.findall(r"^pause\.until +(\S+)$", ran.stdout, flags=re.MULTILINE)
+    assert len(until) == 2 and until[0] == until[1] and until[0].endswith("+00:00")
+    assert re.search(rf"^due_at +{re.escape(until[0])}$", ran.stdout, flags=re.MULTILINE)
+    assert re.search(r"^status +cancelled$", ran.stdout, flags=re.MULTILINE)

@@ -279,6 +279,50 @@ def test_a_resume_is_not_sent_again_after_a_503_but_a_pause_is(serve: Callable[.
     assert len(fake.hits) == 2
 
 
+PAUSE = {"paused_at": _AT, "until": "2026-11-23T12:00:00.000Z", "note": "migration"}
+
+
+@KINDS
+def test_a_timed_pause_is_retried_after_a_503_with_the_same_body(serve: Callable[..., Fake], kind: str) -> None:
+    busy = (503, {"Retry-After": "0"}, _error(503, "store_unavailable"))
+    paused = {**SCHEDULE, "status": "paused", "due_at": PAUSE["until"], "pause": PAUSE}
+    fake = serve(busy, (200, {}, paused))
+    until = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    found = run(
+        kind, fake.url, FAST, lambda c: c.pause_schedule(SCHEDULE["schedule_id"], until=until, note="migration")
+    )
+    path = f"/v1/schedules/{SCHEDULE['schedule_id']}/pause"
+    assert [(hit.method, hit.path) for hit in fake.hits] == [("POST", path)] * 2  # the same pause again: no change
+    sent = {"until": "2026-11-23T12:00:00+00:00", "note": "migration"}
+    assert [json.loads(hit.body) for hit in fake.hits] == [sent, sent]
+    assert fake.hits[0].headers["Content-Type"] == "application/json"
+    assert found.pause is not None and (found.pause.until, found.pause.note) == (until, "migration")
+    assert found.due_at == found.pause.until and found.pause.paused_at == datetime(2026, 11, 23, 10, tzinfo=UTC)
+
+
+@KINDS
+def test_a_pause_sends_epoch_seconds_a_note_alone_or_no_body(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve((200, {}, SCHEDULE), (200, {}, SCHEDULE), (200, {}, SCHEDULE))
+    schedule_id = SCHEDULE["schedule_id"]
+    run(kind, fake.url, FAST, lambda c: c.pause_schedule(schedule_id, until=1795341600))
+    run(kind, fake.url, FAST, lambda c: c.pause_schedule(schedule_id, note="on hold"))
+    found = run(kind, fake.url, FAST, lambda c: c.pause_schedule(schedule_id))
+    assert json.loads(fake.hits[0].body) == {"until": 1795341600}
+    assert json.loads(fake.hits[1].body) == {"note": "on hold"}
+    assert fake.hits[2].body == b"" and "Content-Type" not in fake.hits[2].headers  # no body: as before
+    assert found.pause is None  # the answer has no pause
+
+
+@KINDS
+def test_a_conditional_timed_pause_is_not_sent_again(serve: Callable[..., Fake], kind: str) -> None:
+    fake = serve(RESET, (200, {}, SCHEDULE))
+    with pytest.raises(Unavailable):  # a repeat of one that applied would find the version moved on
+        run(kind, fake.url, FAST, lambda c: c.pause_schedule(SCHEDULE["schedule_id"], until=1795341600, if_match=3))
+    assert [(hit.headers.get("If-Match"), json.loads(hit.body)) for hit in fake.hits] == [
+        ('"3"', {"until": 1795341600})
+    ]
+
+
 LETTER = {
     "dead_letter_id": "1795474750375-6f1c2c5e-0000-4000-8000-000000000000",
     "schedule_id": SCHEDULE["schedule_id"],

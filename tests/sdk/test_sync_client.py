@@ -18,12 +18,15 @@ from tickd_client import (
     Invalid,
     MissedPolicy,
     NotFound,
+    Pause,
     PreconditionFailed,
     RuleFields,
+    Schedule,
     Tickd,
     Unauthorized,
     calls,
 )
+from tickd_client.models import decode
 
 from tests.sdk.conftest import Dev, wait_for_dead_letters, wait_for_runs
 
@@ -199,6 +202,101 @@ def test_pause_and_resume_a_recurring_schedule(tenant: Tickd, dev: Dev) -> None:
     assert twice.value.code == "not_paused"
     with pytest.raises(NotFound):
         tenant.pause_schedule(str(uuid.uuid4()))
+
+
+def test_a_pause_until_a_time_with_a_note_resumes_by_itself(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(every="1h", callback=dev.healthz())
+    assert created.pause is None
+    until = datetime.now(UTC) + timedelta(seconds=4)
+    paused = tenant.pause_schedule(created.schedule_id, until=until, note="warehouse migration")
+    assert paused.status == "paused" and paused.pause is not None
+    assert paused.pause.note == "warehouse migration" and paused.pause.paused_at <= datetime.now(UTC)
+    assert paused.pause.until == until.replace(microsecond=until.microsecond // 1000 * 1000)  # the API keeps ms
+    assert paused.due_at == paused.pause.until  # parked at the time it resumes
+    assert tenant.get_schedule(created.schedule_id) == paused
+    again = tenant.pause_schedule(created.schedule_id, until=until, note="warehouse migration")
+    assert again == paused  # the same pause asked again changes nothing (a retry is safe)
+    assert tenant.pause_schedule(created.schedule_id) == paused  # no body: left as it is
+    later = int(time.time()) + 3
+    replaced = tenant.pause_schedule(created.schedule_id, until=later)  # epoch seconds; no note now
+    assert replaced.pause is not None and replaced.pause.note is None
+    assert replaced.pause.until == datetime.fromtimestamp(later, UTC) == replaced.due_at
+    assert replaced.version is not None and paused.version is not None and replaced.version > paused.version
+    _wait_for_status(tenant, created.schedule_id, "scheduled")
+    resumed = tenant.get_schedule(created.schedule_id)
+    assert resumed.pause is None and resumed.fire_id == created.fire_id  # the hour had not come
+    actions = [r.action for r in tenant.schedule_audit(created.schedule_id)]
+    assert actions == ["schedule.resume_at_until", "schedule.pause", "schedule.pause", "schedule.create"], actions
+    assert [n.kind for n in tenant.notices() if n.schedule_id == created.schedule_id] == ["schedule.resumed"]
+
+
+def test_a_resume_clears_the_pause_and_a_note_alone_has_no_end(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(delay_s=3600, callback=dev.healthz())
+    paused = tenant.pause_schedule(created.schedule_id, note="on hold")
+    assert paused.pause is not None and (paused.pause.until, paused.pause.note) == (None, "on hold")
+    assert paused.due_at == created.due_at  # no until: it stays where it is
+    resumed = tenant.resume_schedule(created.schedule_id)
+    assert resumed.status == "scheduled" and resumed.pause is None
+    assert tenant.pause_schedule(created.schedule_id).pause is None  # a pause without a body shows none
+
+
+def test_a_bad_pause_is_refused_naming_the_field(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(delay_s=3600, callback=dev.healthz())
+    with pytest.raises(Invalid) as past:
+        tenant.pause_schedule(created.schedule_id, until=datetime.now(UTC) - timedelta(minutes=1))
+    assert (past.value.status, past.value.field) == (422, "until")
+    with pytest.raises(Invalid) as far:
+        tenant.pause_schedule(created.schedule_id, until=datetime.now(UTC) + timedelta(days=11 * 366))
+    assert (far.value.status, far.value.field) == (422, "until")
+    with pytest.raises(Invalid) as long:
+        tenant.pause_schedule(created.schedule_id, note="x" * 501)
+    assert long.value.field == "note"
+    with pytest.raises(ValueError, match="timezone"):
+        tenant.pause_schedule(created.schedule_id, until=datetime(2030, 1, 1))  # noqa: DTZ001
+    assert tenant.get_schedule(created.schedule_id) == created  # none of them paused it
+
+
+def test_the_pause_request_body_and_its_repeatability() -> None:
+    plain = calls.pause_schedule("s")
+    assert (plain.method, plain.path, plain.body, plain.repeatable) == ("POST", "/v1/schedules/s/pause", None, True)
+    at = datetime(2030, 1, 1, 9, 30, tzinfo=UTC)
+    timed = calls.pause_schedule("s", until=at, note="migration")
+    assert timed.body == {"until": "2030-01-01T09:30:00+00:00", "note": "migration"} and timed.repeatable
+    assert calls.pause_schedule("s", until=1893490200).body == {"until": 1893490200}
+    assert calls.pause_schedule("s", note="").body == {"note": ""}  # given, so sent
+    conditional = calls.pause_schedule("s", 4, until=at)
+    assert conditional.repeatable is False and conditional.headers == {"If-Match": '"4"'}
+    assert calls.pause_schedule("s", if_match=4).repeatable is False
+    with pytest.raises(ValueError, match="timezone"):
+        calls.pause_schedule("s", until=datetime(2030, 1, 1))  # noqa: DTZ001
+    with pytest.raises(TypeError):
+        calls.pause_schedule("s", until=True)
+
+
+def test_a_schedule_answer_with_and_without_a_pause() -> None:
+    answer: dict[str, Any] = {
+        "schedule_id": "s",
+        "status": "paused",
+        "fire_at": "2030-01-01T09:00:00Z",
+        "due_at": "2030-01-02T00:00:00Z",
+        "fire_id": "s:1",
+        "attempts": 0,
+        "fired_at": None,
+        "last_error": None,
+        "created_at": "2029-12-01T00:00:00Z",
+        "callback": {"type": "http", "url": "http://example.com/"},
+    }
+    pause = {"paused_at": "2029-12-31T08:00:00.250Z", "until": "2030-01-02T00:00:00Z", "note": "freeze"}
+    found = decode(Schedule, {**answer, "pause": pause})
+    assert found.pause == Pause(
+        datetime(2029, 12, 31, 8, 0, 0, 250000, tzinfo=UTC), datetime(2030, 1, 2, tzinfo=UTC), "freeze"
+    )
+    assert decode(Schedule, {**answer, "pause": {"paused_at": pause["paused_at"]}}).pause == Pause(
+        datetime(2029, 12, 31, 8, 0, 0, 250000, tzinfo=UTC)
+    )
+    assert decode(Schedule, answer).pause is None and decode(Schedule, {**answer, "pause": None}).pause is None
+    with pytest.raises(ValueError, match=r"Schedule\.pause: missing paused_at"):
+        decode(Schedule, {**answer, "pause": {"note": "x"}})
 
 
 def test_trigger_fires_once_now_with_its_own_fire_id(tenant: Tickd, dev: Dev) -> None:

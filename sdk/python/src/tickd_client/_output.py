@@ -70,8 +70,17 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+# Nested views a single object shows field by field (``pause.until  ...``) rather than as one JSON cell.
+_SPREAD = frozenset({"pause"})
+
+
 def _fields(data: Mapping[str, Any]) -> str:
-    shown = {name: value for name, value in data.items() if value is not None}
+    shown: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in _SPREAD and isinstance(value, Mapping):
+            shown.update({f"{name}.{inner}": v for inner, v in value.items() if v is not None})
+        elif value is not None:
+            shown[name] = value
     width = max((len(name) for name in shown), default=0)
     return "\n".join(f"{name.ljust(width)}  {_cell(value)}" for name, value in shown.items())
 

@@ -274,9 +274,21 @@ class Tickd:
     def cancel_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
         return self.send(calls.cancel_schedule(schedule_id, if_match))
 
-    def pause_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
-        """It fires nothing until resumed (status ``paused``); pausing a paused schedule is no error."""
-        return self.send(calls.pause_schedule(schedule_id, if_match))
+    def pause_schedule(
+        self,
+        schedule_id: str,
+        *,
+        until: Time | None = None,
+        note: str | None = None,
+        if_match: calls.IfMatch = None,
+    ) -> Schedule:
+        """It fires nothing until resumed (status ``paused``); pausing a paused schedule is no error.
+        ``until`` (a datetime with a timezone, epoch seconds or an RFC 3339 string): it resumes by itself
+        then (its ``due_at`` until then); ``note``: shown with the pause (at most 500 characters). Either
+        makes the pause exactly that one (``Schedule.pause``), replacing the one it has; with neither, a
+        paused schedule is left as it is. A naive datetime is a ``ValueError``; an ``until`` not ahead of
+        now or beyond the horizon is ``Invalid`` with ``field`` ``until``."""
+        return self.send(calls.pause_schedule(schedule_id, if_match, until=until, note=note))
 
     def resume_schedule(self, schedule_id: str, *, if_match: calls.IfMatch = None) -> Schedule:
         """``scheduled`` again; a recurring schedule goes on from now (``Conflict`` if it is not paused)."""

@@ -409,10 +409,30 @@ def cancel_schedule(schedule_id: str, if_match: IfMatch = None) -> Call[Schedule
     return Call("DELETE", _path("schedules", str(schedule_id)), _one(Schedule), headers=precondition(if_match))
 
 
-def pause_schedule(schedule_id: str, if_match: IfMatch = None) -> Call[Schedule]:
-    """Pausing a paused schedule is 200 with it: repeatable although it is a POST, unless conditional."""
+def pause_schedule(
+    schedule_id: str, if_match: IfMatch = None, *, until: Time | None = None, note: str | None = None
+) -> Call[Schedule]:
+    """A pause; with ``until`` (it resumes by itself then) or ``note`` (shown with the pause), a body that
+    becomes the schedule's pause, replacing the one it has; with neither, no body (a paused schedule stays
+    as it is). Pausing a paused schedule is 200 with it, and asking for the pause it has changes nothing:
+    repeatable although it is a POST, unless conditional (a repeat of one that applied finds the version
+    moved on: 412)."""
     path = _path("schedules", str(schedule_id), "pause")
-    return Call("POST", path, _one(Schedule), headers=precondition(if_match), repeatable=if_match is None)
+    body = pause_body(until, note)
+    return Call("POST", path, _one(Schedule), body, headers=precondition(if_match), repeatable=if_match is None)
+
+
+def pause_body(until: Time | None, note: str | None) -> dict[str, Any] | None:
+    """A pause's body: ``until`` as RFC 3339 (a naive datetime is refused here) or epoch seconds, and
+    ``note``, each only if given; None (no body) when neither is."""
+    if isinstance(until, bool):
+        raise TypeError("until is a datetime with a timezone, epoch seconds or an RFC 3339 string")
+    body: dict[str, Any] = {}
+    if until is not None:
+        body["until"] = time_value(until)
+    if note is not None:
+        body["note"] = note
+    return body or None
 
 
 def resume_schedule(schedule_id: str, if_match: IfMatch = None) -> Call[Schedule]:

@@ -190,8 +190,28 @@ def _if_match(args: argparse.Namespace) -> int | None:
 
 
 def _conditional(change: Callable[..., Any]) -> Handler:
-    """A handler calling ``change(client, schedule_id, if_match=...)``: cancel, pause, resume."""
+    """A handler calling ``change(client, schedule_id, if_match=...)``: cancel, resume."""
     return lambda client, args: change(client, args.schedule_id, if_match=_if_match(args))
+
+
+def _schedules_pause(client: Tickd, args: argparse.Namespace) -> Any:
+    until = None if args.until is None else _until(args.until)
+    return client.pause_schedule(args.schedule_id, until=until, note=args.note, if_match=_if_match(args))
+
+
+def _until(text: str) -> datetime | int:
+    """--until as epoch seconds or a time with an offset, checked here: a clear error naming the option."""
+    if text.isascii() and text.isdigit():
+        return int(text)
+    try:
+        given = datetime.fromisoformat(text)
+    except ValueError:
+        given = None
+    if given is None or given.tzinfo is None:
+        raise UsageError(
+            f"--until {text!r}: give RFC 3339 with an offset (2026-12-24T18:00:00Z, ...+01:00) or epoch seconds"
+        )
+    return given
 
 
 def _schedules_update(client: Tickd, args: argparse.Namespace) -> Any:
@@ -575,12 +595,20 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--limit", type=int, default=None, help="stop after this many")
     for name, change, help in (
         ("cancel", Tickd.cancel_schedule, "cancel a schedule"),
-        ("pause", Tickd.pause_schedule, "fire nothing until resumed"),
         ("resume", Tickd.resume_schedule, "resume a paused one"),
     ):
         leaf = _leaf(group, name, _conditional(change), help, common)
         leaf.add_argument("schedule_id")
         _if_match_arg(leaf)
+    pause = _leaf(group, "pause", _schedules_pause, "fire nothing until resumed (or until --until)", common)
+    pause.add_argument("schedule_id")
+    pause.add_argument(
+        "--until",
+        metavar="TIME",
+        help="resume by itself then: RFC 3339 with an offset, or epoch seconds (ahead of now)",
+    )
+    pause.add_argument("--note", metavar="TEXT", help="shown with the pause (at most 500 characters)")
+    _if_match_arg(pause)
     trigger = _leaf(group, "trigger", _schedules_trigger, "one extra fire now (prints the trigger)", common)
     trigger.add_argument("schedule_id")
     trigger.add_argument("--idempotency-key", help="the same key triggers once")

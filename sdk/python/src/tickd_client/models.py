@@ -92,6 +92,17 @@ class Recurrence:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """A paused schedule's pause, when it was paused with a time or a note (``pause_schedule(until=...,
+    note=...)``): when it was paused; ``until``, when it resumes by itself (its ``due_at`` until then; None:
+    only a resume ends it); ``note``, the text shown with it (None: none)."""
+
+    paused_at: datetime
+    until: datetime | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Schedule:
     schedule_id: str
     status: str
@@ -117,6 +128,8 @@ class Schedule:
     pause_after_failures: int | None = None
     notice: bool | None = None  # a notification of yours on its way to your notify target
     trigger_of: str | None = None  # a trigger (``trigger_schedule``): the schedule it is an extra fire of
+    # A paused schedule's pause, when it was paused with a time or a note; None otherwise (cleared by a resume).
+    pause: Pause | None = None
 
 
 @dataclass(frozen=True)
