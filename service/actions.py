@@ -107,12 +107,16 @@ async def pause(caller: Caller, client: Client, current: Schedule, *, wanted: Pa
     if current.status is Status.PAUSED and wanted is None:
         return current
     at = audit.app_now(caller.app)
-    note = None if wanted is None else pause_note(caller, wanted, at)
+    # A pause replaced keeps when the schedule was paused.
+    since = current.pause.at if current.status is Status.PAUSED and current.pause is not None else at
+    note = None if wanted is None else pause_note(caller, wanted, since)
     if current.status is Status.PAUSED and note is not None and _same_pause(current.pause, note):
-        return current  # the same pause asked again
+        return current  # the same pause asked again (a retry: even once its until has passed)
+    if note is not None:
+        check_until(caller, note, at)
     left_s = check_mutable(caller, current, at, stops=True)
     store = caller.app[keys.STORE]
-    parked = None if note is None else parked_at(current, client, note)
+    parked = None if note is None else parked_at(current, client, note, at)
     write = store.pause_schedule(current, at, parked)
     dues = [current.location.due_at] if parked is None else [current.location.due_at, parked.location.due_at]
     paused = await confirmed_change(caller, at, dues, left_s, write)
@@ -120,29 +124,38 @@ async def pause(caller: Caller, client: Client, current: Schedule, *, wanted: Pa
     return paused
 
 
-def pause_note(caller: Caller, wanted: PauseRequest, at: datetime) -> PauseNote:
-    """The pause a request asks for: its ``until`` ahead of now and within the horizon (422 naming it)."""
+def pause_note(caller: Caller, wanted: PauseRequest, since: datetime) -> PauseNote:
+    """The pause a request asks for, paused ``since`` (its ``until`` not checked yet: ``check_until``)."""
     until = None
     if wanted.until is not None and not isinstance(wanted.until, UnsetType):
         until = to_ms(parse_time(wanted.until, "until"))
-        horizon_s = caller.app[keys.SETTINGS].max_horizon_s
-        if until <= at:
-            raise Invalid("until must be ahead of now", field="until", code="out_of_range")
-        if (until - at).total_seconds() > horizon_s:
-            raise Invalid(f"until is more than {horizon_s} s ahead", field="until", code="out_of_range")
     note = wanted.note if isinstance(wanted.note, str) and wanted.note else None
-    return PauseNote(at=at, until=until, note=note)
+    return PauseNote(at=since, until=until, note=note)
 
 
-def parked_at(current: Schedule, client: Client, note: PauseNote) -> Schedule:
-    """``current`` paused with ``note``: at the time its pause ends, on its instance (off a draining
-    poller if it was on one), or where it is for a pause with no time."""
+def check_until(caller: Caller, note: PauseNote, at: datetime) -> None:
+    """A new pause's ``until``: ahead of now and within the horizon (422 naming it)."""
+    if note.until is None:
+        return
+    horizon_s = caller.app[keys.SETTINGS].max_horizon_s
+    if note.until <= at:
+        raise Invalid("until must be ahead of now", field="until", code="out_of_range")
+    if (note.until - at).total_seconds() > horizon_s:
+        raise Invalid(f"until is more than {horizon_s} s ahead", field="until", code="out_of_range")
+
+
+def parked_at(current: Schedule, client: Client, note: PauseNote, at: datetime) -> Schedule:
+    """``current`` paused with ``note``, on its instance (off a draining poller if it was on one): at the
+    time its pause ends; for a pause with no time, where it is, or, if a timed pause had parked it, back
+    where its fire is due (``due_at`` then says when that is, not when a pause it no longer has ends)."""
     location = current.location
+    poller_id = location.poller_id
+    if poller_id >= client.poller_count:
+        poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
     if note.until is not None:
-        poller_id = location.poller_id
-        if poller_id >= client.poller_count:
-            poller_id = timing.poller_id_for(current.schedule_id, client.poller_count)
         location = Location(poller_id, note.until)
+    elif current.wakes:
+        location = Location(poller_id, timing.stored_due_at(current.schedule_id, current.fire_at, current.options, at))
     return dataclasses.replace(current, location=location, options=with_pause(current.options, note))
 
 

@@ -200,7 +200,7 @@ class Api:
             raise Conflict(f"status {current.status}")
         at = timing.truncate_ms(self.clock())
         note = PauseNote(at=at, until=timing.truncate_ms(at + timedelta(seconds=for_s)), note="sim")
-        parked = actions.parked_at(current, client, note)
+        parked = actions.parked_at(current, client, note, at)
         dues = [current.location.due_at, parked.location.due_at]
         return await self.confirmed(at, dues, None, lambda: self.store.pause_schedule(current, at, parked))
 

@@ -74,8 +74,26 @@ async def test_a_pause_with_a_body_replaces_the_pause_and_one_without_changes_no
     assert moved["version"] > first["version"] and datetime.fromisoformat(moved["due_at"]) == later
     forever = await ok(await api.post(path + "/pause", json={"note": "until further notice"}, headers=key))
     assert "until" not in forever["pause"] and forever["pause"]["note"] == "until further notice"
+    assert forever["pause"]["paused_at"] == first["pause"]["paused_at"]  # paused since the first pause
+    assert forever["due_at"] == made["due_at"]  # back where its fire is due, not at a pause end it lost
     row = await store.get_schedule(client_id, uuid.UUID(made["schedule_id"]))
     assert row is not None and row.status is Status.PAUSED and not row.wakes  # nothing resumes it by itself
+
+
+async def test_the_same_timed_pause_again_changes_nothing_and_one_already_over_is_refused(
+    api: Api, store: Store, register: Register
+) -> None:
+    client_id, key = await register()
+    path, made = await created(api, key, delay_s=3600)
+    soon = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
+    first = await ok(await api.post(path + "/pause", json={"until": iso(soon), "note": "n"}, headers=key))
+    row = await store.get_schedule(client_id, uuid.UUID(made["schedule_id"]))
+    assert row is not None and row.pause is not None
+    # The same pause is recognised before its until is checked (a retry arriving after until is no 422).
+    past = {"until": iso(soon - timedelta(hours=1)), "note": "n"}
+    assert (await refused(await api.post(path + "/pause", json=past, headers=key)))["field"] == "until"
+    again = await ok(await api.post(path + "/pause", json={"until": iso(soon), "note": "n"}, headers=key))
+    assert again == first
 
 
 async def test_a_note_alone_pauses_the_schedule_where_it_is(api: Api, register: Register) -> None:
