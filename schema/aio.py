@@ -15,11 +15,21 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
+from tickd.schema import guard
+
 T = TypeVar("T")
 
 
 async def gather(*aws: Awaitable[T]) -> list[T]:
-    """``asyncio.gather(*aws)``; if it fails while the calling task is being cancelled, the cancel."""
+    """``asyncio.gather(*aws)``; if it fails while the calling task is being cancelled, the cancel. The
+    calling task's store guard (``schema.guard``) guards what it gathers too: a fire's write fanned out
+    (``schema.batchlog.send_in_phases`` after a batch could not be logged) stops at the lease as the rest
+    of the fire does (simulation seed 440102: a node's batch in flight 32 s, past the instance's handover,
+    then sent again unlogged from tasks no guard covered; the stale row it wrote was left behind the next
+    owner's checkpoint)."""
+    check = guard.current()
+    if check is not None:
+        aws = tuple(guard.under(check, aw) for aw in aws)
     try:
         return list(await asyncio.gather(*aws))
     except Exception as exc:

@@ -12,9 +12,11 @@ compare-and-sets are for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _GUARD: ContextVar[tuple[asyncio.Task[Any], Callable[[], None]] | None] = ContextVar("tickd_guard", default=None)
 
@@ -32,3 +34,16 @@ def check() -> None:
     guard = _GUARD.get()
     if guard is not None and guard[0] is asyncio.current_task():
         guard[1]()
+
+
+def current() -> Callable[[], None] | None:
+    """The current task's guard, if it has one."""
+    guard = _GUARD.get()
+    return guard[1] if guard is not None and guard[0] is asyncio.current_task() else None
+
+
+async def under(check: Callable[[], None], work: Awaitable[T]) -> T:
+    """Await ``work`` (a coroutine: it runs in the awaiting task) guarded by ``check``: a store's fan-out
+    of one write (``schema.aio.gather``) in tasks of their own is still the guarded task's write."""
+    set_guard(check)
+    return await work

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tickd.schema import aio
+from tickd.poller.errors import LeaseLost
+from tickd.schema import aio, batchlog, guard
 from tickd.schema.errors import StoreUnavailable
 
 Gather = Callable[..., Awaitable[Any]]
@@ -64,3 +65,36 @@ async def test_aio_gather_otherwise_is_gather() -> None:
 
     with pytest.raises(StoreUnavailable):
         await aio.gather(fails(), value(3))
+
+
+async def test_what_a_guarded_task_gathers_is_guarded_too() -> None:
+    """A fire's write fanned out (a batch sent again unlogged, phase by phase, ``schema.batchlog``) is the
+    fire's: once its lease is gone, no part of it is sent (seed 440102: the stale node's unlogged phases,
+    gathered in tasks of their own, went out past the lease and left a stale row behind the next owner's
+    checkpoint). A task with no guard gathers unguarded, as before."""
+    sent: list[str] = []
+
+    async def send(writes: list[tuple[str, dict[str, Any]]], *, logged: bool) -> None:
+        guard.check()  # as the store's bridge does before each request
+        sent.extend(name for name, _ in writes)
+
+    writes = [("insert_schedule", {}), ("mark_hot", {}), ("set_status", {})]
+    lease = {"held": True}
+
+    def check() -> None:
+        if not lease["held"]:
+            raise LeaseLost("gone")
+
+    async def fire() -> None:
+        guard.set_guard(check)
+        await batchlog.send_in_phases(writes, [n for n, _ in writes], send)
+
+    await asyncio.create_task(fire())
+    assert sorted(sent) == sorted(n for n, _ in writes)
+    sent.clear()
+    lease["held"] = False
+    with pytest.raises(LeaseLost):
+        await asyncio.create_task(fire())
+    assert sent == []
+    await batchlog.send_in_phases(writes, [n for n, _ in writes], send)  # no guard here: all sent
+    assert sorted(sent) == sorted(n for n, _ in writes)
