@@ -176,11 +176,30 @@ async def test_outcomes_of_other_partitions_land_when_one_fails(
     injected = faults(env, before=("batch:record_outcome",))
     with pytest.raises(StoreUnavailable):
         await store.record_outcomes(outcomes)
-    # The other requests were sent with it and complete (as under gather).
+    # The runs first (all landed), then the rows' outcomes: the other partitions' complete (as under gather).
     await until(lambda: injected.seen.count("batch:record_outcome") == 3 and injected.seen.count("record_run") == 3)
     statuses = [(await store.get_schedule(client_id, s.schedule_id)).status for s in made]  # type: ignore[union-attr]
     assert statuses == [Status.SCHEDULED, Status.SUCCEEDED, Status.SUCCEEDED]
     assert len(await store.list_runs(client_id, made[0].schedule_id, None, 10)) == 1
+
+
+async def test_a_run_not_written_leaves_its_row_scheduled(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A fire's run goes before its row's outcome: a row no longer scheduled is redone by nobody, so with
+    its run lost the occurrence would have no record (simulation seed 440269: a skip past the start
+    deadline, its row marked, its run lost)."""
+    made = new_schedule(START + timedelta(minutes=10), seq=1)
+    await store.create_schedule(made, START)
+    skipped = FireOutcome(
+        client_id, made.schedule_id, made.location, Status.SKIPPED, 0, START, "skipped: missed", made.fire_at, seq=1
+    )
+    faults(env, before=("record_run",))
+    with pytest.raises(StoreUnavailable):
+        await store.record_outcomes([skipped])
+    current = await store.get_schedule(client_id, made.schedule_id)
+    assert current is not None and current.status is Status.SCHEDULED  # left for its next owner to redo
+    assert await store.list_runs(client_id, made.schedule_id, None, 10) == []
 
 
 async def test_a_chain_whose_pointer_move_failed_finds_nothing_to_finish(
