@@ -41,10 +41,14 @@ class Waker:
         Returns the resumed schedule's row (for the plan), None if there is none."""
         ctx, store, log, metrics = self._ctx, self._store, self._ctx.log, self._ctx.metrics
         schedule_id = row.public_id
-        current = await durably(log, "read_schedule", lambda: store.get_schedule(row.client_id, schedule_id), metrics)
-        if current is None or current.location != row.location or current.version != row.version or not current.wakes:
+        found = await durably(log, "read_schedule", lambda: store.get_schedule(row.client_id, schedule_id), metrics)
+        # A change that landed after the pause (a resume, another pause, a cancel) left a row at a newer
+        # version; the pointer naming an older row is a change that moved it and lost its rows (this wake
+        # itself, cut short on an earlier owner: simulation seed 530044), which the resume takes over.
+        if found is None or found.version > row.version or (found.location == row.location and not found.wakes):
             log.info("pause_end_dropped_schedule_changed", schedule_id=str(schedule_id))
             return None
+        current = row
         # Not before its own row's time: a fire due now is placed at now, and the resumed row must not
         # land on this one's key (the plan holds it as fired: it would never fire).
         client, at = ctx.client(), max(ctx.clock(), row.location.due_at + _ONE_MS)
@@ -71,7 +75,7 @@ class Waker:
                 log, "read_schedule", lambda: store.get_schedule(row.client_id, schedule_id), metrics
             )
             wanted = Status.CANCELLED if resumed is None else Status.SCHEDULED
-            if landed is None or landed.status is not wanted or landed.version != current.version + 1:
+            if landed is None or landed.status is not wanted or landed.version <= current.version:
                 log.info("pause_end_dropped_schedule_changed", schedule_id=str(schedule_id))
                 return None
             done = landed

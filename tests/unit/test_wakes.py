@@ -12,8 +12,10 @@ import random
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import structlog
 
+from tests.contract.conftest import FailOn
 from tests.unit.settling import Clock
 from tickd.poller.calendars import CalendarBook
 from tickd.poller.fire import FireContext
@@ -21,7 +23,11 @@ from tickd.poller.metrics import Metrics
 from tickd.poller.plan import FiringPlan
 from tickd.poller.settings import PollerSettings
 from tickd.poller.wakes import Waker
+from tickd.schema import pauses
+from tickd.schema.errors import StoreUnavailable
 from tickd.schema.memory import memory_store
+from tickd.schema.memory.connection import MemoryConnection
+from tickd.schema.memory.engine import Tables
 from tickd.schema.missed import Missed
 from tickd.schema.model import (
     Client,
@@ -46,7 +52,8 @@ class Node:
 
     def __init__(self, settings: ClientSettings | None = None) -> None:
         self.clock = Clock(START)
-        self.store = memory_store(self.clock)
+        self.connection = MemoryConnection(Tables(self.clock))
+        self.store = memory_store(self.connection)
         self.client = Client("c1", 1, True, "", START, START, settings=settings or ClientSettings())
         ctx = FireContext(
             client=lambda: self.client,
@@ -177,3 +184,21 @@ async def test_a_late_wake_skips_only_what_fell_while_paused() -> None:
     assert resumed.location.due_at == UNTIL + timedelta(minutes=3)  # due now (not in a minute gone by)
     runs = await node.store.list_runs("c1", parked.schedule_id, None, 50)
     assert max(r.nominal_at for r in runs if r.status is Status.SKIPPED) == START + timedelta(minutes=10)
+
+
+async def test_a_wake_cut_short_is_finished_by_the_next_owner() -> None:
+    """The resume moved the pointer and its rows were lost (its node stopped in between): the next
+    owner, reading the parked row again, takes that change over (simulation seed 530044: it found the
+    pointer on the schedule's old row and dropped the wake; the schedule never fired again)."""
+    node = Node()
+    parked = await node.paused_every_minute(until=START + timedelta(seconds=30))  # before its first fire
+    node.clock.now = parked.location.due_at
+    client = node.client
+    plan = pauses.resume(parked, client, node.clock.now)
+    assert plan.resumed is not None and plan.resumed.location.due_at == START + timedelta(minutes=1)
+    node.connection.faults = FailOn(before=("batch:insert_schedule",))  # the rows lost, the pointer moved
+    with pytest.raises(StoreUnavailable):
+        await node.store.resume_schedule(parked, plan.resumed, node.clock.now)
+    resumed = await node.waker.wake(parked)  # the next owner
+    assert resumed is not None and resumed.status is Status.SCHEDULED and resumed.fire_at == START + timedelta(minutes=1)
+    assert await node.current(parked) == resumed
