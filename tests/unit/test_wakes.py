@@ -200,5 +200,6 @@ async def test_a_wake_cut_short_is_finished_by_the_next_owner() -> None:
     with pytest.raises(StoreUnavailable):
         await node.store.resume_schedule(parked, plan.resumed, node.clock.now)
     resumed = await node.waker.wake(parked)  # the next owner
-    assert resumed is not None and resumed.status is Status.SCHEDULED and resumed.fire_at == START + timedelta(minutes=1)
+    assert resumed is not None and resumed.status is Status.SCHEDULED
+    assert resumed.fire_at == START + timedelta(minutes=1)
     assert await node.current(parked) == resumed
