@@ -226,6 +226,7 @@ async def _rows_at(db: Bridge, dues: list[datetime], ids: list[uuid.UUID]) -> No
             "minute": MINUTE,
             "due_at": due,
             "schedule_id": sid,
+            "status": "scheduled",
             "fire_at": due,
             "version": 1,
             "payload": b"",
