@@ -62,10 +62,14 @@ def abandoned(current: Schedule, ref: ScheduleRef, live: Schedule | None, target
         # marked moved at ``current``'s version and place is one a poller found superseded by this very
         # change, its write not landed (the mark is written below the change's, poller.fire: seed 200181).
         return live.status in (Status.SCHEDULED, Status.PAUSED, Status.MOVED)
-    # Landed, the change's row at the pointer's place carries its version; a row there at an older one is
-    # the schedule's own from before it moved away (a change moving it back where it was: a timed pause
-    # resumed to its original time, simulation seed 1000 at the branch timed-pause), not the change's.
-    return ref.previous == current.location and (target is None or target.version < ref.version)
+    # Landed, the change's row at the pointer's place carries its version. A row there at an older one,
+    # marked moved, is the schedule's own from before it moved away (a change moving it back where it was:
+    # a timed pause resumed to its original time, simulation seed 1000 at the branch timed-pause), not the
+    # change's. One at an older version and another status is a later change made in place there (a
+    # cancel keeps its row's version: seed 530119 took a landed cancel for lost and undid it).
+    if target is None:
+        return ref.previous == current.location
+    return ref.previous == current.location and target.version < ref.version and target.status is Status.MOVED
 
 
 def change_base(

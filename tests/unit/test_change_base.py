@@ -56,3 +56,8 @@ def test_a_change_lost_on_its_way_back_to_where_the_schedule_was_is_taken_over()
     landed = at(CREATED, 3)
     with pytest.raises(Conflict):
         change_base(parked, lost, parked, landed, clock_ts=200)  # it landed: a change of someone else's
+    # The change landed there and a cancel followed in place (it keeps the row's version, moves the
+    # pointer's): not lost either (seed 530119: taken for lost, the cancel was undone).
+    cancelled = ScheduleRef("c0", SID, CREATED, 4, previous=A, changed_version=4, write_ts=100)
+    with pytest.raises(Conflict):
+        change_base(parked, cancelled, parked, dataclasses.replace(landed, status=Status.CANCELLED), clock_ts=200)
