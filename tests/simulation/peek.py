@@ -83,6 +83,16 @@ def skipped_runs(tables: Tables, client_id: str, schedule_id: UUID) -> dict[int,
     return {timing.to_epoch_ms(utc(r.nominal_at)): str(r.last_error) for _, r in rows if r.status == "skipped"}
 
 
+def skipped_at(tables: Tables, client_id: str, schedule_id: UUID, nominal_at: datetime) -> int | None:
+    """When the occurrence's run was written, if it is recorded skipped (a missed-fire policy gave it up):
+    the write timestamp (µs); None if it is not."""
+    key = {"client_id": client_id, "schedule_id": schedule_id, "nominal_at": nominal_at}
+    run = tables.row(table("runs"), key)
+    if run is None or run.status != "skipped":
+        return None
+    return written_us(tables, "runs", key)
+
+
 def paused_since(tables: Tables, client_id: str, schedule_id: UUID) -> datetime | None:
     """If the schedule's current row is paused: when its pointer was last written (the pause's write,
     store clock); else None."""

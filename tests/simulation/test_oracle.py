@@ -12,7 +12,7 @@ from tests.simulation.oracle import Delivery, Oracle, Promise
 from tests.simulation.world import SimConfig, World
 from tickd.schema import timing
 from tickd.schema.memory.engine import micros
-from tickd.schema.model import HttpCallback, InstanceKey, Location, Repeat, Schedule
+from tickd.schema.model import HttpCallback, InstanceKey, Location, Options, Repeat, Run, Schedule, Status
 
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)  # the virtual clock's start (only the missed-fire checks read it)
 
@@ -41,6 +41,33 @@ async def _check() -> list[bool]:
 
 def test_only_rows_written_before_their_fire_completed_are_stale_copies() -> None:
     assert vloop.run(_check()) == [True, False, True]
+
+
+async def _check_skipped() -> list[bool]:
+    """An occurrence given up by its missed-fire policy (its run recorded skipped) is finished then."""
+    world = World(SimConfig(seed=1))
+    now = world.true_clock()
+    row = Schedule(
+        client_id="c0",
+        schedule_id=uuid.uuid4(),
+        location=Location(0, now + timedelta(seconds=30)),
+        fire_at=now + timedelta(seconds=30),
+        payload=b"{}",
+        callback=HttpCallback(url="http://127.0.0.1:9/cb"),
+        created_at=now,
+        options=Options(repeat=Repeat(every_s=5)),
+        seq=1,
+    )
+    await world.memory.create_schedule(row, now)
+    seen = [world.left_behind(row)]  # neither delivered nor skipped: a loss
+    skip = Run(row.fire_at, Status.SKIPPED, 0, None, "skipped: missed", seq=1)
+    await world.memory.add_runs("c0", row.schedule_id, [skip])  # written after the row: a stale copy
+    seen.append(world.left_behind(row))
+    return seen
+
+
+def test_a_row_of_an_occurrence_recorded_skipped_before_it_was_written_is_a_stale_copy() -> None:
+    assert vloop.run(_check_skipped()) == [True, False]
 
 
 def _late_maybe_verdicts(expanded_at: float | None, delivered_at: float, event: bool) -> list[str]:
