@@ -14,6 +14,9 @@ workers), and in ``poller.fire``, beside the fire itself, ``Sender`` (throttle t
 slots, lease check, delivery) and ``Settler`` (what a fire writes). A fire's store requests are checked
 against the lease it began under: the pipeline sets that check on the fire's task (``schema.guard``).
 
+A paused row due where its timed pause ends (``Schedule.wakes``) is no fire: taken like one (it holds its
+place in the minute until it ends), it resumes the schedule (``poller.wakes``) and nothing is sent.
+
 Each fire ends in exactly one of three ways, all written by the settler: delivered (its outcome recorded),
 retried later (a retry row stored; or, when the schedule changed meanwhile, its row MOVED, CANCELLED or
 PAUSED), or dead-lettered. A fire whose steps raise (``LeaseLost``, a storage error other than
