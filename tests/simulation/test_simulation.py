@@ -90,6 +90,10 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (402440, True, "the oracle: a change a bulk job lists as failed is not acknowledged (it may have landed)"),
     (404743, True, "an owed auto-pause missed: an occurrence delivered after its trigger hid the streak"),
     (421069, True, "a dropped occurrence marked moved before its owed auto-pause, the pause lost with its node"),
+    (440102, True, "a batch re-sent unlogged from gathered tasks the lease guard did not cover, past a handover"),
+    (440269, True, "a skip's run lost beside its row's outcome: the occurrence neither delivered nor recorded"),
+    (530044, True, "a wake cut short by its node: the next owner dropped it and the schedule never fired again"),
+    (530119, True, "a late wake's retried resume took a landed cancel for a lost change and undid it"),
 ]
 
 
