@@ -76,6 +76,8 @@ class Promise:
     # Recurring: timed pauses acknowledged, each (the occurrence it stopped at, until): nothing from that
     # occurrence on goes out before until, and the schedule goes on by itself after it (``poller.wakes``).
     paused_until: list[tuple[datetime, datetime]] = field(default_factory=list)
+    # Read at the end for a timed-paused one: its occurrences recorded superseded (epoch ms).
+    superseded: set[int] = field(default_factory=set)
 
     def unsure(self, *fire_ids: str) -> None:
         """A change was not acknowledged: these versions may fire, or not."""
@@ -208,9 +210,10 @@ class Oracle:
             ]
         if p.uncertain:
             return problems
-        # A timed pause stops a fire in retry, as a client's pause does (``_check_auto_pause``): an
-        # occurrence before it whose first attempt failed need not be delivered (seed 530051 at the branch
-        # timed-pause: its retry row's write lost with its node, the next owner found the schedule paused).
+        # A timed pause stops what has not gone out, as a client's pause does (``_check_auto_pause``): an
+        # occurrence before it that was in retry (seed 530051: its retry row's write lost with its node), or
+        # not sent yet when its owner lost it (seed 1096: chained, then its node stuck) and recorded
+        # superseded by the next owner, which found the schedule paused, need not be delivered.
         stopped = min((a for a, _ in p.paused_until), default=None)
         tried = (
             {d.fire_id for d in self.deliveries if d.schedule_id == p.schedule_id and not d.ok} if stopped else set()
@@ -218,7 +221,8 @@ class Oracle:
         for nominal in expected:
             if timing.to_epoch_ms(nominal) in p.skipped:
                 continue  # recorded skipped: by its missed-fire policy (``_check_missed`` checks when)
-            if stopped is not None and nominal < stopped and timing.fire_id(p.schedule_id, nominal) in tried:
+            dropped = timing.fire_id(p.schedule_id, nominal) in tried or timing.to_epoch_ms(nominal) in p.superseded
+            if stopped is not None and nominal < stopped and dropped:
                 continue
             key = timing.fire_id(p.schedule_id, nominal)
             if not all(self._done(k, seen) for k in _keys(key, p.events)):

@@ -83,6 +83,12 @@ def skipped_runs(tables: Tables, client_id: str, schedule_id: UUID) -> dict[int,
     return {timing.to_epoch_ms(utc(r.nominal_at)): str(r.last_error) for _, r in rows if r.status == "skipped"}
 
 
+def superseded_runs(tables: Tables, client_id: str, schedule_id: UUID) -> set[int]:
+    """The schedule's occurrences recorded superseded (dropped for a client's change): nominal epoch ms."""
+    rows = tables.partition(table("runs"), {"client_id": client_id, "schedule_id": schedule_id})
+    return {timing.to_epoch_ms(utc(r.nominal_at)) for _, r in rows if r.status == "moved"}
+
+
 def skipped_at(tables: Tables, client_id: str, schedule_id: UUID, nominal_at: datetime) -> int | None:
     """When the occurrence's run was written, if it is recorded skipped (a missed-fire policy gave it up):
     the write timestamp (µs); None if it is not."""

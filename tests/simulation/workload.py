@@ -716,6 +716,8 @@ class Workload:
             promise.calendars = tuple(c for c in [calendar] if c is not None and c.name in promise.repeat.calendars)
             if (promise.repeat.missed is not None and promise.repeat.missed.applies) or promise.paused_until:
                 promise.skipped = peek.skipped_runs(tables, promise.client_id, promise.schedule_id)
+            if promise.paused_until:
+                promise.superseded = peek.superseded_runs(tables, promise.client_id, promise.schedule_id)
             if promise.cancelled_at is not None:
                 continue  # cancelled, or paused by a bulk job (``_close_bulk``): nothing fires after it
             # The workload pauses a schedule only in bulk: one paused now otherwise was auto-paused.
