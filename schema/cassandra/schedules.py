@@ -300,7 +300,7 @@ class Schedules(changes.ClientChanges, moves.PollerMoves, listing.Listing, Part)
         if status is Status.PAUSED:  # a paused row carries its pause's version (see changes.abandoned)
             write = ("set_status_version", {**write[1], "version": version})
         writes = [write, *hot_mark(current.instance, current.location, now, self.settings.hot_window_s)]
-        writes += self._moved(current, changes.fenced(base.stale), now, base.write_ts)
+        writes += self._moved(current, changes.fenced(base.stale, current.location), now, base.write_ts)
         await self._together(writes)
 
     def _moved(self, current: Schedule, targets: list[Location], now: datetime, ts: int | None) -> list[Write]:

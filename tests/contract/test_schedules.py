@@ -173,6 +173,34 @@ async def test_a_cancel_adopts_a_lost_cancel(env: Env, store: Store, new_schedul
         await store.cancel_schedule(s, env.now())  # landed: the stale copy no longer matches the row
 
 
+async def test_a_cancel_of_a_row_its_pointer_lists_as_stale_stands(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A change lost after its pointer moved to ``to``; the next change adopts it and writes its row at that
+    very place (a timed pause's end places its resumed row where the lost try did: simulation seed 601702),
+    so the pointer lists ``to`` as stale while the live row is there. A cancel of that row must not fence
+    its own row: written at one timestamp, moved and cancelled tie and moved wins, and the cancelled
+    schedule reads as a lost change the next one takes over (the seed's wake undid the cancel)."""
+    s = new_schedule(env.later(3600), poller_id=1)
+    await store.create_schedule(s, env.now())
+    changes = cast(ClientChanges, store)
+    to = Location(1, env.later(5400))
+    await changes._bump_ref(s, to, 2, env.now(), base=await changes._change_base(s))  # its rows lost
+    live = await store.replace_schedule(s, dataclasses.replace(s, location=to, fire_at=to.due_at), env.now())
+    assert live.version == 3 and live.location == to
+    ref = await store.get_ref(client_id, s.schedule_id)
+    assert ref is not None and to in ref.stale  # the lost change's target, fenced by every later change
+    cancelled = await store.cancel_schedule(live, env.now())
+    got = await store.get_schedule(client_id, s.schedule_id)
+    assert got is not None and got.status is Status.CANCELLED, got
+    assert [r.status for r in await read_all(store, live.instance, to.minute) if r.location == to] == [
+        Status.CANCELLED
+    ]
+    with pytest.raises(Conflict):  # and no change of the row as it stood takes the cancel for lost
+        await store.replace_schedule(live, dataclasses.replace(live, payload=b"{}"), env.now())
+    assert cancelled.status is Status.CANCELLED
+
+
 async def test_changing_an_unknown_schedule_conflicts(env: Env, store: Store, new_schedule: Factory) -> None:
     ghost = new_schedule(env.later(3600))
     with pytest.raises(Conflict):
