@@ -222,7 +222,7 @@ class Oracle:
             if timing.to_epoch_ms(nominal) in p.skipped:
                 continue  # recorded skipped: by its missed-fire policy (``_check_missed`` checks when)
             dropped = timing.fire_id(p.schedule_id, nominal) in tried or timing.to_epoch_ms(nominal) in p.superseded
-            if stopped is not None and nominal < stopped and dropped:
+            if stopped is not None and nominal <= stopped and dropped:
                 continue
             key = timing.fire_id(p.schedule_id, nominal)
             if not all(self._done(k, seen) for k in _keys(key, p.events)):

@@ -73,9 +73,32 @@ def test_excluded_occurrences_are_neither_fired_nor_recorded_as_missed() -> None
     assert [p.nominal for p in decision.passed] == [START + timedelta(seconds=s) for s in (10, 50, 60, 70, 80)]
 
 
-def test_passed_occurrences_are_recorded_up_to_a_bound() -> None:
+def test_passed_occurrences_are_recorded_up_to_a_bound_and_the_timeline_goes_on_after_the_last() -> None:
     decision = decide(missed.Missed("skip", 1), START, START + timedelta(hours=1))
     assert len(decision.passed) == missed.RECORDED_PER_STEP
+    assert decision.resume_after == decision.passed[-1].nominal  # the next one is decided again
+
+
+@pytest.mark.parametrize(("policy", "fires"), [("skip", 340), ("fire_once", 350)])
+def test_an_outage_longer_than_a_step_records_every_occurrence_once_in_steps(policy: str, fires: int) -> None:
+    """Simulation seed 601925: a step passing over more occurrences than it records used to jump past the
+    rest, neither fired nor recorded. Chained step by step, as the poller does, each occurrence before the
+    one that fires is recorded skipped exactly once, and the timeline goes on where the policy says."""
+    rule, now = missed.Missed(policy, 15), START + timedelta(seconds=355)  # 36 occurrences due by now
+    recorded: list[datetime] = []
+    nominal, steps = START, 0
+    while True:
+        decision = decide(rule, nominal, now)
+        if decision.verdict is missed.Verdict.FIRE:
+            break
+        steps += 1
+        assert len(decision.passed) <= missed.RECORDED_PER_STEP
+        recorded += [nominal, *(p.nominal for p in decision.passed)]
+        following = rec.next_fire(EVERY_10S, decision.resume_after, fired=1)  # type: ignore[arg-type]
+        assert following is not None
+        nominal = following
+    assert nominal == START + timedelta(seconds=fires) and steps == 2
+    assert recorded == [START + timedelta(seconds=10 * i) for i in range(fires // 10)]
 
 
 @pytest.mark.parametrize(
