@@ -94,6 +94,9 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (440269, True, "a skip's run lost beside its row's outcome: the occurrence neither delivered nor recorded"),
     (530044, True, "a wake cut short by its node: the next owner dropped it and the schedule never fired again"),
     (530119, True, "a late wake's retried resume took a landed cancel for a lost change and undid it"),
+    (601702, True, "a cancel fenced its own row (listed stale by an adopted change): moved won, a wake undid it"),
+    (601925, True, "a missed-fire step passed over 25 occurrences, recorded 20: 4 neither fired nor recorded"),
+    (601943, True, "the oracle: a timed pause's own occurrence recorded superseded had been stopped by it"),
 ]
 
 
