@@ -193,9 +193,7 @@ async def test_a_cancel_of_a_row_its_pointer_lists_as_stale_stands(
     cancelled = await store.cancel_schedule(live, env.now())
     got = await store.get_schedule(client_id, s.schedule_id)
     assert got is not None and got.status is Status.CANCELLED, got
-    assert [r.status for r in await read_all(store, live.instance, to.minute) if r.location == to] == [
-        Status.CANCELLED
-    ]
+    assert [r.status for r in await read_all(store, live.instance, to.minute) if r.location == to] == [Status.CANCELLED]
     with pytest.raises(Conflict):  # and no change of the row as it stood takes the cancel for lost
         await store.replace_schedule(live, dataclasses.replace(live, payload=b"{}"), env.now())
     assert cancelled.status is Status.CANCELLED
