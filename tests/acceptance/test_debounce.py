@@ -21,13 +21,13 @@ import pytest
 
 from tests.acceptance.api_client import Api
 from tests.acceptance.harness import Scenario, report, wait_until
-from tests.acceptance.test_operations import Subscriber, errors, setup, sub
+from tests.acceptance.test_operations import Subscriber, errors, nominal_ts, setup, sub
 
 pytestmark = pytest.mark.acceptance
 __all__ = ["sub"]  # the fixture, used by name
 
-# The subscriber and the nodes share this machine's clock; a fire is seen a moment after it is sent, and
-# a PUT's answer a moment after it landed: no more than this between the two moments compared.
+# The nodes share this machine's clock, and a PUT's answer is seen a moment after the PUT landed (its
+# confirmation, the response): no more than this between the two moments compared.
 TOLERANCE_S = 0.3
 
 
@@ -55,20 +55,26 @@ async def burst(
 
 def delivered(sub: Subscriber, name: str) -> list[tuple[int, float]]:
     """(payload number, first arrival) of each fire delivered, in arrival order."""
-    first: dict[str, tuple[int, float]] = {}
+    return [(n, arrival) for n, arrival, _ in fires_of(sub, name)]
+
+
+def fires_of(sub: Subscriber, name: str) -> list[tuple[int, float, float]]:
+    """(payload number, first arrival, fire time from its fire id) of each fire delivered, by arrival."""
+    first: dict[str, tuple[int, float, float]] = {}
     for d in sorted(sub.ok(name), key=lambda d: d.arrival):
-        first.setdefault(d.fire_id, (int(d.body["payload"]["put"]), d.arrival))
+        first.setdefault(d.fire_id, (int(d.body["payload"]["put"]), d.arrival, nominal_ts(d.fire_id)))
     return sorted(first.values(), key=lambda f: f[1])
 
 
-def superseded_after_answer(fires: list[tuple[int, float]], answers: list[tuple[int, float, int]]) -> list[Any]:
-    """Fires of a PUT's version that arrived after the next PUT was answered, beyond the tolerance: a
-    version pushed back that went out anyway (only one already on the wire when the PUT landed may)."""
+def superseded_after_answer(fires: list[tuple[int, float, float]], answers: list[tuple[int, float, int]]) -> list[Any]:
+    """Delivered versions that a later PUT had replaced before they were due, beyond the tolerance: a
+    version pushed back that went out anyway. A version already due (so on its way out) when the next
+    PUT landed may still arrive: that is the one race."""
     answered_at = {n: at for n, at, _ in answers}
     return [
-        (n, round(at - answered_at[n + 1], 3))
-        for n, at in fires
-        if n + 1 in answered_at and at > answered_at[n + 1] + TOLERANCE_S
+        (n, round(due - answered_at[n + 1], 3))
+        for n, _, due in fires
+        if n + 1 in answered_at and due > answered_at[n + 1] + TOLERANCE_S
     ]
 
 
@@ -94,6 +100,7 @@ async def test_d1_debounced_bursts_fire_once_with_the_latest_payload(
     await asyncio.sleep(3)  # room for a stray extra fire to show up before counting
 
     typing_fires, feed_fires, lead_fires = delivered(sub, "typing"), delivered(sub, "feed"), delivered(sub, "lead")
+    typing_due, feed_due, lead_due = fires_of(sub, "typing"), fires_of(sub, "feed"), fires_of(sub, "lead")
     report(
         "D1 debounce by key (2 nodes)",
         typing_puts=len(typing),
@@ -108,14 +115,14 @@ async def test_d1_debounced_bursts_fire_once_with_the_latest_payload(
     assert {status for _, _, status in typing + feed + first + rest} <= {200, 201}, typing + feed + first + rest
     # typing: the last PUT's payload went out, after the last PUT; a replaced version only in the race.
     assert typing_fires[-1][0] == 7 and typing_fires[-1][1] > typing[-1][1], typing_fires
-    assert superseded_after_answer(typing_fires, typing) == [], (typing_fires, typing)
+    assert superseded_after_answer(typing_due, typing) == [], (typing_due, typing)
     assert len(typing_fires) < len(typing), typing_fires  # coalesced: not one fire per PUT
     # feed: the cap made it fire while PUTs kept coming, and the last PUT's payload went out after it.
     assert any(at < feed_end for _, at in feed_fires), (feed_fires, feed_end)
     assert feed_fires[-1][0] == 15 and feed_fires[-1][1] > feed_end, feed_fires
-    assert superseded_after_answer(feed_fires, feed) == [], (feed_fires, feed)
+    assert superseded_after_answer(feed_due, feed) == [], (feed_due, feed)
     # lead: the first PUT went out before the second was sent; the rest made one trailing fire, the last.
     assert lead_fires[0][0] == 0 and lead_fires[0][1] < rest[0][1], (lead_fires, rest)
     assert lead_fires[-1][0] == 5 and lead_fires[-1][1] > rest[-1][1], lead_fires
-    assert superseded_after_answer(lead_fires[1:], rest) == [], (lead_fires, rest)
+    assert superseded_after_answer(lead_due[1:], rest) == [], (lead_due, rest)
     assert not errors(nodes), errors(nodes)[:3]
