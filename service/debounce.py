@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from tickd.service.errors import Invalid
-from tickd.schema.model import Debounce, Schedule, Status
-from tickd.service.settings import ApiSettings
 from msgspec import UnsetType
 
+from tickd.schema.model import Debounce, Schedule, Status
+from tickd.service.errors import Invalid
+from tickd.service.settings import ApiSettings
 from tickd.service.validation import DebounceFields, KeyedCreate, to_ms
 
 # The fields a debounced PUT may not carry, with why: its fire time is the debounce's, and it fires once.
@@ -55,7 +55,9 @@ def check(body: KeyedCreate) -> DebounceFields | None:
     return spec
 
 
-def plan(spec: DebounceFields, current: Schedule | None, at: datetime, settings: ApiSettings) -> tuple[datetime, Debounce]:
+def plan(
+    spec: DebounceFields, current: Schedule | None, at: datetime, settings: ApiSettings
+) -> tuple[datetime, Debounce]:
     """When the key's fire goes out after a PUT at ``at``, and the debounce its row keeps. ``current``: the
     key's schedule as read (None for a new key): its pending fire is pushed back, or a new one planned."""
     window_ms = round(spec.window_s * 1000)

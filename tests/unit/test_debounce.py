@@ -18,6 +18,7 @@ from tickd.service.validation import DebounceFields, KeyedCreate
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SETTINGS = ApiSettings()
+CALLBACK = {"type": "http", "url": "https://x.test/"}
 
 
 def s(seconds: float) -> timedelta:
@@ -82,8 +83,12 @@ def test_leading_fires_the_first_put_of_a_burst_at_once_and_the_rest_once_after(
     pushed, _ = debounce.plan(lead, keyed(trailing, rest), T0 + s(4), SETTINGS)
     assert pushed == T0 + s(9)
     # A PUT after a quiet window starts a new burst: at once again.
-    quiet, _ = debounce.plan(lead, keyed(T0 + s(9), msgspec.structs.replace(rest, last_at=T0 + s(4)), Status.SUCCEEDED),
-                             T0 + s(9.5), SETTINGS)
+    quiet, _ = debounce.plan(
+        lead,
+        keyed(T0 + s(9), msgspec.structs.replace(rest, last_at=T0 + s(4)), Status.SUCCEEDED),
+        T0 + s(9.5),
+        SETTINGS,
+    )
     assert quiet == T0 + s(9.5)
 
 
@@ -108,7 +113,9 @@ def test_a_schedule_put_without_debounce_before_is_a_new_burst() -> None:
 )
 def test_fields_a_debounce_gives_or_forbids_are_refused_by_name(extra: dict[str, object], field: str) -> None:
     body = msgspec.convert(
-        {"callback": {"type": "http", "url": "https://x.test/"}, "debounce": {"window_s": 2}, **extra}, KeyedCreate, strict=False
+        {"callback": {"type": "http", "url": "https://x.test/"}, "debounce": {"window_s": 2}, **extra},
+        KeyedCreate,
+        strict=False,
     )
     with pytest.raises(Invalid) as refused:
         debounce.check(body)
@@ -117,7 +124,8 @@ def test_fields_a_debounce_gives_or_forbids_are_refused_by_name(extra: dict[str,
 
 def test_a_max_wait_shorter_than_the_window_is_refused() -> None:
     body = msgspec.convert(
-        {"callback": {"type": "http", "url": "https://x.test/"}, "debounce": {"window_s": 10, "max_wait_s": 5}}, KeyedCreate
+        {"callback": {"type": "http", "url": "https://x.test/"}, "debounce": {"window_s": 10, "max_wait_s": 5}},
+        KeyedCreate,
     )
     with pytest.raises(Invalid) as refused:
         debounce.check(body)

@@ -122,7 +122,9 @@ async def test_a_debounced_first_attempt_is_read_again_and_dropped_once_pushed_b
     sid = uuid.uuid4()
     location = Location(timing.poller_id_for(sid, 1), now + timedelta(seconds=1))
     debounced = Options(debounce=Debounce(window_ms=1000, first_at=now, last_at=now))
-    row = Schedule("c1", sid, location, location.due_at, b"{}", HttpCallback(url="https://x.test/"), now, options=debounced)
+    row = Schedule(
+        "c1", sid, location, location.due_at, b"{}", HttpCallback(url="https://x.test/"), now, options=debounced
+    )
     await store.create_schedule(row, now)
     assert row.rechecked and row.attempts == 0
     outcomes = Outcomes()
