@@ -32,9 +32,10 @@ bug, a value nobody foresaw) ends the fire as a dead letter naming it (``fire_se
 the instance would have its next owner fire the row again and fail the same way, in a loop. A fire whose
 steps raise stays unsettled: its minute is poisoned in the plan and the next owner fires it again.
 
-Before a durable retry of a one-time schedule is sent, its schedule is read again (``still_wanted``): a
-cancel, pause or change accepted while the fire was in retry drops the fire, its row marked as the change
-left it. An attempt already on the wire when the change lands may still arrive.
+Before a durable retry of a one-time schedule or a debounced fire is sent, its schedule is read again
+(``still_wanted``, ``Schedule.rechecked``): a cancel, pause or change accepted while the fire was in retry,
+or a PUT that pushed a debounced fire back, drops the fire, its row marked as the change left it. An
+attempt already on the wire when the change lands may still arrive.
 
 Recording. A fire hands its outcome to ``OutcomeWriter.record`` and waits until it is stored. On
 ``StoreUnavailable`` a flush keeps the batch for the next one, so the waiting fires stay in flight and no
@@ -491,14 +492,15 @@ class Settler:
     # -- before it goes out ---------------------------------------------------------------------------
 
     async def still_wanted(self, fire: Fire) -> bool:
-        """Before a durable retry's attempt of a one-time schedule: whether the schedule still stands as
-        this row. A cancel, pause or change of a schedule in retry is accepted at any time (the API's
-        mutation guard does not apply to it), so it may land after the plan's last re-read of hot marks;
+        """Before a durable retry's attempt of a one-time schedule, or a debounced fire: whether the
+        schedule still stands as this row. A cancel, pause or change of such a schedule is accepted at any
+        time (the API's mutation guard does not apply to it), so it may land after the plan's last re-read
+        of hot marks;
         this read is what honours it. The dropped fire is recorded as ``_superseded`` records it. An
         attempt already on the wire when the change lands may still arrive (at-least-once), and its
         outcome is then recorded as it ended."""
         row = fire.row
-        if not rechecked(row):
+        if not row.rechecked:
             return True
         current = await self._current(row)
         if current is not None and current.location == row.location and current.status is Status.SCHEDULED:
@@ -668,13 +670,6 @@ class Settler:
         if ref is None or ref.location != row.location or ref.write_ts is None or ref.changed_version != ref.version:
             return None
         return ref.write_ts - 1
-
-
-def rechecked(row: Schedule) -> bool:
-    """Whether a row is read again before it fires: a durable retry of a one-time schedule (the rows a
-    client's pointer names; a recurring schedule's occurrences and events are kept by the chain's
-    compare-and-set and their parent instead)."""
-    return row.attempts > 0 and row.repeat is None and row.event_id is None
 
 
 def _events_of(row: Schedule, options: Options) -> list[Schedule]:

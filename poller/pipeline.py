@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from tickd.poller.fire import Fire, FireContext, Sender, Settler, rechecked
+from tickd.poller.fire import Fire, FireContext, Sender, Settler
 from tickd.poller.loader import MinuteLoader
 from tickd.poller.plan import FiringPlan
 from tickd.poller.slots import FireLanes, SendSlots
@@ -249,7 +249,7 @@ class FirePipeline:
 
     async def _wanted_of(self, group: list[Fire]) -> list[Fire]:
         """A group's fires still wanted (``Settler.still_wanted``); those dropped are settled."""
-        recheck = [fire for fire in group if rechecked(fire.row)]
+        recheck = [fire for fire in group if fire.row.rechecked]
         if recheck:
             wanted = await asyncio.gather(*(self._settler.still_wanted(fire) for fire in recheck))
             for fire, keep in zip(recheck, wanted, strict=True):

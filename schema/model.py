@@ -131,6 +131,19 @@ class PauseNote(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_de
 MAX_PAUSE_NOTE = 500
 
 
+class Debounce(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A by-key schedule that coalesces bursts (``service.debounce``): each PUT of the key within the
+    window pushes its pending fire back, with the latest payload, at most ``max_wait_ms`` after the
+    burst's first PUT. Its row is read again right before it is sent (``Schedule.rechecked``), so a PUT
+    may move it at any time, inside the mutation guard too."""
+
+    window_ms: int
+    max_wait_ms: int = 0  # 0: no cap
+    leading: bool = False  # the first PUT of a burst fires at once; the burst's later ones once after it
+    first_at: datetime | None = None  # the first PUT of the burst this pending fire carries
+    last_at: datetime | None = None  # the latest PUT it carries
+
+
 class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a schedule asks beyond one fire at one time; stored as JSON, absent for plain schedules."""
 
@@ -160,6 +173,8 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     notice: bool = False
     # Set on a paused row whose pause has a time or a reason; dropped by the resume.
     pause: PauseNote | None = None
+    # A by-key schedule that coalesces bursts of PUTs into one fire.
+    debounce: Debounce | None = None
 
     @property
     def batch(self) -> bool:
@@ -379,6 +394,20 @@ class Schedule:
     @property
     def pause(self) -> PauseNote | None:
         return self.options.pause if self.options is not None else None
+
+    @property
+    def debounce(self) -> Debounce | None:
+        return self.options.debounce if self.options is not None else None
+
+    @property
+    def rechecked(self) -> bool:
+        """Whether the row is read again right before it fires (``poller.fire.Settler.still_wanted``), so
+        a client change may land at any time, the API's mutation guard aside: a durable retry of a
+        one-time schedule (the rows a client's pointer names; a recurring schedule's occurrences and
+        events are kept by the chain's compare-and-set and their parent instead), and a debounced fire."""
+        if self.repeat is not None or self.event_id is not None:
+            return False
+        return self.attempts > 0 or self.debounce is not None
 
     @property
     def wakes(self) -> bool:

@@ -49,12 +49,15 @@ def check_mutable(caller: Caller, schedule: Schedule, at: datetime, *, stops: bo
 
     ``stops``: the change stops the schedule (cancel, pause). A schedule whose fire is in retry takes such
     a change at any time, so a failing endpoint can always be stopped: the poller reads the schedule again
-    before each retry's attempt (``poller.fire.Settler``), though an attempt already on the wire may arrive."""
+    before each retry's attempt (``poller.fire.Settler``), though an attempt already on the wire may arrive.
+    A debounced schedule takes any change at any time, for the same reason."""
     if schedule.status is Status.CANCELLED:
         raise conflict("the schedule is cancelled", "already_cancelled")
     if schedule.status in (Status.SUCCEEDED, Status.FAILED):
         raise conflict("the schedule has already fired", "already_fired")
-    if stops and schedule.attempts > 0:
+    if (stops and schedule.attempts > 0) or schedule.debounce is not None:
+        # A debounced fire is read again right before it is sent (``Schedule.rechecked``): any change
+        # may land at any time; one that lands while its fire is on the wire leaves both to arrive.
         return None
     if schedule.repeat is not None or schedule.status is Status.PAUSED:
         # A paused row does not fire (pollers fire only scheduled rows): no fire to race with.

@@ -225,6 +225,26 @@ class ScheduleCreate(RepeatFields, forbid_unknown_fields=True, kw_only=True):
     pause_after_failures: PauseAfter | UnsetType = UNSET
 
 
+# A debounce window's bounds (seconds): down to 1 s, up to a day; a burst waits at most a week.
+DEBOUNCE_WINDOW_MIN_S, DEBOUNCE_WINDOW_MAX_S, DEBOUNCE_MAX_WAIT_MAX_S = 1.0, 86_400.0, 604_800.0
+
+
+class DebounceFields(Struct, forbid_unknown_fields=True):
+    """A by-key PUT's debounce (``service.debounce``): the key's pending fire goes out ``window_s`` after
+    the latest PUT (pushed back by each one), never more than ``max_wait_s`` after the first PUT it
+    carries; ``edge: leading`` also fires the first PUT of a burst at once."""
+
+    window_s: Annotated[float, Meta(ge=DEBOUNCE_WINDOW_MIN_S, le=DEBOUNCE_WINDOW_MAX_S)]
+    max_wait_s: Annotated[float, Meta(ge=DEBOUNCE_WINDOW_MIN_S, le=DEBOUNCE_MAX_WAIT_MAX_S)] | UnsetType = UNSET
+    edge: Literal["trailing", "leading"] = "trailing"
+
+
+class KeyedCreate(ScheduleCreate, forbid_unknown_fields=True, kw_only=True):
+    """A by-key PUT's body: a create's, and a debounce."""
+
+    debounce: DebounceFields | UnsetType = UNSET
+
+
 class SchedulePatch(RepeatFields, forbid_unknown_fields=True):
     fire_at: Moment | UnsetType = UNSET
     delay_s: Annotated[float, Meta(ge=0)] | UnsetType = UNSET
@@ -309,6 +329,7 @@ class RequestTypes:
     client_create: type[ClientCreate]
     client_patch: type[ClientPatch]
     schedule_create: type[ScheduleCreate]
+    keyed_create: type[KeyedCreate]
     schedule_patch: type[SchedulePatch]
     policy_put: type[PolicyPut]
     preview: type[PreviewRequest]
@@ -321,7 +342,7 @@ class RequestTypes:
 def _narrowed(base: type[T], fields: list[tuple[str, Any, Any]]) -> type[T]:
     """``base`` with some fields' types replaced (same name, so the schema component keeps it)."""
     spec = [(name, kind, default) for name, kind, default in fields]
-    kw_only = base is ScheduleCreate
+    kw_only = issubclass(base, ScheduleCreate)
     narrowed: type[T] = msgspec.defstruct(  # type: ignore[assignment]
         base.__name__, spec, bases=(base,), forbid_unknown_fields=True, kw_only=kw_only, module=__name__
     )
@@ -339,6 +360,7 @@ def request_types(settings: ApiSettings) -> RequestTypes:
         client_create=_narrowed(ClientCreate, [("poller_count", pollers, msgspec.NODEFAULT)]),
         client_patch=_narrowed(ClientPatch, [("poller_count", pollers | UnsetType, UNSET)]),
         schedule_create=_narrowed(ScheduleCreate, timing),
+        keyed_create=_narrowed(KeyedCreate, timing),
         schedule_patch=_narrowed(SchedulePatch, timing),
         policy_put=_narrowed(
             PolicyPut, [("max_in_flight", Annotated[int, Meta(ge=1, le=s.max_in_flight)], msgspec.NODEFAULT)]

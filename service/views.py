@@ -19,6 +19,7 @@ from tickd.schema.model import (
     Client,
     ClientSettings,
     DeadLetter,
+    Debounce,
     PauseNote,
     Repeat,
     Run,
@@ -137,6 +138,8 @@ class ScheduleView(Struct, omit_defaults=True):
     trigger_of: UUID | UnsetType = UNSET
     # A paused schedule's pause, when it was given a time or a note.
     pause: PauseView | UnsetType = UNSET
+    # A by-key schedule that coalesces bursts of PUTs (service.debounce).
+    debounce: DebounceView | UnsetType = UNSET
 
 
 class PauseView(Struct, omit_defaults=True):
@@ -145,6 +148,18 @@ class PauseView(Struct, omit_defaults=True):
     paused_at: datetime
     until: datetime | UnsetType = UNSET
     note: str | UnsetType = UNSET
+
+
+class DebounceView(Struct, omit_defaults=True):
+    """The debounce a by-key PUT gave; ``first_put_at``/``last_put_at``: the first and the latest PUT the
+    pending (or last) fire carries: it goes out ``window_s`` after the latest, at most ``max_wait_s``
+    after the first (``edge: leading``: the first PUT of a burst went out at once)."""
+
+    window_s: float
+    edge: str
+    max_wait_s: float | UnsetType = UNSET
+    first_put_at: datetime | UnsetType = UNSET
+    last_put_at: datetime | UnsetType = UNSET
 
 
 class ScheduleList(Struct):
@@ -532,6 +547,17 @@ def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
         notice=True if options and options.notice else UNSET,
         trigger_of=options.retry_of if options and options.retry_of and not options.repeat else UNSET,
         pause=pause_view(s.pause) if s.status is Status.PAUSED and s.pause is not None else UNSET,
+        debounce=debounce_view(s.debounce) if s.debounce is not None else UNSET,
+    )
+
+
+def debounce_view(debounce: Debounce) -> DebounceView:
+    return DebounceView(
+        window_s=debounce.window_ms / 1000,
+        edge="leading" if debounce.leading else "trailing",
+        max_wait_s=debounce.max_wait_ms / 1000 if debounce.max_wait_ms else UNSET,
+        first_put_at=_or_unset(debounce.first_at),
+        last_put_at=_or_unset(debounce.last_at),
     )
 
 

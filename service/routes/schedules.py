@@ -30,6 +30,7 @@ from tickd.schema.model import (
     BulkFilter,
     Callback,
     Client,
+    Debounce,
     IdempotencyKey,
     ListCursor,
     Location,
@@ -108,9 +109,11 @@ async def _build(
     at: datetime,
     schedule_id: uuid.UUID | None = None,
     work: recurring.RuleWork | None = None,
+    debounced: tuple[datetime, Debounce] | None = None,
 ) -> Schedule:
     """A validated, not yet written schedule (a new id unless given); raises ``Invalid`` naming the field.
-    ``work``: the request's rule searches (a batch shares one); absent, the create's own."""
+    ``work``: the request's rule searches (a batch shares one); absent, the create's own. ``debounced``:
+    a debounced PUT's fire time and debounce (``service.debounce``), in place of fire_at or delay_s."""
     settings = request.app[keys.SETTINGS]
     repeat = None
     if recurring.asks_repeat(body):
@@ -125,12 +128,14 @@ async def _build(
         repeat = msgspec.structs.replace(repeat, calendars=tuple(names), missed=recurring.missed_of(body.missed))
     else:
         recurring.refuse_repeat_fields(body, "applies to recurring schedules only (give cron or every)")
-        fire_at = fire_time(body.fire_at, body.delay_s, at, settings)
+        fire_at = debounced[0] if debounced is not None else fire_time(body.fire_at, body.delay_s, at, settings)
     events, window_ms = recurring.batch_shape(body.events, body.window, None, settings)
     throttle = await _throttle(request, client, body.throttle, None)
     options = recurring.options_of(repeat, recurring.jitter_ms(body.jitter, settings), events, window_ms, throttle)
     pause_after = recurring.pause_after(body.pause_after_failures, None, repeat)
     options = recurring.with_extras(options, None if isinstance(body.tags, UnsetType) else body.tags, pause_after)
+    if debounced is not None:
+        options = msgspec.structs.replace(options or Options(), debounce=debounced[1])
     payload = payload_bytes(body.payload, settings)
     budgets.check(options, len(payload), settings)
     callback = await checked_callback(request, client, body.callback)

@@ -309,10 +309,22 @@ function pauseRows(pause) {
   ];
 }
 
+// A debounced by-key schedule's debounce (GET: `debounce`): the burst its fire carries, and the rule.
+function debounceRows(d) {
+  if (!d) return [];
+  const cap = d.max_wait_s ? `, at most ${d.max_wait_s} s after the first` : "";
+  const edge = d.edge === "leading" ? "; the first PUT of a burst fires at once" : "";
+  return [
+    ["Debounce", h("span", { id: "s-debounce" }, `${d.window_s} s after the latest PUT${cap}${edge}`)],
+    ["Burst", h("span", { id: "s-debounce-burst" }, [when(d.first_put_at), " to ", when(d.last_put_at)])],
+  ];
+}
+
 function details(s) {
   const rows = [
     ["Status", h("span", { id: "s-status" }, badge(s.status))],
     ...pauseRows(s.pause),
+    ...debounceRows(s.debounce),
     s.trigger_of ? ["Trigger of", h("a", { href: scheduleHref(s.trigger_of), class: "mono wrap" }, s.trigger_of)] : null,
     ["Fire at", when(s.fire_at)],
     ["Due at", when(s.due_at)],

@@ -15,6 +15,7 @@ from tickd_client import (
     NO_RETRY,
     AsyncTickd,
     Conflict,
+    DebounceFields,
     Forbidden,
     Invalid,
     MissedFields,
@@ -169,6 +170,27 @@ async def test_put_get_cancel_by_key(tenant: AsyncTickd, dev: Dev) -> None:
     assert third.schedule_id != first.schedule_id
     with pytest.raises(NotFound):
         await tenant.cancel_schedule_by_key("k.2")
+
+
+async def test_a_debounced_put_by_key(tenant: AsyncTickd, dev: Dev) -> None:
+    debounce: DebounceFields = {"window_s": 30, "max_wait_s": 300}
+    first = await tenant.put_schedule_by_key("doc.1", debounce=debounce, callback=dev.healthz(), payload=1)
+    assert first.debounce is not None and first.debounce.first_put_at is not None
+    assert (first.debounce.window_s, first.debounce.max_wait_s, first.debounce.edge) == (30.0, 300.0, "trailing")
+    assert first.debounce.last_put_at == first.debounce.first_put_at
+    assert first.fire_at == first.debounce.first_put_at + timedelta(seconds=30)
+    await asyncio.sleep(0.05)
+    second = await tenant.put_schedule_by_key("doc.1", debounce=debounce, callback=dev.healthz(), payload=2)
+    assert second.schedule_id == first.schedule_id and second.payload == 2
+    assert second.debounce is not None and second.debounce.last_put_at is not None
+    assert second.debounce.first_put_at == first.debounce.first_put_at  # the same burst
+    assert second.debounce.last_put_at > first.debounce.last_put_at
+    assert second.fire_at == second.debounce.last_put_at + timedelta(seconds=30) > first.fire_at  # pushed back
+    assert await tenant.get_schedule_by_key("doc.1") == second
+    with pytest.raises(Invalid) as timed:
+        await tenant.put_schedule_by_key("doc.1", debounce=debounce, fire_at=first.fire_at, callback=dev.healthz())
+    assert (timed.value.status, timed.value.field) == (422, "fire_at")
+    assert await tenant.get_schedule_by_key("doc.1") == second  # the refused PUT changed nothing
 
 
 async def test_dead_letters(tenant: AsyncTickd, dev: Dev) -> None:

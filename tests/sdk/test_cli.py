@@ -139,6 +139,10 @@ def test_bash_completion_offers_commands_and_options(tickd: Run, tmp_path: Path)
     assert missed <= complete("tickd", "settings", "--")
     assert complete("tickd", "settings", "--missed-policy", "") == {"fire_all", "skip", "fire_once"}
     assert {"--until", "--note", "--if-match"} <= complete("tickd", "schedules", "pause", "x", "--")
+    debounce = {"--debounce-window-s", "--debounce-max-wait-s", "--debounce-edge"}
+    assert debounce <= complete("tickd", "schedules", "put-by-key", "k", "--")
+    assert not debounce & complete("tickd", "schedules", "create", "--")  # only a by-key PUT takes one
+    assert complete("tickd", "schedules", "put-by-key", "k", "--debounce-edge", "") == {"trailing", "leading"}
 
 
 def test_dev_execs_tickd_dev(tmp_path: Path) -> None:
@@ -194,6 +198,57 @@ def test_by_key_commands(tickd: Run, dev: Dev) -> None:
     code, _, err = tickd("schedules", "get-by-key", "no spaces")
     assert code == cli.INVALID and "key" in err
     assert tickd("schedules", "put-by-key", key, "--delay-s", "5")[0] == cli.USAGE  # no callback
+
+
+def test_debounce_options_on_put_by_key(tickd: Run, dev: Dev) -> None:
+    key = f"cli-{uuid.uuid4().hex[:8]}"
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET"]
+    debounce = ["--debounce-window-s", "60", "--debounce-max-wait-s", "600"]
+    code, out, _ = tickd("schedules", "put-by-key", key, *debounce, *hook, "--payload", "1", "-o", "json")
+    first = _json(out)
+    assert code == 0 and first["debounce"]["window_s"] == 60.0 and first["debounce"]["max_wait_s"] == 600.0
+    assert (
+        first["debounce"]["edge"] == "trailing"
+        and first["debounce"]["last_put_at"] == first["debounce"]["first_put_at"]
+    )
+    first_put = datetime.fromisoformat(first["debounce"]["first_put_at"])
+    assert datetime.fromisoformat(first["fire_at"]) == first_put + timedelta(seconds=60)
+    time.sleep(0.05)
+    code, out, _ = tickd("schedules", "put-by-key", key, *debounce, *hook, "--payload", "2")  # the table
+    assert code == 0 and _line(out, "schedule_id") == first["schedule_id"]
+    assert (_line(out, r"debounce\.window_s"), _line(out, r"debounce\.max_wait_s")) == ("60.0", "600.0")
+    assert _line(out, r"debounce\.edge") == "trailing"
+    assert _line(out, r"debounce\.first_put_at") == first_put.isoformat()  # the same burst
+    last_put = datetime.fromisoformat(_line(out, r"debounce\.last_put_at"))
+    assert last_put > first_put and datetime.fromisoformat(_line(out, "fire_at")) == last_put + timedelta(seconds=60)
+    assert "debounce  " not in out  # its fields one line each, not one JSON cell
+    shown = tickd("schedules", "get-by-key", key)[1]
+    assert _line(shown, r"debounce\.last_put_at") == last_put.isoformat() and _line(shown, "payload") == "2"
+    leading = f"{key}-leading"
+    code, out, _ = tickd(
+        "schedules", "put-by-key", leading, "--debounce-window-s", "5", "--debounce-edge", "leading", *hook
+    )
+    assert code == 0 and _line(out, r"debounce\.edge") == "leading" and "debounce.max_wait_s" not in out
+    assert _line(out, "fire_at") == _line(out, r"debounce\.first_put_at")  # the burst's first PUT fires at once
+    plain = tickd("schedules", "put-by-key", f"{key}-plain", "--delay-s", "3600", *hook)[1]
+    assert "debounce" not in plain
+
+    refused = f"{key}-refused"
+    code, _, err = tickd("schedules", "put-by-key", refused, "--debounce-max-wait-s", "60", *hook)
+    assert code == cli.USAGE and "--debounce-max-wait-s and --debounce-edge go with --debounce-window-s" in err
+    code, _, err = tickd("schedules", "put-by-key", refused, "--debounce-edge", "leading", "--delay-s", "60", *hook)
+    assert code == cli.USAGE and "go with --debounce-window-s" in err
+    assert (
+        tickd("schedules", "put-by-key", refused, "--debounce-window-s", "5", "--debounce-edge", "first", *hook)[0]
+        == cli.USAGE
+    )
+    assert tickd("schedules", "put-by-key", refused, "--debounce-window-s", "soon", *hook)[0] == cli.USAGE
+    code, _, err = tickd("schedules", "put-by-key", refused, "--debounce-window-s", "5", "--delay-s", "60", *hook)
+    assert code == cli.INVALID and "delay_s" in err  # the API's refusal, naming the field
+    code, _, err = tickd("schedules", "put-by-key", refused, *debounce[:2], "--debounce-max-wait-s", "30", *hook)
+    assert code == cli.INVALID and "debounce.max_wait_s" in err
+    assert tickd("schedules", "create", "--debounce-window-s", "5", *hook)[0] == cli.USAGE  # only put-by-key
+    assert tickd("schedules", "get-by-key", refused)[0] == cli.NOT_FOUND  # none of them wrote anything
 
 
 def test_dead_letters_commands(tickd: Run, dev: Dev) -> None:

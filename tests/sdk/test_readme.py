@@ -1,5 +1,5 @@
-"""The README's "SDK and CLI" examples, and the SDK README's "Calendars" and "Timed pauses" ones, run as
-written against a fresh tickd-dev by a fresh virtualenv with only the SDK pip-installed into it (as a
+"""The README's "SDK and CLI" examples, and the SDK README's "Calendars", "Timed pauses" and "Debounce by
+key" ones, run as written against a fresh tickd-dev by a fresh virtualenv with only the SDK pip-installed into it (as a
 client team would): the code blocks are read out of the READMEs, so the test breaks when a README and the
 SDK or CLI drift apart."""
 
@@ -177,3 +177,42 @@ def test_the_sdk_readme_timed_pause_cli_example_runs(fresh: Dev, venv: Path) -> 
     assert len(until) == 2 and until[0] == until[1] and until[0].endswith("+00:00")
     assert re.search(rf"^due_at +{re.escape(until[0])}$", ran.stdout, flags=re.MULTILINE)
     assert re.search(r"^status +cancelled$", ran.stdout, flags=re.MULTILINE)
+
+
+def _debounce_blocks(language: str) -> list[str]:
+    return _blocks(language, SDK / "README.md", "Debounce by key")
+
+
+def test_the_sdk_readme_has_one_python_and_one_shell_debounce_example() -> None:
+    assert len(_debounce_blocks("python")) == 1 and len(_debounce_blocks("sh")) == 1
+
+
+def test_the_sdk_readme_debounce_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _debounce_blocks("python")
+    ran = subprocess.run(
+        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    assert ran.stdout.splitlines() == ["1 {'draft': 3} trailing", "0:00:30"]
+
+
+def test_the_sdk_readme_debounce_cli_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _debounce_blocks("sh")
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", example],
+        capture_output=True,
+        text=True,
+        env=_env(fresh, venv),
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ids = [line for line in ran.stdout.splitlines() if re.fullmatch(r"[0-9a-f-]{36}", line)]
+    assert len(ids) == 3 and len(set(ids)) == 1  # put-by-key three times: one schedule
+    shown = ran.stdout.split(ids[-1] + "\n", 1)[1]  # get-by-key, then cancel-by-key
+    assert re.search(r"^debounce\.window_s +30\.0$", shown, flags=re.MULTILINE)
+    assert re.search(r"^debounce\.max_wait_s +300\.0$", shown, flags=re.MULTILINE)
+    assert re.search(r"^debounce\.edge +trailing$", shown, flags=re.MULTILINE)
+    assert len(re.findall(r"^debounce\.first_put_at +\S+$", shown, flags=re.MULTILINE)) == 2  # get, cancel
+    assert re.search(r'^payload +\{"draft": 3\}$', shown, flags=re.MULTILINE)
+    assert re.search(r"^status +cancelled$", shown, flags=re.MULTILINE)

@@ -260,6 +260,27 @@ def test_a_put_by_key_with_delay_s_is_not_sent_again(serve: Callable[..., Fake],
 
 
 @KINDS
+@pytest.mark.parametrize("failure", [RESET, (503, {}, _error(503, "store_unavailable"))])
+def test_a_debounced_put_by_key_is_not_sent_again(serve: Callable[..., Fake], kind: str, failure: Answer) -> None:
+    fake = serve(failure, (200, {}, SCHEDULE))
+    with pytest.raises(Unavailable):
+        run(kind, fake.url, FAST, lambda c: _put(c, debounce={"window_s": 5}))  # a repeat would push the fire back
+    assert len(fake.hits) == 1
+    assert json.loads(fake.hits[0].body)["debounce"] == {"window_s": 5}
+
+
+@KINDS
+def test_a_debounced_put_by_key_is_retried_after_a_429_and_read(serve: Callable[..., Fake], kind: str) -> None:
+    debounce = {"window_s": 5.0, "edge": "trailing", "first_put_at": _AT, "last_put_at": _AT}
+    fake = serve(
+        (429, {"Retry-After": "0"}, _error(429, "rate_limited")), (200, {}, {**SCHEDULE, "debounce": debounce})
+    )
+    put = run(kind, fake.url, FAST, lambda c: _put(c, debounce={"window_s": 5}))  # a 429 wrote nothing
+    assert len(fake.hits) == 2 and put.debounce is not None
+    assert (put.debounce.window_s, put.debounce.max_wait_s, put.debounce.last_put_at) == (5.0, None, put.fire_at)
+
+
+@KINDS
 def test_a_trigger_gets_a_key_and_is_retried_after_a_reset(serve: Callable[..., Fake], kind: str) -> None:
     fake = serve(RESET, (201, {}, SCHEDULE))
     run(kind, fake.url, FAST, lambda c: c.trigger_schedule(SCHEDULE["schedule_id"]))

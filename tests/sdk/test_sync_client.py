@@ -13,6 +13,7 @@ import pytest
 from tickd_client import (
     NO_RETRY,
     Conflict,
+    Debounce,
     Forbidden,
     HttpCallback,
     Invalid,
@@ -338,6 +339,124 @@ def test_put_get_cancel_by_business_key(tenant: Tickd, dev: Dev) -> None:
     with pytest.raises(Invalid) as bad:
         tenant.put_schedule_by_key("not a key", delay_s=60, callback=dev.healthz())
     assert (bad.value.status, bad.value.field) == (400, "key")
+
+
+def test_a_debounced_put_by_key_pushes_its_fire_back_within_max_wait(tenant: Tickd, dev: Dev) -> None:
+    key = "doc-42"
+    first = tenant.put_schedule_by_key(key, debounce={"window_s": 60, "max_wait_s": 600}, callback=dev.healthz())
+    assert first.debounce is not None and first.debounce.first_put_at is not None
+    assert first.debounce == Debounce(60.0, "trailing", 600.0, first.debounce.first_put_at, first.debounce.first_put_at)
+    assert first.fire_at == first.debounce.first_put_at + timedelta(seconds=60)
+    time.sleep(0.05)  # the next PUT a few milliseconds later (the API keeps milliseconds)
+    second = tenant.put_schedule_by_key(
+        key, debounce={"window_s": 60, "max_wait_s": 600}, callback=dev.healthz(), payload={"draft": 2}
+    )
+    assert second.schedule_id == first.schedule_id and second.payload == {"draft": 2}
+    assert second.debounce is not None and second.debounce.last_put_at is not None
+    assert second.debounce.first_put_at == first.debounce.first_put_at  # the same burst
+    assert second.debounce.last_put_at > first.debounce.first_put_at
+    assert second.fire_at == second.debounce.last_put_at + timedelta(seconds=60) > first.fire_at  # pushed back
+    assert tenant.get_schedule_by_key(key) == second
+    # A debounce as read back is PUT again as given: window, cap and edge, not its PUT times.
+    third = tenant.put_schedule_by_key(key, debounce=second.debounce, callback=dev.healthz(), payload={"draft": 3})
+    assert third.debounce is not None and third.debounce.first_put_at == first.debounce.first_put_at
+    assert (third.debounce.window_s, third.debounce.max_wait_s, third.debounce.edge) == (60.0, 600.0, "trailing")
+    assert third.fire_at > second.fire_at and third.payload == {"draft": 3}
+    # max_wait_s caps how far the burst's fire is pushed: never later than that after its first PUT.
+    capped = tenant.put_schedule_by_key("doc-43", debounce={"window_s": 60, "max_wait_s": 60}, callback=dev.healthz())
+    assert capped.debounce is not None and capped.debounce.first_put_at is not None
+    time.sleep(0.05)
+    again = tenant.put_schedule_by_key("doc-43", debounce={"window_s": 60, "max_wait_s": 60}, callback=dev.healthz())
+    assert again.debounce is not None and again.debounce.last_put_at is not None
+    assert again.debounce.last_put_at > capped.debounce.first_put_at
+    assert again.fire_at == capped.fire_at == capped.debounce.first_put_at + timedelta(seconds=60)
+    plain = tenant.put_schedule_by_key("doc-44", delay_s=3600, callback=dev.healthz())
+    assert plain.debounce is None
+
+
+def test_a_leading_debounce_fires_the_first_put_at_once(tenant: Tickd, dev: Dev) -> None:
+    first = tenant.put_schedule_by_key("doc-1", debounce={"window_s": 60, "edge": "leading"}, callback=dev.healthz())
+    assert first.debounce is not None and first.debounce.edge == "leading" and first.debounce.max_wait_s is None
+    assert first.fire_at == first.debounce.first_put_at  # at once
+    _wait_for_status(tenant, first.schedule_id, "succeeded")
+    # A PUT within the window after the leading fire went out: the burst's trailing fire, a new schedule.
+    rest = tenant.put_schedule_by_key("doc-1", debounce={"window_s": 60, "edge": "leading"}, callback=dev.healthz())
+    assert rest.schedule_id != first.schedule_id and rest.status == "scheduled"
+    assert rest.debounce is not None and rest.debounce.last_put_at is not None
+    assert rest.fire_at == rest.debounce.last_put_at + timedelta(seconds=60)
+
+
+def test_a_bad_debounce_is_invalid_naming_the_field(tenant: Tickd, dev: Dev) -> None:
+    with pytest.raises(Invalid) as timed:
+        tenant.put_schedule_by_key("doc-9", debounce={"window_s": 5}, delay_s=5, callback=dev.healthz())
+    assert (timed.value.status, timed.value.field) == (422, "delay_s")
+    with pytest.raises(Invalid) as recurring:
+        tenant.put_schedule_by_key("doc-9", debounce={"window_s": 5}, every="1h", callback=dev.healthz())
+    assert (recurring.value.status, recurring.value.field) == (422, "every")
+    with pytest.raises(Invalid) as short:
+        tenant.put_schedule_by_key("doc-9", debounce={"window_s": 10, "max_wait_s": 5}, callback=dev.healthz())
+    assert (short.value.status, short.value.field) == (422, "debounce.max_wait_s")
+    with pytest.raises(Invalid) as small:
+        tenant.put_schedule_by_key("doc-9", debounce={"window_s": 0.5}, callback=dev.healthz())
+    assert small.value.field == "debounce.window_s"
+    only_by_key: Any = {"debounce": {"window_s": 5}}  # not in ScheduleFields: a create takes none
+    with pytest.raises(Invalid) as created:
+        tenant.create_schedule(callback=dev.healthz(), **only_by_key)
+    assert (created.value.status, created.value.field) == (400, "debounce")
+    with pytest.raises(NotFound):
+        tenant.get_schedule_by_key("doc-9")  # none of them wrote anything
+
+
+def test_a_debounced_put_body_and_its_repeatability() -> None:
+    callback = {"type": "http", "url": "http://example.com/"}
+    given = calls.put_schedule_by_key("k", {"callback": callback, "debounce": {"window_s": 5, "edge": "leading"}})
+    assert given.body == {"callback": callback, "debounce": {"window_s": 5, "edge": "leading"}}
+    assert given.repeatable is False  # a repeat is one more PUT of the burst: it pushes the fire back again
+    assert calls.put_schedule_by_key("k", {"callback": callback, "fire_at": 1893490200}).repeatable is True
+    read = Debounce(5.0, "trailing", 60.0, datetime(2030, 1, 1, tzinfo=UTC), datetime(2030, 1, 1, tzinfo=UTC))
+    again = calls.put_schedule_by_key("k", {"callback": callback, "debounce": read})
+    assert again.body["debounce"] == {"window_s": 5.0, "max_wait_s": 60.0, "edge": "trailing"}
+    assert again.repeatable is False
+    uncapped = calls.put_schedule_by_key("k", {"callback": callback, "debounce": Debounce(5.0, "leading")})
+    assert uncapped.body["debounce"] == {"window_s": 5.0, "edge": "leading"}  # no cap: none sent
+
+
+def test_a_schedule_answer_with_and_without_a_debounce() -> None:
+    answer: dict[str, Any] = {
+        "schedule_id": "s",
+        "status": "scheduled",
+        "fire_at": "2030-01-01T09:00:05.250Z",
+        "due_at": "2030-01-01T09:00:05.250Z",
+        "fire_id": "s:1",
+        "attempts": 0,
+        "fired_at": None,
+        "last_error": None,
+        "created_at": "2030-01-01T08:59:00Z",
+        "callback": {"type": "http", "url": "http://example.com/"},
+    }
+    debounce = {
+        "window_s": 5,  # an integral float may come as an int: read as a float
+        "edge": "trailing",
+        "max_wait_s": 60.0,
+        "first_put_at": "2030-01-01T08:59:00Z",
+        "last_put_at": "2030-01-01T09:00:00.250Z",
+    }
+    found = decode(Schedule, {**answer, "debounce": debounce})
+    assert found.debounce == Debounce(
+        5.0,
+        "trailing",
+        60.0,
+        datetime(2030, 1, 1, 8, 59, tzinfo=UTC),
+        datetime(2030, 1, 1, 9, 0, 0, 250000, tzinfo=UTC),
+    )
+    assert found.debounce is not None and isinstance(found.debounce.window_s, float)
+    uncapped = decode(Schedule, {**answer, "debounce": {"window_s": 2.5, "edge": "leading"}}).debounce
+    assert uncapped == Debounce(2.5, "leading", None, None, None)
+    assert decode(Schedule, answer).debounce is None and decode(Schedule, {**answer, "debounce": None}).debounce is None
+    with pytest.raises(ValueError, match=r"Schedule\.debounce: missing window_s"):
+        decode(Schedule, {**answer, "debounce": {"edge": "trailing"}})
+    with pytest.raises(ValueError, match=r"Schedule\.debounce\.first_put_at"):
+        decode(Schedule, {**answer, "debounce": {**debounce, "first_put_at": "soon"}})
 
 
 def test_dead_letters_list_get_redrive(tenant: Tickd, dev: Dev) -> None:

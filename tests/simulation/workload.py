@@ -41,11 +41,12 @@ from tickd.schema.model import (
     Status,
     ThrottlePolicy,
 )
-from tickd.service import actions
+from tickd.service import actions, debounce
 from tickd.service import keys as api_keys
 from tickd.service.bulk import BulkRunner
 from tickd.service.confirm import confirmed
 from tickd.service.settings import ApiSettings
+from tickd.service.validation import DebounceFields
 
 T = TypeVar("T")
 _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
@@ -53,6 +54,7 @@ _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
 # a pass as one group (``FirePipeline._deliver_group``), the others each on its own.
 _KAFKA = KafkaCallback(topic="sim-callbacks")
 _GUARD_S = 2.0
+_API_SETTINGS = ApiSettings()
 
 
 class Api:
@@ -189,6 +191,36 @@ class Api:
         dues = [current.location.due_at, location.due_at]
         return await self.confirmed(at, dues, left_s, lambda: self.store.replace_schedule(current, updated, at))
 
+    async def debounce_put(
+        self, client_id: str, current: Schedule | None, spec: DebounceFields, payload: bytes, intended: list[datetime]
+    ) -> tuple[Schedule, bool]:
+        """A debounced by-key PUT as the handler makes it (``service.debounce``): the key's schedule as read
+        (``current``, read again here) pushed back with the new payload, a client change the mutation
+        guard does not hold; or, for a new key or one whose schedule ended, a new schedule. Returns the
+        schedule and whether it is new."""
+        if current is not None:
+            current = await self.call(lambda c=current: self.store.get_schedule(client_id, c.schedule_id))  # type: ignore[misc]
+        client = await self.call(lambda: self.store.get_client(client_id))
+        assert client is not None
+        at = timing.truncate_ms(self.clock())
+        fire_at, state = debounce.plan(spec, current, at, _API_SETTINGS)
+        options = Options(debounce=state)
+        if current is None or current.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+            sid = self._new_id()
+            location = Location(timing.poller_id_for(sid, client.poller_count), fire_at)
+            callback = _KAFKA if sid.int % 2 else _CALLBACK
+            schedule = Schedule(client_id, sid, location, fire_at, payload, callback, at, options=options)
+            await self.confirmed(at, [fire_at], None, lambda: self.store.create_schedules([schedule], at))
+            return schedule, True
+        self._check_mutable(current, at)
+        intended.append(fire_at)
+        location = Location(timing.poller_id_for(current.schedule_id, client.poller_count), fire_at)
+        updated = dataclasses.replace(
+            current, location=location, fire_at=fire_at, payload=payload, options=options, attempts=0, last_error=None
+        )
+        dues = [current.location.due_at, fire_at]
+        return await self.confirmed(at, dues, None, lambda: self.store.replace_schedule(current, updated, at)), False
+
     async def pause_until(self, client_id: str, sid: uuid.UUID, for_s: float) -> Schedule:
         """A timed pause as the handler makes it (``service.actions.pause``): the schedule's row parked,
         paused, at ``until``, where the instance owning that minute resumes it (``poller.wakes``)."""
@@ -223,8 +255,8 @@ class Api:
     def _check_mutable(schedule: Schedule, at: datetime) -> float | None:
         if schedule.status is not Status.SCHEDULED:
             raise Conflict(f"status {schedule.status}")
-        if schedule.repeat is not None:
-            return None
+        if schedule.repeat is not None or schedule.debounce is not None:
+            return None  # a debounced row is read again before it is sent: no guard (``actions.check_mutable``)
         left_s = (schedule.location.due_at - at).total_seconds() - _GUARD_S
         if left_s < 0:
             raise Conflict("fire imminent")
@@ -253,6 +285,8 @@ class Workload:
         self._missed_rng = random.Random(f"missed-{world.config.seed}")
         # Timed pauses of recurring schedules (``poller.wakes``), from a stream of their own.
         self._pause_rng = random.Random(f"pauses-{world.config.seed}")
+        # Debounced by-key PUT bursts (``service.debounce``), from a stream of their own.
+        self._debounce_rng = random.Random(f"debounce-{world.config.seed}")
         world.delivery_checks.append(self._check_throttle)
         world.subscribe(self._consume)
 
@@ -275,6 +309,7 @@ class Workload:
             asyncio.create_task(self._bulk(end)),
             asyncio.create_task(self._calendar_change(end)),
             asyncio.create_task(self._timed_pauses(end)),
+            asyncio.create_task(self._debounces(end)),
         ]
         if config.faults:
             actors.append(asyncio.create_task(self._chaos(end)))
@@ -430,6 +465,61 @@ class Workload:
                 assert parked.pause is not None and parked.pause.until is not None
                 promise.paused_until.append((parked.fire_at, parked.pause.until))
                 break
+
+    async def _debounces(self, end: float) -> None:
+        """Now and then a key PUT in a burst with a debounce of 1-5 s (inside the mutation guard, too), as
+        a client typing or a cart filling does: each acknowledged PUT pushes the key's pending fire back
+        (a superseded version fired only if it was already going out when the PUT landed), a PUT after
+        the fire went out starts the key's next schedule; the latest acknowledged version must fire."""
+        loop, rng = self.world.loop, self._debounce_rng
+        bursts: list[asyncio.Task[None]] = []
+        while loop.time() < end - 30:
+            await asyncio.sleep(rng.expovariate(1 / 12))
+            client_id = rng.choice(self.client_ids)
+            window = rng.choice([1.0, 1.5, 2.0, 3.0, 5.0])
+            spec = DebounceFields(
+                window_s=window,
+                max_wait_s=rng.choice([msgspec.UNSET, 2 * window, 4 * window]),
+                edge=rng.choice(["trailing", "trailing", "leading"]),
+            )
+            bursts.append(asyncio.create_task(self._burst(client_id, spec, rng.randint(2, 8), rng.random())))
+        await asyncio.gather(*bursts)
+
+    async def _burst(self, client_id: str, spec: DebounceFields, puts: int, pace: float) -> None:
+        rng, loop = self._debounce_rng, self.world.loop
+        current: Schedule | None = None
+        for n in range(puts):
+            if n and pace < 0.5:  # right before the pending fire is due: inside the guard, on the wire
+                await asyncio.sleep(max(0.0, spec.window_s - rng.uniform(0.0, 1.2)))
+            elif n:
+                await asyncio.sleep(rng.uniform(0.05, spec.window_s * (0.6 + pace)))
+            intended: list[datetime] = []
+            try:
+                schedule, new = await self.api.debounce_put(client_id, current, spec, b'{"n":%d}' % n, intended)
+            except (Conflict, NotFound):
+                continue
+            except StoreUnavailable:
+                doubt = self.world.oracle.promises.get(current.schedule_id) if current is not None else None
+                if doubt is not None:  # a push not acknowledged: either version may fire
+                    doubt.unsure(doubt.fire_id, *(timing.fire_id(doubt.schedule_id, f) for f in intended))
+                continue
+            current = schedule
+            if new:
+                self.world.oracle.promises[schedule.schedule_id] = Promise(
+                    client_id, schedule.schedule_id, schedule.fire_at, debounced=True
+                )
+                continue
+            promise = self.world.oracle.promises.get(schedule.schedule_id)
+            if promise is None:
+                continue  # its create was not acknowledged: no promise either way
+            if promise.uncertain:
+                promise.unsure(promise.fire_id)
+                promise.settled(loop.time())
+            elif schedule.fire_at != promise.fire_at:
+                promise.old_fire_ids[promise.fire_id] = loop.time()
+            promise.fire_at = schedule.fire_at
+            promise.maybe.pop(promise.fire_id, None)
+            promise.old_fire_ids.pop(promise.fire_id, None)
 
     async def _resize(self, client_id: str) -> None:
         pollers = self.rng.choice([1, 2, 3, 4, 6])

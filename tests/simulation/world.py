@@ -294,6 +294,7 @@ class World:
         self._incarnations[name] = incarnation
         actor = f"{name}#{incarnation}"
         skew = self.rng.uniform(-self.config.max_skew_s, self.config.max_skew_s)
+        self.oracle.skews[actor] = skew
         subscriber = Subscriber(self, actor)
         node = Node(
             self.poller_settings(name),

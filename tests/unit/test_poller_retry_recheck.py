@@ -21,7 +21,7 @@ from tickd.poller.settings import PollerSettings
 from tickd.schema import timing
 from tickd.schema.cassandra import CassandraStore
 from tickd.schema.memory import memory_store
-from tickd.schema.model import HttpCallback, Location, Options, Repeat, Schedule, Status
+from tickd.schema.model import Debounce, HttpCallback, Location, Options, Repeat, Schedule, Status
 
 
 class Outcomes:
@@ -113,3 +113,23 @@ async def test_first_attempts_and_recurring_rows_are_not_read_again(store: Cassa
     assert await p.still_wanted(dataclasses.replace(retry, attempts=0))
     recurring = Options(repeat=Repeat(every_s=60))
     assert await p.still_wanted(dataclasses.replace(retry, options=recurring))
+
+
+async def test_a_debounced_first_attempt_is_read_again_and_dropped_once_pushed_back(store: CassandraStore) -> None:
+    """Issue 27, debounce: a PUT may push a debounced fire back inside the mutation guard, so its first
+    attempt is read again before it goes out; the version pushed back is dropped, marked moved."""
+    now = timing.truncate_ms(datetime.now(UTC))
+    sid = uuid.uuid4()
+    location = Location(timing.poller_id_for(sid, 1), now + timedelta(seconds=1))
+    debounced = Options(debounce=Debounce(window_ms=1000, first_at=now, last_at=now))
+    row = Schedule(
+        "c1", sid, location, location.due_at, b"{}", HttpCallback(url="https://x.test/"), now, options=debounced
+    )
+    await store.create_schedule(row, now)
+    assert row.rechecked and row.attempts == 0
+    outcomes = Outcomes()
+    assert await settler(store, outcomes).still_wanted(row)  # as written: it goes out
+    later = Location(location.poller_id, location.due_at + timedelta(seconds=1))
+    await store.replace_schedule(row, dataclasses.replace(row, location=later, fire_at=later.due_at), now)
+    assert not await settler(store, outcomes).still_wanted(row)
+    assert outcomes.recorded == [(sid, Status.MOVED, "superseded: the schedule was changed")]

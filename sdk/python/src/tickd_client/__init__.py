@@ -4,7 +4,15 @@ one exception class per kind of failure, auto-paging list iterators, Idempotency
 
 from tickd_client._async import AsyncTickd
 from tickd_client._sync import Tickd
-from tickd_client.calls import Call, MissedFields, RuleFields, ScheduleChanges, ScheduleFields
+from tickd_client.calls import (
+    Call,
+    DebounceFields,
+    KeyedFields,
+    MissedFields,
+    RuleFields,
+    ScheduleChanges,
+    ScheduleFields,
+)
 from tickd_client.errors import (
     Conflict,
     Forbidden,
@@ -27,6 +35,7 @@ from tickd_client.models import (
     ClientSettings,
     Cluster,
     DeadLetter,
+    Debounce,
     HttpCallback,
     Instance,
     KafkaCallback,
@@ -65,11 +74,14 @@ __all__ = [
     "Cluster",
     "Conflict",
     "DeadLetter",
+    "Debounce",
+    "DebounceFields",
     "Forbidden",
     "HttpCallback",
     "Instance",
     "Invalid",
     "KafkaCallback",
+    "KeyedFields",
     "MissedFields",
     "MissedPolicy",
     "Node",

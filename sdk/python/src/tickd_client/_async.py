@@ -14,7 +14,7 @@ import httpx
 
 from tickd_client import calls
 from tickd_client._core import DEFAULT_URL, Core, Settings, env_settings, http_options, transport_error
-from tickd_client.calls import Call, RangeSpec, RuleFields, ScheduleChanges, ScheduleFields, Time
+from tickd_client.calls import Call, KeyedFields, RangeSpec, RuleFields, ScheduleChanges, ScheduleFields, Time
 from tickd_client.errors import TickdError
 from tickd_client.models import (
     ApiKey,
@@ -306,9 +306,12 @@ class AsyncTickd:
     # Schedules by business key (API key)
 
     async def put_schedule_by_key(
-        self, key: str, *, if_match: calls.IfMatch = None, **fields: Unpack[ScheduleFields]
+        self, key: str, *, if_match: calls.IfMatch = None, **fields: Unpack[KeyedFields]
     ) -> Schedule:
-        """Create the key's schedule, or replace its time, payload and callback (the same schedule id)."""
+        """Create the key's schedule, or replace its time, payload and callback (the same schedule id).
+        ``debounce={"window_s": ...}`` instead of a time: a burst of PUTs of the key makes one fire,
+        ``window_s`` after the latest (``Schedule.debounce``); such a PUT is not repeatable (as one with
+        ``delay_s``): a connection lost once it was sent, or a 502/503/504, is raised rather than retried."""
         return await self.send(calls.put_schedule_by_key(key, fields, if_match))
 
     async def get_schedule_by_key(self, key: str) -> Schedule:

@@ -71,7 +71,7 @@ def _cell(value: Any) -> str:
 
 
 # Nested views a single object shows field by field (``pause.until  ...``) rather than as one JSON cell.
-_SPREAD = frozenset({"pause"})
+_SPREAD = frozenset({"pause", "debounce"})
 
 
 def _fields(data: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from tickd_client.models import (
     ClientSettings,
     Cluster,
     DeadLetter,
+    Debounce,
     HttpCallback,
     KafkaCallback,
     MissedPolicy,
@@ -93,6 +94,29 @@ class ScheduleFields(RuleFields, total=False):
     pause_after_failures: int
 
 
+class DebounceFields(TypedDict, total=False):
+    """A by-key PUT's debounce as the API takes it (``window_s`` is required): the key's fire goes out
+    ``window_s`` seconds (1 to 86400) after the latest PUT, each PUT while it is pending pushing it back,
+    never further than ``max_wait_s`` (``window_s`` to 604800; absent: no cap) after the first PUT of the
+    burst; ``edge`` ``leading`` also fires the first PUT of a burst at once (default ``trailing``)."""
+
+    window_s: float
+    max_wait_s: float
+    edge: Literal["trailing", "leading"]
+
+
+# A debounce as given, or one as read (``Schedule.debounce``) to PUT again.
+DebounceSpec = DebounceFields | Debounce
+
+
+class KeyedFields(ScheduleFields, total=False):
+    """A ``PUT /v1/schedules/by-key/{key}`` body: a create's, and ``debounce``, which only a by-key PUT
+    takes (then no ``fire_at``, ``delay_s``, ``cron``, ``every``, ``events``, ``window`` or ``throttle``:
+    its fire time is the debounce's, and it fires once)."""
+
+    debounce: DebounceSpec
+
+
 class ScheduleChanges(RuleFields, total=False):
     """A ``PATCH`` of a schedule: any subset; ``throttle=None`` removes the policy, ``calendars=[]`` (or
     None) every calendar, ``missed=None`` its own missed-fire policy (your default applies)."""
@@ -148,6 +172,8 @@ def _json_field(name: str, value: Any) -> Any:
         return list(value)  # any sequence of names; a lone name goes as given, for the API to refuse
     if name == "missed" and value is not None:
         return missed_value(value)
+    if name == "debounce" and value is not None:
+        return debounce_value(value)
     return value
 
 
@@ -157,6 +183,18 @@ def missed_value(value: MissedSpec) -> Any:
     if isinstance(value, MissedPolicy):
         deadline = {} if value.deadline_s is None else {"deadline": f"{value.deadline_s}s"}
         return {"policy": value.policy, **deadline}
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def debounce_value(value: DebounceSpec) -> Any:
+    """A debounce as the API takes it: ``{"window_s", "max_wait_s", "edge"}`` as given, or a ``Debounce``
+    read back (its ``window_s``, ``edge`` and ``max_wait_s`` if it has one; not its PUT times). Anything
+    else goes as given, for the API to refuse."""
+    if isinstance(value, Debounce):
+        max_wait = {} if value.max_wait_s is None else {"max_wait_s": value.max_wait_s}
+        return {"window_s": value.window_s, **max_wait, "edge": value.edge}
     if isinstance(value, Mapping):
         return dict(value)
     return value
@@ -451,13 +489,15 @@ def trigger_schedule(schedule_id: str, idempotency_key: str | None) -> Call[Sche
 # Schedules by business key
 
 
-def put_schedule_by_key(key: str, fields: ScheduleFields, if_match: IfMatch = None) -> Call[Schedule]:
+def put_schedule_by_key(key: str, fields: KeyedFields, if_match: IfMatch = None) -> Call[Schedule]:
     """A PUT: the same body again leaves the key's schedule as one did, so it is repeatable; except with
     ``delay_s``, which counts from when the API reads it (a repeat would move the fire and its fire id),
-    or when conditional (a repeat of one that applied finds the version moved on: 412)."""
+    with ``debounce`` (a repeat is one more PUT of the burst: it pushes the pending fire back again, or,
+    after a ``leading`` fire went out, makes a trailing fire of its own), or when conditional (a repeat of
+    one that applied finds the version moved on: 412)."""
     body = body_of(fields)
     path = _path("schedules", "by-key", key)
-    repeatable = "delay_s" not in body and if_match is None
+    repeatable = "delay_s" not in body and "debounce" not in body and if_match is None
     return Call("PUT", path, _one(Schedule), body, headers=precondition(if_match), repeatable=repeatable)
 
 

@@ -172,8 +172,23 @@ def _schedules_put_by_key(client: Tickd, args: argparse.Namespace) -> Any:
     fields = _schedule_fields(args)
     if "callback" not in fields:
         raise UsageError("give a callback: --callback-url URL, --kafka-topic TOPIC or --callback JSON")
+    _debounce(args, fields)
     schedule = client.put_schedule_by_key(args.key, if_match=_if_match(args), **fields)
     return schedule.schedule_id if args.quiet else schedule
+
+
+def _debounce(args: argparse.Namespace, fields: dict[str, Any]) -> None:
+    """--debounce-window-s (with --debounce-max-wait-s, --debounce-edge) as ``fields["debounce"]``."""
+    if args.debounce_window_s is None:
+        if args.debounce_max_wait_s is not None or args.debounce_edge is not None:
+            raise UsageError("--debounce-max-wait-s and --debounce-edge go with --debounce-window-s")
+        return
+    debounce: dict[str, Any] = {"window_s": args.debounce_window_s}
+    if args.debounce_max_wait_s is not None:
+        debounce["max_wait_s"] = args.debounce_max_wait_s
+    if args.debounce_edge is not None:
+        debounce["edge"] = args.debounce_edge
+    fields["debounce"] = debounce
 
 
 def _if_match_arg(parser: argparse.ArgumentParser, what: str = "schedule") -> None:
@@ -531,6 +546,30 @@ def _schedule_args(parser: argparse.ArgumentParser) -> None:
 _MISSED_POLICIES = ("fire_all", "skip", "fire_once")
 
 
+def _debounce_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--debounce-window-s",
+        dest="debounce_window_s",
+        type=float,
+        metavar="S",
+        help="debounce: fire S seconds after the latest put of the key, each put pushing it back (1-86400; "
+        "no --fire-at or --delay-s)",
+    )
+    parser.add_argument(
+        "--debounce-max-wait-s",
+        dest="debounce_max_wait_s",
+        type=float,
+        metavar="S",
+        help="with --debounce-window-s: never later than S seconds after the burst's first put (default: no cap)",
+    )
+    parser.add_argument(
+        "--debounce-edge",
+        dest="debounce_edge",
+        choices=("trailing", "leading"),
+        help="with --debounce-window-s: leading also fires a burst's first put at once (default trailing)",
+    )
+
+
 def _missed_args(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--missed-policy", dest="missed_policy", choices=_MISSED_POLICIES, help=help)
     parser.add_argument(
@@ -616,6 +655,7 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     put = _leaf(group, "put-by-key", _schedules_put_by_key, "create or replace the schedule of a key", common)
     put.add_argument("key", help="your business key: 1-128 of A-Z a-z 0-9 . _ ~ : @ -")
     _schedule_args(put)
+    _debounce_args(put)
     put.add_argument("--quiet", "-q", action="store_true", help="print only the schedule id")
     _if_match_arg(put)
     get_key = _leaf(group, "get-by-key", lambda c, a: c.get_schedule_by_key(a.key), "a key's schedule", common)

@@ -103,6 +103,20 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class Debounce:
+    """A by-key schedule's debounce (``put_schedule_by_key(debounce=...)``): its fire goes out ``window_s``
+    after the latest PUT of the key, at most ``max_wait_s`` after the first PUT of the burst (None: no
+    cap); ``edge``: ``trailing``, or ``leading`` (the first PUT of a burst fired at once).
+    ``first_put_at``/``last_put_at``: the first and the latest PUT the pending (or last) fire carries."""
+
+    window_s: float
+    edge: str
+    max_wait_s: float | None = None
+    first_put_at: datetime | None = None
+    last_put_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Schedule:
     schedule_id: str
     status: str
@@ -130,6 +144,8 @@ class Schedule:
     trigger_of: str | None = None  # a trigger (``trigger_schedule``): the schedule it is an extra fire of
     # A paused schedule's pause, when it was paused with a time or a note; None otherwise (cleared by a resume).
     pause: Pause | None = None
+    # A by-key schedule that coalesces bursts of PUTs (``put_schedule_by_key(debounce=...)``); None otherwise.
+    debounce: Debounce | None = None
 
 
 @dataclass(frozen=True)

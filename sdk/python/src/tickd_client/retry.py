@@ -9,7 +9,8 @@ lost mid-request. A connection that never opened is retried for any call. A call
 Whether a call is safe to repeat is the call's own ``repeatable`` (set per operation in
 ``tickd_client.calls``), not its HTTP method. Safe: reads; a PUT (a policy, or a schedule by business key:
 it sets the state to the body whatever was there, except a body with ``delay_s``, which counts from when
-the API reads it, so a repeat would move the fire); a PATCH without ``delay_s``; cancels; the POSTs that
+the API reads it, so a repeat would move the fire, or with ``debounce``, which a repeat would push back
+again); a PATCH without ``delay_s``; cancels; the POSTs that
 do no more the second time (pause, redriving dead letters, preview, an event's release); creates and
 triggers sent with an Idempotency-Key. Not: a resume or a policy's delete (a repeat of one that went
 through answers 409 or 404, not the result), and a create, trigger or batch without a key. The wait is
