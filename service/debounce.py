@@ -5,7 +5,8 @@ module gives it one:
 
 - ``trailing`` (the default): the key's pending fire goes out ``window_s`` after the latest PUT, with that
   PUT's payload and callback. Each PUT while the fire is pending pushes it back, never further than
-  ``max_wait_s`` after the first PUT it carries (absent: no cap), so a key PUT without pause still fires.
+  ``max_wait_s`` after the first PUT it carries (absent: no cap), so a key PUT without pause still fires;
+  past the cap, each PUT moves it a millisecond (a version never takes its predecessor's fire time).
 - ``leading``: the first PUT of a burst (no PUT of the key in the ``window_s`` before it) fires at once;
   the burst's later PUTs coalesce into one trailing fire as above, which only a later PUT creates.
 
@@ -26,6 +27,7 @@ from tickd.service.errors import Invalid
 from tickd.service.settings import ApiSettings
 from tickd.service.validation import DebounceFields, KeyedCreate, to_ms
 
+_ONE_MS = timedelta(milliseconds=1)
 # The fields a debounced PUT may not carry, with why: its fire time is the debounce's, and it fires once.
 _REFUSED = (
     ("fire_at", "a debounced PUT's fire time comes from debounce; give no fire_at"),
@@ -35,6 +37,7 @@ _REFUSED = (
     ("events", "a debounced fire is one plain fire: events do not apply"),
     ("window", "a debounced fire is one plain fire: window does not apply"),
     ("throttle", "a debounced fire is one plain fire: throttle does not apply"),
+    ("jitter", "a debounced fire goes out when its debounce says: jitter does not apply"),
 )
 
 
@@ -79,6 +82,12 @@ def plan(
             fire_at = at + timedelta(milliseconds=window_ms)
             if max_wait_ms:
                 fire_at = max(at, min(fire_at, first + timedelta(milliseconds=max_wait_ms)))
+        # Never the pending fire's own time: a version in place of another (same row, same fire id) can
+        # not be told from it by the poller's read before sending, which would send the old payload, and
+        # the outcome of that send would retire the new version's row (acceptance D1: a PUT landing once
+        # max_wait_s capped the fire). A millisecond later, the old row is dropped, or if it is already on
+        # the wire, the new one fires after it.
+        fire_at = max(fire_at, current.fire_at + _ONE_MS)
         return fire_at, Debounce(window_ms, max_wait_ms, leading, first, at)
     # A new burst; or, after a leading fire went out, the rest of its burst (a PUT within the window).
     quiet = kept is None or kept.last_at is None or (at - kept.last_at).total_seconds() * 1000 >= window_ms

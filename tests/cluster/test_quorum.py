@@ -26,6 +26,9 @@ STORE_TIMEOUT_S = 10.0
 CLIENT_DEADLINE_S = STORE_TIMEOUT_S + 20.0
 OUTAGE_WINDOW_S = 30.0  # gossip convicts a killed node after ~15-20 s on 2 cores
 RECOVERY_BOUND_S = 60.0
+# How long a test's set-up waits out a cluster still settling from the previous test (a restarted node
+# counted pending by lightweight transactions): a node restart takes up to a minute here.
+_SETUP_WAIT_S = 90.0
 # After a cut, node 3 stays cut while node 2 is healed: every statement whose first replica is node 3 waits
 # the full store timeout until the driver's heartbeat (idle_heartbeat_interval, 30 s by default, not a
 # tickd setting) declares the connection defunct. First run: 57.8 s. See test_c2.
@@ -83,15 +86,25 @@ async def test_c1_two_of_three_down_answers_503_then_recovers(stage: Stage, faul
 
 
 async def register(stage: Stage, base: str) -> dict[str, str]:
-    client_id = f"c1-{uuid.uuid4().hex[:8]}"
-    answer = await request(
-        stage.session,
-        "POST",
-        f"{base}/v1/clients",
-        headers=ADMIN,
-        json={"client_id": client_id, "poller_count": 1},
-        deadline_s=CLIENT_DEADLINE_S,
-    )
+    """A new client, before anything is taken away: set-up, not what a test measures. A node the previous
+    test restarted can still count as pending for a while, and a lightweight transaction then needs all
+    three replicas (CI at fbb113e: C3's registration answered 503, "required_responses 3", with every node
+    up), so a 503 here is waited out, each try under a fresh client id (a try that timed out may have
+    landed), for at most ``_SETUP_WAIT_S``."""
+    deadline = time.monotonic() + _SETUP_WAIT_S
+    while True:
+        client_id = f"c1-{uuid.uuid4().hex[:8]}"
+        answer = await request(
+            stage.session,
+            "POST",
+            f"{base}/v1/clients",
+            headers=ADMIN,
+            json={"client_id": client_id, "poller_count": 1},
+            deadline_s=CLIENT_DEADLINE_S,
+        )
+        if answer.status != 503 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(2)
     assert answer.status == 201, answer
     return {"Authorization": f"Bearer {answer.body['api_key']}"}
 

@@ -85,6 +85,7 @@ class Promise:
     # A debounced by-key schedule (``service.debounce``): a change may land at any time, so a version it
     # superseded (or cancelled) may still arrive, but only one already going out when the change landed.
     debounced: bool = False
+    payload: bytes | None = None  # a debounced one's: as its latest acknowledged PUT gave it
 
     def unsure(self, *fire_ids: str) -> None:
         """A change was not acknowledged: these versions may fire, or not."""
@@ -116,6 +117,7 @@ class Oracle:
     expanded_at: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # violations seen while running
     skews: dict[str, float] = field(default_factory=dict)  # each node incarnation's clock, ahead of true time
+    payloads: dict[str, set[bytes]] = field(default_factory=dict)  # debounced fires: payloads delivered
     # Rows left scheduled behind a checkpoint that are stale copies of a fire already completed (see
     # World.left_behind): not a loss, counted so a run can say how often it happened.
     stale_rows: set[str] = field(default_factory=set)
@@ -189,6 +191,9 @@ class Oracle:
         for key in _keys(p.fire_id, p.events):
             if not self._done(key, seen):
                 problems.append(f"{p.schedule_id}: acknowledged fire {key} (due {p.fire_at}) never delivered")
+        if p.payload is not None and p.fire_id in seen and p.payload not in self.payloads.get(p.fire_id, set()):
+            # A PUT that replaced a version in place: its fire id delivered, with an older PUT's payload.
+            problems.append(f"{p.schedule_id}: fire {p.fire_id} delivered without its latest PUT's payload")
         return problems
 
     def _on_the_wire(self, p: Promise, fire_id: str, d: Delivery, changed_t: float) -> bool:

@@ -430,6 +430,8 @@ class Workload:
         elif moved.fire_at != promise.fire_at:
             promise.old_fire_ids[promise.fire_id] = asyncio.get_running_loop().time()
         promise.fire_at = moved.fire_at
+        if promise.payload is not None:  # a debounced one keeps the payload it read: a PUT in doubt's, maybe
+            promise.payload = moved.payload
         # The acknowledged version must fire, whatever came before: a change can land on the time of a
         # version in doubt or superseded earlier (it adopts a change whose pointer moved), and then shares
         # its fire id (seed 95018).
@@ -489,7 +491,13 @@ class Workload:
         rng, loop = self._debounce_rng, self.world.loop
         current: Schedule | None = None
         for n in range(puts):
-            if n and pace < 0.5:  # right before the pending fire is due: inside the guard, on the wire
+            kept = current.debounce if current is not None else None
+            capped = not isinstance(spec.max_wait_s, msgspec.UnsetType) and kept is not None and kept.first_at
+            if n and capped and pace < 0.25:  # right before max_wait_s caps it: PUTs at the capped time
+                assert kept is not None and kept.first_at is not None and isinstance(spec.max_wait_s, float)
+                due = kept.first_at + timedelta(seconds=spec.max_wait_s - rng.uniform(0.0, 0.6))
+                await asyncio.sleep(max(0.0, (due - self.api.clock()).total_seconds()))
+            elif n and pace < 0.5:  # right before the pending fire is due: inside the guard, on the wire
                 await asyncio.sleep(max(0.0, spec.window_s - rng.uniform(0.0, 1.2)))
             elif n:
                 await asyncio.sleep(rng.uniform(0.05, spec.window_s * (0.6 + pace)))
@@ -506,7 +514,7 @@ class Workload:
             current = schedule
             if new:
                 self.world.oracle.promises[schedule.schedule_id] = Promise(
-                    client_id, schedule.schedule_id, schedule.fire_at, debounced=True
+                    client_id, schedule.schedule_id, schedule.fire_at, debounced=True, payload=schedule.payload
                 )
                 continue
             promise = self.world.oracle.promises.get(schedule.schedule_id)
@@ -517,7 +525,7 @@ class Workload:
                 promise.settled(loop.time())
             elif schedule.fire_at != promise.fire_at:
                 promise.old_fire_ids[promise.fire_id] = loop.time()
-            promise.fire_at = schedule.fire_at
+            promise.fire_at, promise.payload = schedule.fire_at, schedule.payload
             promise.maybe.pop(promise.fire_id, None)
             promise.old_fire_ids.pop(promise.fire_id, None)
 

@@ -205,6 +205,8 @@ class Subscriber:
 
     def _record(self, schedule: Schedule, attempt: int, epoch: int, ok: bool) -> None:
         world = self._world
+        if ok and schedule.debounce is not None:  # which version's payload went out (oracle: the latest)
+            world.oracle.payloads.setdefault(schedule.fire_id, set()).add(schedule.payload)
         world.oracle.deliveries.append(
             Delivery(
                 world.loop.time(),

@@ -51,12 +51,24 @@ def test_each_put_while_pending_pushes_the_fire_back_keeping_the_first_put() -> 
 
 
 def test_max_wait_caps_how_far_a_burst_pushes_its_fire() -> None:
-    state = Debounce(window_ms=5000, max_wait_ms=12_000, first_at=T0, last_at=T0 + s(8))
-    pending = keyed(T0 + s(13), state)
+    state = Debounce(window_ms=5000, max_wait_ms=12_000, first_at=T0, last_at=T0 + s(6))
+    pending = keyed(T0 + s(11), state)
     fire_at, _ = debounce.plan(spec(5, 12), pending, T0 + s(10), SETTINGS)
     assert fire_at == T0 + s(12)  # not 15: twelve seconds after the burst's first PUT
-    overdue, _ = debounce.plan(spec(5, 12), pending, T0 + s(12.5), SETTINGS)
+    capped = keyed(fire_at, state)
+    again, _ = debounce.plan(spec(5, 12), capped, T0 + s(11), SETTINGS)
+    # At the cap a PUT still moves the fire, by a millisecond: a version never takes its predecessor's
+    # fire time (the poller could not tell them apart before sending; acceptance D1 sent the old payload).
+    assert again == T0 + s(12.001)
+    overdue, _ = debounce.plan(spec(5, 12), capped, T0 + s(12.5), SETTINGS)
     assert overdue == T0 + s(12.5)  # the cap passed while it was going out: at once, never in the past
+
+
+def test_a_put_in_the_millisecond_of_a_leading_fire_still_moves_it() -> None:
+    lead = spec(5, edge="leading")
+    fire_at, state = debounce.plan(lead, None, T0, SETTINGS)
+    again, _ = debounce.plan(lead, keyed(fire_at, state), T0, SETTINGS)
+    assert again == T0 + s(0.001)
 
 
 @pytest.mark.parametrize(
@@ -109,6 +121,7 @@ def test_a_schedule_put_without_debounce_before_is_a_new_burst() -> None:
         ({"events": 3}, "events"),
         ({"window": "10s"}, "window"),
         ({"throttle": "slow"}, "throttle"),
+        ({"jitter": "5s"}, "jitter"),
     ],
 )
 def test_fields_a_debounce_gives_or_forbids_are_refused_by_name(extra: dict[str, object], field: str) -> None:

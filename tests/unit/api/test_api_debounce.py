@@ -55,10 +55,15 @@ async def test_max_wait_caps_the_pending_fire_at_the_bursts_first_put(api: Api, 
     _, key = await register()
     path = "/v1/schedules/by-key/capped"
     first = await ok(await api.put(path, json=body(30, 1, max_wait_s=30), headers=key), 201)
+    previous = first
     for n in range(2, 5):
         later = await ok(await api.put(path, json=body(30, n, max_wait_s=30), headers=key))
-        assert at(later) == at(first), "pushed past max_wait_s after the first PUT"
+        # At the cap: a millisecond after the version it replaces (never its fire time, nor further).
+        assert at(later) == at(previous) + timedelta(milliseconds=1), (previous, later)
+        assert later["fire_id"] != previous["fire_id"]
         assert later["payload"] == n and later["debounce"]["max_wait_s"] == 30.0
+        previous = later
+    assert at(previous) - at(first) == timedelta(milliseconds=3)
 
 
 async def test_puts_inside_the_mutation_guard_are_taken(api: Api, register: Register) -> None:
