@@ -41,7 +41,7 @@ _REFUSED = (
 )
 
 
-def check(body: KeyedCreate) -> DebounceFields | None:
+def check(body: KeyedCreate, settings: ApiSettings) -> DebounceFields | None:
     """The PUT's debounce, once its other fields are checked against it; None for a PUT without one."""
     spec = body.debounce
     if isinstance(spec, UnsetType):
@@ -55,22 +55,20 @@ def check(body: KeyedCreate) -> DebounceFields | None:
             field="debounce.max_wait_s",
             code="out_of_range",
         )
-    return spec
-
-
-def plan(
-    spec: DebounceFields, current: Schedule | None, at: datetime, settings: ApiSettings
-) -> tuple[datetime, Debounce]:
-    """When the key's fire goes out after a PUT at ``at``, and the debounce its row keeps. ``current``: the
-    key's schedule as read (None for a new key): its pending fire is pushed back, or a new one planned."""
-    window_ms = round(spec.window_s * 1000)
-    max_wait_ms = 0 if isinstance(spec.max_wait_s, UnsetType) else round(spec.max_wait_s * 1000)
-    if window_ms / 1000 > settings.max_horizon_s:
+    if spec.window_s > settings.max_horizon_s:
         raise Invalid(
             f"debounce.window_s is more than TICKD_MAX_HORIZON_S ({settings.max_horizon_s} s)",
             field="debounce.window_s",
             code="out_of_range",
         )
+    return spec
+
+
+def plan(spec: DebounceFields, current: Schedule | None, at: datetime) -> tuple[datetime, Debounce]:
+    """When the key's fire goes out after a PUT at ``at``, and the debounce its row keeps. ``current``: the
+    key's schedule as read (None for a new key): its pending fire is pushed back, or a new one planned."""
+    window_ms = round(spec.window_s * 1000)
+    max_wait_ms = 0 if isinstance(spec.max_wait_s, UnsetType) else round(spec.max_wait_s * 1000)
     leading = spec.edge == "leading"
     kept = current.debounce if current is not None else None
     at = to_ms(at)
@@ -90,7 +88,7 @@ def plan(
         fire_at = max(fire_at, current.fire_at + _ONE_MS)
         return fire_at, Debounce(window_ms, max_wait_ms, leading, first, at)
     # A new burst; or, after a leading fire went out, the rest of its burst (a PUT within the window).
-    quiet = kept is None or kept.last_at is None or (at - kept.last_at).total_seconds() * 1000 >= window_ms
+    quiet = kept is None or kept.last_at is None or at - kept.last_at >= timedelta(milliseconds=window_ms)
     if leading and quiet:
         return at, Debounce(window_ms, max_wait_ms, leading, at, at)
     delay_ms = min(window_ms, max_wait_ms) if max_wait_ms else window_ms

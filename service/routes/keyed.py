@@ -18,13 +18,12 @@ creating request died) is taken over after ``TICKD_IDEMPOTENCY_TAKEOVER_S``.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 
 import structlog
 from aiohttp import web
 
 from tickd.schema.errors import Conflict, NotFound
-from tickd.schema.model import BusinessKey, Client, Debounce, IdempotencyKey, Schedule, Status
+from tickd.schema.model import BusinessKey, Client, IdempotencyKey, Schedule, Status
 from tickd.service import actions, audit, debounce, idempotency, keys, params, preconditions, recurring
 from tickd.service.declare import Routes
 from tickd.service.routes.common import conflict, now, read_json, schedule_answer
@@ -33,7 +32,7 @@ from tickd.service.routes.schedules import (
     _build,
     _creator,
 )
-from tickd.service.validation import KeyedCreate, decode
+from tickd.service.validation import DebounceFields, KeyedCreate, decode
 from tickd.service.views import ScheduleView
 
 log = structlog.get_logger("tickd.api")
@@ -63,12 +62,20 @@ async def _holder(request: web.Request, client: Client, key: str) -> tuple[Busin
 
 
 async def _create(
-    request: web.Request, client: Client, key: str, body: KeyedCreate, held: BusinessKey | None, ended: Schedule | None
+    request: web.Request,
+    client: Client,
+    key: str,
+    body: KeyedCreate,
+    held: BusinessKey | None,
+    spec: DebounceFields | None,
+    ended: Schedule | None,
 ) -> Schedule | None:
     """A new schedule for the key, if this request points the key at it (None: another one won).
-    ``ended``: the key's schedule that fired or was cancelled (a debounce reads its last PUT)."""
+    ``spec``: the PUT's debounce, if any; ``ended``: the key's schedule that fired or was cancelled (a
+    debounce reads its last PUT)."""
     store, at = request.app[keys.STORE], now()
-    schedule = await _build(request, client, body, at, debounced=_debounced(request, body, ended, at))
+    debounced = None if spec is None else debounce.plan(spec, ended, at)
+    schedule = await _build(request, client, body, at, debounced=debounced)
     claim = BusinessKey(client.client_id, key, schedule.schedule_id, at)
     stands = await (store.claim_business_key(claim) if held is None else store.move_business_key(held, claim))
     if stands is None or stands.schedule_id != schedule.schedule_id:
@@ -78,12 +85,14 @@ async def _create(
     return schedule
 
 
-async def _replace(request: web.Request, client: Client, body: KeyedCreate, current: Schedule) -> Schedule:
+async def _replace(
+    request: web.Request, client: Client, body: KeyedCreate, spec: DebounceFields | None, current: Schedule
+) -> Schedule:
     """The key's schedule with the PUT's time, payload and callback (and rule), as a client change."""
     if current.status is Status.PAUSED:
         raise conflict("the schedule is paused; resume it first", "schedule_paused")
     at = now()
-    debounced = _debounced(request, body, current, at)
+    debounced = None if spec is None else debounce.plan(spec, current, at)
     built = await _build(request, client, body, at, current.schedule_id, debounced=debounced)
     updated = dataclasses.replace(built, created_at=current.created_at)
     left_s = actions.check_mutable(request, current, at)
@@ -91,14 +100,6 @@ async def _replace(request: web.Request, client: Client, body: KeyedCreate, curr
     return await actions.confirmed_change(
         request, at, [current.location.due_at, updated.location.due_at], left_s, replace
     )
-
-
-def _debounced(
-    request: web.Request, body: KeyedCreate, current: Schedule | None, at: datetime
-) -> tuple[datetime, Debounce] | None:
-    """A debounced PUT's fire time and debounce (``service.debounce``); None for a PUT without one."""
-    spec = debounce.check(body)
-    return None if spec is None else debounce.plan(spec, current, at, request.app[keys.SETTINGS])
 
 
 @routes.put(
@@ -121,14 +122,16 @@ async def put_by_key(request: web.Request) -> web.Response:
     settings = request.app[keys.SETTINGS]
     raw = await read_json(request, settings.max_payload_bytes + _BODY_OVERHEAD)
     body = decode(request.app[keys.TYPES].keyed_create, raw)
-    debounce.check(body)  # before the rate-limit token and the key's lock: refused fast
+    spec = debounce.check(body, settings)  # before the rate-limit token and the key's lock: refused fast
     request.app[keys.LIMITER].take(client.client_id)
     async with request.app[keys.KEY_LOCKS].hold((client.client_id, key)):
         with preconditions.conditional(preconditions.if_match(request)):
-            return await _upsert(request, client, key, body, raw)
+            return await _upsert(request, client, key, body, spec, raw)
 
 
-async def _upsert(request: web.Request, client: Client, key: str, body: KeyedCreate, raw: bytes) -> web.Response:
+async def _upsert(
+    request: web.Request, client: Client, key: str, body: KeyedCreate, spec: DebounceFields | None, raw: bytes
+) -> web.Response:
     wanted = preconditions.if_match(request)
     for _ in range(_RETRIES):
         held, current = await _holder(request, client, key)
@@ -136,13 +139,13 @@ async def _upsert(request: web.Request, client: Client, key: str, body: KeyedCre
             wanted.check(current)  # a new key has no version to match: 412
         try:
             if current is None or current.status in _ENDED:
-                created = await _create(request, client, key, body, held, current)
+                created = await _create(request, client, key, body, held, spec, current)
                 if created is not None:
                     log.info("schedule_created", client_id=client.client_id, schedule_id=str(created.schedule_id))
                     await audit.schedules_changed(request, client, "schedule.put_by_key", [(created, raw)])
                     return schedule_answer(created, 201)
             else:
-                updated = await _replace(request, client, body, current)
+                updated = await _replace(request, client, body, spec, current)
                 log.info("schedule_updated", client_id=client.client_id, schedule_id=str(updated.schedule_id))
                 await audit.schedules_changed(request, client, "schedule.put_by_key", [(updated, raw)])
                 return schedule_answer(updated)

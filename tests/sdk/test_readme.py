@@ -58,16 +58,24 @@ def _env(dev: Dev, bin_dir: Path) -> dict[str, str]:
     }
 
 
+def _ran(example: str, dev: Dev, venv: Path, *, shell: bool = False) -> subprocess.CompletedProcess[str]:
+    """A README example run as written (python, or bash with -euo pipefail) by the fresh virtualenv,
+    against ``dev``; asserted to exit 0."""
+    command = ["bash", "-euo", "pipefail", "-c", example] if shell else [venv / "python", "-c", example]
+    ran = subprocess.run(
+        command, capture_output=True, text=True, env=_env(dev, venv), timeout=120 if shell else 60, check=False
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    return ran
+
+
 def test_the_section_has_one_python_and_one_shell_example() -> None:
     assert len(_blocks("python")) == 1 and len(_blocks("sh")) == 1
 
 
 def test_the_sdk_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _blocks("python")
-    ran = subprocess.run(
-        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv)
     lines = ran.stdout.splitlines()
     assert re.match(r"[0-9a-f-]{36} \d{4}-\d\d-\d\d 0[23]:00:00\+00:00$", lines[0]), lines
     schedule_id = lines[0].split()[0]
@@ -78,15 +86,7 @@ def test_the_sdk_example_runs(fresh: Dev, venv: Path) -> None:
 
 def test_the_cli_examples_run(fresh: Dev, venv: Path) -> None:
     (example,) = _blocks("sh")
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", example],
-        capture_output=True,
-        text=True,
-        env=_env(fresh, venv),
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv, shell=True)
     assert '"client_id": "billing"' in ran.stdout and "cancelled" in ran.stdout
     assert "UTC offset -05:00 -> -04:00" in ran.stdout and "emails" in ran.stdout
     found = re.search(r"^schedule_id +(\S+)$", ran.stdout, flags=re.MULTILINE)  # tickd schedules get "$ID"
@@ -109,10 +109,7 @@ def test_the_sdk_readme_has_one_python_and_one_shell_calendars_example() -> None
 
 def test_the_sdk_readme_calendars_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _calendar_blocks("python")
-    ran = subprocess.run(
-        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv)
     *lines, listed = ran.stdout.splitlines()
     assert lines == [
         "holidays 1 ['sat', 'sun']",
@@ -129,15 +126,7 @@ def test_the_sdk_readme_calendars_example_runs(fresh: Dev, venv: Path) -> None:
 
 def test_the_sdk_readme_calendars_cli_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _calendar_blocks("sh")
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", example],
-        capture_output=True,
-        text=True,
-        env=_env(fresh, venv),
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)  # the delete matched version 1
+    ran = _ran(example, fresh, venv, shell=True)  # its delete matched version 1: it exited 0
     assert re.search(r"^ranges +2026-08-03T00:00:00/2026-08-17T00:00:00$", ran.stdout, flags=re.MULTILINE)
     assert re.search(r"^utc +local +timezone +excluded_by +note$", ran.stdout, flags=re.MULTILINE)
     assert ran.stdout.count("holidays v1") == 3  # the preview: the 25th, 26th and 27th
@@ -154,24 +143,13 @@ def test_the_sdk_readme_has_one_python_and_one_shell_timed_pause_example() -> No
 
 def test_the_sdk_readme_timed_pause_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _pause_blocks("python")
-    ran = subprocess.run(
-        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv)
     assert ran.stdout.splitlines() == ["paused warehouse migration", "True", "scheduled None"]
 
 
 def test_the_sdk_readme_timed_pause_cli_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _pause_blocks("sh")
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", example],
-        capture_output=True,
-        text=True,
-        env=_env(fresh, venv),
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv, shell=True)
     assert len(re.findall(r"^pause\.note +warehouse migration$", ran.stdout, flags=re.MULTILINE)) == 2  # pause, get
     until = re.findall(r"^pause\.until +(\S+)$", ran.stdout, flags=re.MULTILINE)
     assert len(until) == 2 and until[0] == until[1] and until[0].endswith("+00:00")
@@ -189,24 +167,13 @@ def test_the_sdk_readme_has_one_python_and_one_shell_debounce_example() -> None:
 
 def test_the_sdk_readme_debounce_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _debounce_blocks("python")
-    ran = subprocess.run(
-        [venv / "python", "-c", example], capture_output=True, text=True, env=_env(fresh, venv), timeout=60, check=False
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv)
     assert ran.stdout.splitlines() == ["1 {'draft': 3} trailing", "0:00:30"]
 
 
 def test_the_sdk_readme_debounce_cli_example_runs(fresh: Dev, venv: Path) -> None:
     (example,) = _debounce_blocks("sh")
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", example],
-        capture_output=True,
-        text=True,
-        env=_env(fresh, venv),
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, (ran.returncode, ran.stdout, ran.stderr)
+    ran = _ran(example, fresh, venv, shell=True)
     ids = [line for line in ran.stdout.splitlines() if re.fullmatch(r"[0-9a-f-]{36}", line)]
     assert len(ids) == 3 and len(set(ids)) == 1  # put-by-key three times: one schedule
     shown = ran.stdout.split(ids[-1] + "\n", 1)[1]  # get-by-key, then cancel-by-key

@@ -54,7 +54,6 @@ _CALLBACK = HttpCallback(url="http://subscriber.invalid/cb")
 # a pass as one group (``FirePipeline._deliver_group``), the others each on its own.
 _KAFKA = KafkaCallback(topic="sim-callbacks")
 _GUARD_S = 2.0
-_API_SETTINGS = ApiSettings()
 
 
 class Api:
@@ -203,7 +202,7 @@ class Api:
         client = await self.call(lambda: self.store.get_client(client_id))
         assert client is not None
         at = timing.truncate_ms(self.clock())
-        fire_at, state = debounce.plan(spec, current, at, _API_SETTINGS)
+        fire_at, state = debounce.plan(spec, current, at)
         options = Options(debounce=state)
         if current is None or current.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
             sid = self._new_id()

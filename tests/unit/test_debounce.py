@@ -38,36 +38,36 @@ def spec(window_s: float, max_wait_s: float | None = None, edge: str = "trailing
 
 
 def test_a_new_key_fires_a_window_after_its_put() -> None:
-    fire_at, state = debounce.plan(spec(5), None, T0, SETTINGS)
+    fire_at, state = debounce.plan(spec(5), None, T0)
     assert fire_at == T0 + s(5)
     assert state == Debounce(window_ms=5000, max_wait_ms=0, leading=False, first_at=T0, last_at=T0)
 
 
 def test_each_put_while_pending_pushes_the_fire_back_keeping_the_first_put() -> None:
-    first_fire, state = debounce.plan(spec(5), None, T0, SETTINGS)
+    first_fire, state = debounce.plan(spec(5), None, T0)
     pending = keyed(first_fire, state)
-    fire_at, pushed = debounce.plan(spec(5), pending, T0 + s(4.5), SETTINGS)
+    fire_at, pushed = debounce.plan(spec(5), pending, T0 + s(4.5))
     assert fire_at == T0 + s(9.5) and pushed.first_at == T0 and pushed.last_at == T0 + s(4.5)
 
 
 def test_max_wait_caps_how_far_a_burst_pushes_its_fire() -> None:
     state = Debounce(window_ms=5000, max_wait_ms=12_000, first_at=T0, last_at=T0 + s(6))
     pending = keyed(T0 + s(11), state)
-    fire_at, _ = debounce.plan(spec(5, 12), pending, T0 + s(10), SETTINGS)
+    fire_at, _ = debounce.plan(spec(5, 12), pending, T0 + s(10))
     assert fire_at == T0 + s(12)  # not 15: twelve seconds after the burst's first PUT
     capped = keyed(fire_at, state)
-    again, _ = debounce.plan(spec(5, 12), capped, T0 + s(11), SETTINGS)
+    again, _ = debounce.plan(spec(5, 12), capped, T0 + s(11))
     # At the cap a PUT still moves the fire, by a millisecond: a version never takes its predecessor's
     # fire time (the poller could not tell them apart before sending; acceptance D1 sent the old payload).
     assert again == T0 + s(12.001)
-    overdue, _ = debounce.plan(spec(5, 12), capped, T0 + s(12.5), SETTINGS)
+    overdue, _ = debounce.plan(spec(5, 12), capped, T0 + s(12.5))
     assert overdue == T0 + s(12.5)  # the cap passed while it was going out: at once, never in the past
 
 
 def test_a_put_in_the_millisecond_of_a_leading_fire_still_moves_it() -> None:
     lead = spec(5, edge="leading")
-    fire_at, state = debounce.plan(lead, None, T0, SETTINGS)
-    again, _ = debounce.plan(lead, keyed(fire_at, state), T0, SETTINGS)
+    fire_at, state = debounce.plan(lead, None, T0)
+    again, _ = debounce.plan(lead, keyed(fire_at, state), T0)
     assert again == T0 + s(0.001)
 
 
@@ -76,30 +76,29 @@ def test_a_put_in_the_millisecond_of_a_leading_fire_still_moves_it() -> None:
 )
 def test_after_its_fire_went_out_a_put_starts_a_new_burst(status: Status, attempts: int) -> None:
     state = Debounce(window_ms=5000, max_wait_ms=0, first_at=T0, last_at=T0 + s(1))
-    fire_at, fresh = debounce.plan(spec(5), keyed(T0 + s(6), state, status, attempts), T0 + s(7), SETTINGS)
+    fire_at, fresh = debounce.plan(spec(5), keyed(T0 + s(6), state, status, attempts), T0 + s(7))
     assert fire_at == T0 + s(12) and fresh.first_at == fresh.last_at == T0 + s(7)
 
 
 def test_leading_fires_the_first_put_of_a_burst_at_once_and_the_rest_once_after() -> None:
     lead = spec(5, edge="leading")
-    fire_at, state = debounce.plan(lead, None, T0, SETTINGS)
+    fire_at, state = debounce.plan(lead, None, T0)
     assert fire_at == T0 and state.leading and state.first_at == T0
     # Another PUT before the leading fire went out: still at once, with the latest payload.
-    again, _ = debounce.plan(lead, keyed(fire_at, state), T0 + s(0.2), SETTINGS)
+    again, _ = debounce.plan(lead, keyed(fire_at, state), T0 + s(0.2))
     assert again == T0 + s(0.2)
     # The leading fire went out; a PUT within the window is the burst's rest: one trailing fire.
     went = keyed(T0, msgspec.structs.replace(state, last_at=T0 + s(0.2)), Status.SUCCEEDED)
-    trailing, rest = debounce.plan(lead, went, T0 + s(3), SETTINGS)
+    trailing, rest = debounce.plan(lead, went, T0 + s(3))
     assert trailing == T0 + s(8) and rest.first_at == T0 + s(3)
     # ... which later PUTs push back like any trailing fire.
-    pushed, _ = debounce.plan(lead, keyed(trailing, rest), T0 + s(4), SETTINGS)
+    pushed, _ = debounce.plan(lead, keyed(trailing, rest), T0 + s(4))
     assert pushed == T0 + s(9)
     # A PUT after a quiet window starts a new burst: at once again.
     quiet, _ = debounce.plan(
         lead,
         keyed(T0 + s(9), msgspec.structs.replace(rest, last_at=T0 + s(4)), Status.SUCCEEDED),
         T0 + s(9.5),
-        SETTINGS,
     )
     assert quiet == T0 + s(9.5)
 
@@ -107,7 +106,7 @@ def test_leading_fires_the_first_put_of_a_burst_at_once_and_the_rest_once_after(
 def test_a_schedule_put_without_debounce_before_is_a_new_burst() -> None:
     plain = keyed(T0 + s(60), Debounce(window_ms=1))
     plain = dataclasses.replace(plain, options=None)
-    fire_at, state = debounce.plan(spec(2), plain, T0, SETTINGS)
+    fire_at, state = debounce.plan(spec(2), plain, T0)
     assert fire_at == T0 + s(2) and state.first_at == T0
 
 
@@ -131,7 +130,7 @@ def test_fields_a_debounce_gives_or_forbids_are_refused_by_name(extra: dict[str,
         strict=False,
     )
     with pytest.raises(Invalid) as refused:
-        debounce.check(body)
+        debounce.check(body, SETTINGS)
     assert refused.value.field == field
 
 
@@ -141,5 +140,5 @@ def test_a_max_wait_shorter_than_the_window_is_refused() -> None:
         KeyedCreate,
     )
     with pytest.raises(Invalid) as refused:
-        debounce.check(body)
+        debounce.check(body, SETTINGS)
     assert refused.value.field == "debounce.max_wait_s" and refused.value.code == "out_of_range"
