@@ -90,9 +90,21 @@ def plan(spec: DebounceFields, current: Schedule | None, at: datetime) -> tuple[
     # A new burst; or, after a leading fire went out, the rest of its burst (a PUT within the window).
     quiet = kept is None or kept.last_at is None or at - kept.last_at >= timedelta(milliseconds=window_ms)
     if leading and quiet:
-        return at, Debounce(window_ms, max_wait_ms, leading, at, at)
+        first = _apart(at, current)
+        return first, Debounce(window_ms, max_wait_ms, leading, first, at)
     delay_ms = min(window_ms, max_wait_ms) if max_wait_ms else window_ms
-    return at + timedelta(milliseconds=delay_ms), Debounce(window_ms, max_wait_ms, leading, at, at)
+    return _apart(at + timedelta(milliseconds=delay_ms), current), Debounce(window_ms, max_wait_ms, leading, at, at)
+
+
+def _apart(fire_at: datetime, current: Schedule | None) -> datetime:
+    """``fire_at``, or a millisecond later if the key's schedule has a row due then: a fire in retry, whose
+    row the new burst's must not share (same time, same id, another fire). Sharing it, a poller that read
+    the pointer before the new row landed sent the retry as the new version, and the new fire, written
+    over a row already sent, was never delivered (simulation seed 631019: a leading PUT in the very
+    millisecond the retry was due)."""
+    if current is not None and fire_at == current.location.due_at:
+        return fire_at + _ONE_MS
+    return fire_at
 
 
 def _pending(schedule: Schedule) -> bool:

@@ -80,6 +80,24 @@ def test_after_its_fire_went_out_a_put_starts_a_new_burst(status: Status, attemp
     assert fire_at == T0 + s(12) and fresh.first_at == fresh.last_at == T0 + s(7)
 
 
+@pytest.mark.parametrize("edge", ["leading", "trailing"])
+def test_a_new_burst_never_takes_the_time_of_a_fire_in_retry(edge: str) -> None:
+    """Seed 631019: the key's fire in retry, due at T0 + 12 s; a PUT then starts a new burst. Its fire
+    must not be due in that very millisecond: the two rows would be one row (same time, same id)."""
+    window = 0.0 if edge == "leading" else 5.0
+    state = Debounce(window_ms=5000, max_wait_ms=0, leading=edge == "leading", first_at=T0, last_at=T0)
+    in_retry = dataclasses.replace(keyed(T0, state), location=Location(0, T0 + s(12)), attempts=4)
+    at = T0 + s(12) - s(window)
+    fire_at, fresh = debounce.plan(spec(5, edge=edge), in_retry, at)
+    assert fire_at == T0 + s(12.001)
+    if edge == "leading":  # the burst's first PUT is its fire: a later PUT of the burst still finds it leading
+        assert fresh.first_at == fire_at and fresh.last_at == at
+        again, _ = debounce.plan(spec(5, edge=edge), keyed(fire_at, fresh), at + s(0.2))
+        assert again == at + s(0.2)
+    elsewhere, _ = debounce.plan(spec(5, edge=edge), in_retry, at + s(0.5))
+    assert elsewhere == at + s(0.5) + s(window)  # any other time is kept as it is
+
+
 def test_leading_fires_the_first_put_of_a_burst_at_once_and_the_rest_once_after() -> None:
     lead = spec(5, edge="leading")
     fire_at, state = debounce.plan(lead, None, T0)
