@@ -112,6 +112,8 @@ class Oracle:
     dead_letters: set[str] = field(default_factory=set)  # fire ids (events: event ids) given up on
     # When each fire (event: event id) was first delivered or given up on, store clock, µs since the epoch.
     completed_us: dict[str, int] = field(default_factory=dict)
+    # When each fire (event: event id) was first delivered, store clock, µs since the epoch.
+    delivered_us: dict[str, int] = field(default_factory=dict)
     # When each batch trigger's fire was first expanded (its events' write first sent), virtual seconds:
     # its events go out over its window after that, so a version in doubt is judged by this moment.
     expanded_at: dict[str, float] = field(default_factory=dict)

@@ -35,12 +35,16 @@ async def _check() -> list[bool]:
     world.oracle.completed_us[row.fire_id] = written + 1_000_000
     seen.append(world.left_behind(row))  # written before its fire completed: a stale copy
     world.oracle.completed_us[row.fire_id] = written - 1
-    seen.append(world.left_behind(row))  # written after: a loss
+    seen.append(world.left_behind(row))  # written after it was given up on: a loss (a redrive's row is one)
+    world.oracle.delivered_us[row.fire_id] = written - 1
+    seen.append(world.left_behind(row))  # written after it was delivered: a copy, nothing owed (seed 631861)
+    world.oracle.dead_letters.add(row.fire_id)
+    seen.append(world.left_behind(row))  # delivered once, but dead-lettered since: its redrive is owed
     return seen
 
 
 def test_only_rows_written_before_their_fire_completed_are_stale_copies() -> None:
-    assert vloop.run(_check()) == [True, False, True]
+    assert vloop.run(_check()) == [True, False, True, False, True]
 
 
 async def _check_skipped() -> list[bool]:

@@ -199,6 +199,8 @@ class Subscriber:
             world.oracle.dead_letters.add(key)
         if result.ok or not result.retriable:
             world.oracle.completed_us.setdefault(key, micros(world.true_clock()))
+        if result.ok:
+            world.oracle.delivered_us.setdefault(key, micros(world.true_clock()))
         if ok and received:
             world.on_received(schedule)
         return result
@@ -371,8 +373,9 @@ class World:
         self._received.append(hook)
 
     def left_behind(self, row: Schedule) -> bool:
-        """Whether a row still scheduled behind a checkpoint is a loss. It is not when every write to it
-        was sent before its fire (event) was delivered or given up on by someone: a stale owner's
+        """Whether a row still scheduled behind a checkpoint is a loss. It is not when its fire (event)
+        was delivered and never given up on, or when every write to it was sent before its fire was
+        delivered or given up on by someone: a stale owner's
         request (a durable retry of an event, which no compare-and-set fences) sent before a freeze and
         applied after the next owner had completed the fire and closed the minute (simulation seed
         12016). Such a row is a copy of a finished fire; the only lossless fix would be a fencing
@@ -387,8 +390,16 @@ class World:
         if completed is None:
             return True
         written_us = peek.written_us(self.tables, "schedules", _row_key(row))
-        if written_us is None or written_us >= completed:
+        if written_us is None:
             return True
+        delivered = self.oracle.delivered_us.get(key)
+        copy = delivered is not None and key not in self.oracle.dead_letters
+        if written_us >= completed and not copy:
+            return True
+        # Written before its fire was completed; or its fire was delivered and never given up on, so no
+        # row of it is owed any more: a node that delivered it and crashed before recording it sent it again
+        # after a restart, failed, and its retry row, sent just before the node froze, landed after the
+        # next owner had delivered and recorded the fire and closed the minute (simulation seed 631861).
         self.oracle.stale_rows.add(str(row.schedule_id))
         return False
 
