@@ -113,9 +113,11 @@ class Fire:
     lateness_s: float | None = None  # a first attempt's lateness when it went out
     result: DeliveryResult | None = None  # how its delivery ended
     settled: bool = False  # its end is durable: outcome recorded, retry stored, or dead letter written
-    # A skip policy's deadline for its first attempt (``schema.missed``): past it when its send slots come,
-    # it is not sent (``skipped``) and is recorded skipped instead.
+    # A missed-fire policy's deadline for its first attempt (``schema.missed``; fire_once: or its next
+    # occurrence's due time, if later): past it when its send slots come, it is not sent (``skipped``) and
+    # is recorded skipped instead.
     start_by: datetime | None = None
+    once: bool = False  # start_by is a fire_once policy's: past it, the next occurrence fires instead
     skipped: bool = False
 
     @property
@@ -558,8 +560,8 @@ class Settler:
                 self._ctx.log, "skipped_runs", lambda: self._store.add_runs(row.client_id, row.schedule_id, runs)
             )
         if skip_reason is None:
-            if policy.policy == "skip":
-                fire.start_by = missed.start_by(policy, row.schedule_id, row.fire_at, _jitter_ms(row))
+            fire.start_by = _send_by(policy, row, chained.following)
+            fire.once = policy.policy == "fire_once"
             return chained
         if chained.outcome is Chain.ALREADY:
             # An owner before this one took the occurrence (in time, or not) and stopped before its outcome
@@ -569,14 +571,14 @@ class Settler:
         return Chained(Chain.SKIPPED, chained.following)
 
     async def skip_late(self, fire: Fire) -> None:
-        """A fire whose skip policy's start deadline passed while it waited for its send slots: not sent,
-        recorded skipped (the schedule moved on to its next occurrence when it was chained)."""
+        """A fire whose missed-fire policy's start deadline passed while it waited for its send slots (and,
+        under fire_once, its next occurrence came due meanwhile): not sent, recorded skipped (the schedule
+        moved on to its next occurrence when it was chained)."""
         row, now = fire.row, self._ctx.clock()
         assert fire.start_by is not None
         late_s = (now - fire.start_by).total_seconds()
-        await self._record_skipped(
-            row, f"skipped: missed (its start deadline passed {late_s:.1f} s before it could go out)"
-        )
+        why = "its next occurrence came due" if fire.once else "its start deadline passed"
+        await self._record_skipped(row, f"skipped: missed ({why} {late_s:.1f} s before it could go out)")
 
     async def _record_skipped(self, row: Schedule, reason: str) -> None:
         self._ctx.log.info("occurrence_skipped", schedule_id=str(row.schedule_id), fire_id=row.fire_id, reason=reason)
@@ -670,6 +672,21 @@ class Settler:
         if ref is None or ref.location != row.location or ref.write_ts is None or ref.changed_version != ref.version:
             return None
         return ref.write_ts - 1
+
+
+def _send_by(policy: missed.Missed, row: Schedule, following: Schedule | None) -> datetime | None:
+    """The latest moment an occurrence chained in time may still go out (None: any time). skip: its start
+    deadline. fire_once: its start deadline, or, if later, when its next occurrence is meant due: past
+    both, that one is the latest missed and fires once instead (simulation seed 633980: chained in time,
+    its send held up 15 s by an outage, it went out though the one after it had come due meanwhile)."""
+    if not policy.applies:
+        return None
+    deadline = missed.start_by(policy, row.schedule_id, row.fire_at, _jitter_ms(row))
+    if policy.policy == "skip":
+        return deadline
+    if following is None:
+        return None  # its timeline ends here: the latest there is
+    return max(deadline, missed.meant_due(following.schedule_id, following.fire_at, _jitter_ms(following)))
 
 
 def _events_of(row: Schedule, options: Options) -> list[Schedule]:

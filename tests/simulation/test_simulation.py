@@ -99,6 +99,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (601943, True, "the oracle: a timed pause's own occurrence recorded superseded had been stopped by it"),
     (631019, True, "a debounced PUT's new burst took the millisecond of its fire in retry: the new fire never sent"),
     (631861, True, "the oracle: a stale retry row of a fire already delivered, left behind a checkpoint, was no loss"),
+    (633980, True, "fire_once: chained in time, held up past its next occurrence's due time, sent anyway"),
 ]
 
 

@@ -124,3 +124,28 @@ async def test_a_skip_fire_whose_deadline_passes_while_it_waits_to_go_out_is_rec
     assert run.status is Status.SKIPPED and run.fired_at is None
     assert run.last_error == "skipped: missed (its start deadline passed 0.0 s before it could go out)"
     assert (await inst.current(row)).fire_at == current.fire_at + timedelta(seconds=10)  # the timeline goes on
+
+
+async def test_a_fire_once_fire_held_up_until_its_next_occurrence_is_due_is_not_sent_that_one_is() -> None:
+    """Seed 633980: chained in time, its send held up (an outage, slots) past its deadline and past its next
+    occurrence's due time: that one is now the latest missed and fires once; this one is recorded skipped.
+    Held up past its deadline only, it still goes out (it is the latest due)."""
+    inst = Instance()
+    row = await every_10s(inst, Missed("fire_once", 5))
+    current, chained = await late(inst, row, 2, deliver=False)
+    assert chained.outcome is Chain.CHAINED and chained.following is not None
+    fire = inst.last_fire
+    assert fire.start_by == chained.following.fire_at  # later than its own deadline (5 s)
+    settings = PollerSettings(node_id="n0", metrics_port=0)
+    ctx = inst.settler._ctx
+    gate = ThrottleGate(inst.store, "n0", inst.clock, Metrics())
+    inst.clock.now = current.fire_at + timedelta(seconds=8)  # past its deadline, before the next is due
+    assert inst.clock.now <= fire.start_by
+    inst.clock.now = fire.start_by + timedelta(milliseconds=1)  # the next occurrence is due now
+    sender = Sender(ctx, CallbackRouter(_Refusing(), _Refusing()), SendSlots.of(settings), gate)  # type: ignore[arg-type]
+    await sender.send(fire)
+    assert fire.skipped and fire.result is None
+    await inst.settler.skip_late(fire)
+    [run] = [r for r in await inst.runs(row) if r.nominal_at == current.fire_at]
+    assert run.status is Status.SKIPPED
+    assert run.last_error == "skipped: missed (its next occurrence came due 0.0 s before it could go out)"
