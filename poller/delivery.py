@@ -12,6 +12,10 @@ Body (JSON, the same bytes over HTTP and Kafka)::
 Metadata: HTTP headers ``X-Tickd-Schedule-Id``, ``X-Tickd-Fire-Id``, ``X-Tickd-Attempt``; Kafka record
 headers of the same names (bytes values) and the schedule id as the record key.
 
+A backfill's fire of an occurrence (``schema.backfills``) has a fire id of its own,
+``<uuid>:<epoch ms>:backfill``, ``"backfill": true`` in the body and ``X-Tickd-Backfill: true``; its
+``fire_at`` is the occurrence's nominal time.
+
 An event of a throttled schedule also carries ``ack_token`` (body) and ``X-Tickd-Ack-Token`` (header): what
 a Kafka ack of the event must give back (see ``poller.acks``).
 """
@@ -34,6 +38,7 @@ FIRE_ID_HEADER = "X-Tickd-Fire-Id"
 ATTEMPT_HEADER = "X-Tickd-Attempt"
 EVENT_ID_HEADER = "X-Tickd-Event-Id"
 ACK_TOKEN_HEADER = "X-Tickd-Ack-Token"
+BACKFILL_HEADER = "X-Tickd-Backfill"
 _RESERVED_PREFIX = "x-tickd-"
 # Headers a schedule may not set: they describe the body or the connection, which tickd owns.
 _RESERVED_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection"})
@@ -54,6 +59,8 @@ class _Body(msgspec.Struct, gc=False, omit_defaults=True):
     events: int | None = None
     # Events of a throttled schedule: the token a Kafka ack of this event must carry.
     ack_token: str | None = None
+    # A backfill's fire (``schema.backfills``), not the schedule's own timeline's.
+    backfill: bool = False
 
 
 _encoder = msgspec.json.Encoder()
@@ -85,6 +92,7 @@ def _encode(schedule: Schedule, schedule_id: str, fire_id: str, attempt: int, fi
     if event is not None:
         body.event_id, body.event_index, body.events = f"{fire_id}:{event.index}", event.index, event.count
     body.ack_token = schedule.ack_token
+    body.backfill = schedule.options is not None and schedule.options.backfill
     return _encoder.encode(body)
 
 
@@ -100,12 +108,21 @@ def http_headers(schedule: Schedule, callback: HttpCallback, attempt: int) -> di
     headers[SCHEDULE_ID_HEADER] = str(schedule.public_id)
     headers[FIRE_ID_HEADER] = schedule.fire_id
     headers[ATTEMPT_HEADER] = str(attempt)
+    headers.update(_described(schedule))
+    return headers
+
+
+def _described(schedule: Schedule) -> list[tuple[str, str]]:
+    """The headers only some fires carry: an event's id, a throttled event's ack token, a backfill's mark."""
+    extra = []
     event_id = schedule.event_id
     if event_id is not None:
-        headers[EVENT_ID_HEADER] = event_id
+        extra.append((EVENT_ID_HEADER, event_id))
     if schedule.ack_token is not None:
-        headers[ACK_TOKEN_HEADER] = schedule.ack_token
-    return headers
+        extra.append((ACK_TOKEN_HEADER, schedule.ack_token))
+    if schedule.options is not None and schedule.options.backfill:
+        extra.append((BACKFILL_HEADER, "true"))
+    return extra
 
 
 def kafka_headers(schedule: Schedule, attempt: int) -> list[tuple[str, bytes]]:
@@ -114,11 +131,7 @@ def kafka_headers(schedule: Schedule, attempt: int) -> list[tuple[str, bytes]]:
         (FIRE_ID_HEADER, schedule.fire_id.encode()),
         (ATTEMPT_HEADER, str(attempt).encode()),
     ]
-    event_id = schedule.event_id
-    if event_id is not None:
-        headers.append((EVENT_ID_HEADER, event_id.encode()))
-    if schedule.ack_token is not None:
-        headers.append((ACK_TOKEN_HEADER, schedule.ack_token.encode()))
+    headers += [(name, value.encode()) for name, value in _described(schedule)]
     return headers
 
 
@@ -139,11 +152,7 @@ def kafka_record(schedule: Schedule, attempt: int, fired_at: datetime) -> KafkaR
     schedule_id, fire_id = str(schedule.public_id), schedule.fire_id
     key = schedule_id.encode()
     headers = [(SCHEDULE_ID_HEADER, key), (FIRE_ID_HEADER, fire_id.encode()), (ATTEMPT_HEADER, str(attempt).encode())]
-    event_id = schedule.event_id
-    if event_id is not None:
-        headers.append((EVENT_ID_HEADER, event_id.encode()))
-    if schedule.ack_token is not None:
-        headers.append((ACK_TOKEN_HEADER, schedule.ack_token.encode()))
+    headers += [(name, value.encode()) for name, value in _described(schedule)]
     return KafkaRecord(key, _encode(schedule, schedule_id, fire_id, attempt, fired_at), headers)
 
 

@@ -980,6 +980,7 @@ def outcome_of(
         run_of=options.retry_of if options is not None else None,
         tries=add_tries(row.tries, tries_of(row, result, fired_at)),
         write_ts=write_ts,
+        backfill=options is not None and options.backfill,
     )
 
 

@@ -175,6 +175,9 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     pause: PauseNote | None = None
     # A by-key schedule that coalesces bursts of PUTs into one fire.
     debounce: Debounce | None = None
+    # Set on a backfill's row (``schema.backfills``): with ``retry_of`` its schedule and ``fire_at`` the
+    # occurrence it fires; its fire id ends in ``:backfill`` and its outcome is that occurrence's run.
+    backfill: bool = False
 
     @property
     def batch(self) -> bool:
@@ -183,8 +186,8 @@ class Options(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
 
     @property
     def in_runs(self) -> bool:
-        """This schedule's fires are kept in the runs table (recurring, expanded, or an event's)."""
-        return self.repeat is not None or self.batch or self.event is not None
+        """This schedule's fires are kept in the runs table (recurring, expanded, an event's, or a backfill's)."""
+        return self.repeat is not None or self.batch or self.event is not None or self.backfill
 
     @property
     def expansion(self) -> tuple[int, int]:
@@ -369,7 +372,8 @@ class Schedule:
 
     @property
     def fire_id(self) -> str:
-        return timing.fire_id(self.public_id, self.fire_at)
+        backfill = self.options is not None and self.options.backfill
+        return timing.fire_id(self.public_id, self.fire_at, backfill=backfill)
 
     @property
     def public_id(self) -> UUID:
@@ -556,6 +560,8 @@ class FireOutcome:
     # Written at this timestamp (µs) instead of the writer's clock: a superseded row's mark, just below
     # the client change that superseded it, so the change's own write of the row wins whenever it lands.
     write_ts: int | None = None
+    # The fire was a backfill's (``schema.backfills``): its run says so.
+    backfill: bool = False
 
     @property
     def run_id(self) -> UUID:
@@ -580,6 +586,8 @@ class Run:
     # The fire's attempts: the first one's time and lateness are the run's (empty for runs recorded
     # before attempts were kept, and for skipped ones).
     tries: tuple[Try, ...] = ()
+    # Fired by a backfill (``schema.backfills``), not by the schedule's own timeline.
+    backfill: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -746,13 +754,17 @@ class BulkState(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class BulkFilter:
     """Which schedules a bulk job acts on: those with ``tag`` (key, value), and, if given, of ``status``,
-    due in [``due_from``, ``due_to``), calling ``target`` (a callback URL's host, or a Kafka topic)."""
+    due in [``due_from``, ``due_to``), calling ``target`` (a callback URL's host, or a Kafka topic). A
+    backfill's (no tag): the occurrences of ``schedule_id`` in [``due_from``, ``due_to``), fired at
+    ``rate_per_s``."""
 
-    tag: tuple[str, str]
+    tag: tuple[str, str] | None
     status: Status | None = None
     due_from: datetime | None = None
     due_to: datetime | None = None
     target: str | None = None
+    schedule_id: UUID | None = None
+    rate_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

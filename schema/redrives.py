@@ -17,16 +17,18 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from tickd.schema import moves, timing, triggers
+from tickd.schema import backfills, moves, timing, triggers
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import DeadLetter, InstanceKey, Schedule, Status
 from tickd.schema.store import Store
 
 
 def nominal_at(letter: DeadLetter) -> datetime | None:
-    """The nominal time in a dead letter's fire id (``<schedule_id>:<epoch ms>``); None for another
-    shape (an event's dead letter: ``<fire id>:<index>``)."""
+    """The nominal time in a dead letter's fire id (``<schedule_id>:<epoch ms>``, or a backfill's with
+    ``:backfill`` after it); None for another shape (an event's dead letter: ``<fire id>:<index>``)."""
     parts = letter.fire_id.split(":")
+    if len(parts) == 3 and parts[2] == timing.BACKFILL_SUFFIX:
+        parts = parts[:2]
     if len(parts) != 2 or parts[0] != str(letter.schedule_id) or not parts[1].isdigit() or len(parts[1]) > 15:
         return None
     return timing.from_epoch_ms(int(parts[1]))
@@ -78,9 +80,13 @@ def _due(letter: DeadLetter) -> datetime:
 
 
 async def _fire_owner(store: Store, letter: DeadLetter, nominal: datetime) -> Schedule | None:
-    """The schedule whose fire failed: a trigger of the letter's schedule (``schema.triggers``), whose
-    dead letter carries its schedule's id, else that schedule."""
-    trigger = await store.get_schedule(letter.client_id, triggers.trigger_id(letter.schedule_id, nominal))
+    """The schedule whose fire failed: a trigger or a backfill's fire of the letter's schedule
+    (``schema.triggers``, ``schema.backfills``), whose dead letter carries its schedule's id, else that
+    schedule."""
+    own = triggers.trigger_id(letter.schedule_id, nominal)
+    if letter.fire_id.endswith(f":{timing.BACKFILL_SUFFIX}"):
+        own = backfills.backfill_id(letter.schedule_id, nominal)
+    trigger = await store.get_schedule(letter.client_id, own)
     if trigger is not None and trigger.fire_id == letter.fire_id:
         return trigger
     return await store.get_schedule(letter.client_id, letter.schedule_id)

@@ -80,6 +80,8 @@ async def page(
 ) -> tuple[list[Schedule], TagCursor | None]:
     """Up to ``limit`` schedules ``f`` selects, from ``cursor`` on, reading at most ``budget`` index
     entries; and the cursor to go on from (None: the index is read to its end)."""
+    tag = f.tag
+    assert tag is not None, "a tag job's filter"
     at = cursor or TagCursor()
     found: list[Schedule] = []
     read = 0
@@ -87,13 +89,13 @@ async def page(
         if read and (share := deadline.share_left()) is not None and share < 0.5:
             break
         want = min(limit - len(found), budget - read, CHUNK)
-        ids = await store.tagged(client_id, f.tag, at.shard, at.after, want)
+        ids = await store.tagged(client_id, tag, at.shard, at.after, want)
         read += len(ids)
         calls = [lambda sid=sid: store.get_schedule(client_id, sid) for sid in ids]
         schedules = await aio.gather_limited(calls, RESOLVE_CONCURRENCY)
         for sid, s in zip(ids, schedules, strict=True):
             if s is None:
-                await store.forget_tagged(client_id, f.tag, sid)
+                await store.forget_tagged(client_id, tag, sid)
             elif selects(f, s):
                 found.append(s)
         at = TagCursor(at.shard, ids[-1]) if len(ids) == want else TagCursor(at.shard + 1)

@@ -47,9 +47,14 @@ def poller_id_for(schedule_id: UUID, poller_count: int) -> int:
     return schedule_id.int % poller_count
 
 
-def fire_id(schedule_id: UUID, nominal: datetime) -> str:
-    """The id a subscriber deduplicates on: the same for every retry of one nominal fire."""
-    return f"{schedule_id}:{to_epoch_ms(nominal)}"
+def fire_id(schedule_id: UUID, nominal: datetime, *, backfill: bool = False) -> str:
+    """The id a subscriber deduplicates on: the same for every retry of one nominal fire. A backfill's fire
+    of an occurrence (``schema.backfills``) has one of its own: ``<schedule_id>:<nominal ms>:backfill``."""
+    own = f"{schedule_id}:{to_epoch_ms(nominal)}"
+    return f"{own}:{BACKFILL_SUFFIX}" if backfill else own
+
+
+BACKFILL_SUFFIX = "backfill"
 
 
 def to_epoch_ms(moment: datetime) -> int:

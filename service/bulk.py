@@ -14,7 +14,15 @@ under the idempotency key ``bulk:<job id>:<schedule id>``), so each schedule is 
 
 A tenant's jobs on a replica share one rate (``TICKD_BULK_RATE_PER_S`` schedules a second): a job never
 crowds out fires or the tenant's own requests. A client cancels a job with ``POST .../cancel``: its
-runner stops at its next save (what it did stands)."""
+runner stops at its next save (what it did stands).
+
+A backfill (``POST /v1/schedules/{id}/backfill``) is a job of its own kind: it walks the occurrences of one
+recurring schedule in a past range, oldest first, and writes each one the schedule's runs do not show sent
+as a fire due when it is written (``schema.backfills``), at the job's own rate (and within the tenant's),
+so the fires go out in order at that rate and a cancelled job leaves at most the last few written to fire.
+Its cursor is the last occurrence handled; ``matched`` counts occurrences, ``changed`` those it fired,
+``unchanged`` those left alone (sent already, by the timeline or a backfill; excluded by a calendar; at or
+after the schedule's pending occurrence, which the timeline fires)."""
 
 from __future__ import annotations
 
@@ -29,11 +37,23 @@ from uuid import UUID
 import structlog
 from aiohttp import web
 
-from tickd.schema import notices, tagged, triggers
+from tickd.schema import backfills, notices, tagged, timing, triggers
+from tickd.schema import calendars as cal
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
-from tickd.schema.model import BulkJob, BulkState, Client, DeadLetter, IdempotencyKey, ListCursor, Schedule, Status
+from tickd.schema.model import (
+    BulkJob,
+    BulkState,
+    Client,
+    DeadLetter,
+    IdempotencyKey,
+    ListCursor,
+    Run,
+    Schedule,
+    Status,
+)
+from tickd.schema.store import Store
 from tickd.schema.tagged import TagCursor
-from tickd.service import actions, audit, dead_letters, idempotency, keys
+from tickd.service import actions, audit, dead_letters, idempotency, keys, recurring
 
 log = structlog.get_logger("tickd.api")
 
@@ -45,6 +65,7 @@ ENTRIES_PER_SCHEDULE = 10
 _RACE_RETRIES = 3
 # What a change ended as.
 CHANGED, UNCHANGED, FAILED = "changed", "unchanged", "failed"
+_ONE_MS = timedelta(milliseconds=1)
 
 
 class Rate:
@@ -84,10 +105,10 @@ class BulkRunner:
     def _now(self) -> datetime:
         return audit.app_now(self._app)
 
-    @property
-    def page_size(self) -> int:
-        """Schedules per saved page: small enough that a page at the tenant's rate ends well inside the lease."""
-        fits = int(self._s.bulk_rate_per_s * self._s.bulk_lease_s / 3)
+    def page_size(self, job: BulkJob) -> int:
+        """Items per saved page: small enough that a page at the job's rate ends well inside the lease."""
+        rate = min(self._s.bulk_rate_per_s, job.filter.rate_per_s or self._s.bulk_rate_per_s)
+        fits = int(rate * self._s.bulk_lease_s / 3)
         return max(1, min(self._s.bulk_page, fits))
 
     async def run(self) -> None:
@@ -149,24 +170,32 @@ class BulkRunner:
         client = await store.get_client(job.client_id)
         caller = actions.JobCaller(self._app, f"bulk:{job.job_id}", job.actor)
         cursor = job.cursor
+        pace = Rate(job.filter.rate_per_s, 1.0) if job.filter.rate_per_s else None
         while True:
-            size = self.page_size
-            found: list[Schedule] | list[DeadLetter]
+            size = self.page_size(job)
+            found: list[Schedule] | list[DeadLetter] | list[datetime]
             if job.action == "redrive":
                 found, cursor = await self._letters(job, cursor, size)
+            elif job.action == backfills.ACTION:
+                found, cursor = await self._occurrences(job, client, cursor, size)
             else:
                 found, cursor = await self._schedules(job, cursor, size)
             counts = {CHANGED: 0, UNCHANGED: 0, FAILED: 0}
             failures = list(job.failures)
             for item in found:
-                await self._rate.wait(job.client_id)
-                if isinstance(item, DeadLetter):
-                    outcome, reason = await self._redrive(caller, client, job, item)
+                if isinstance(item, datetime):
+                    outcome, reason = await self._backfill(caller, client, job, item, pace)
+                    subject = item.isoformat()
                 else:
-                    outcome, reason = await self._apply(caller, client, job, item)
+                    await self._rate.wait(job.client_id)
+                    if isinstance(item, DeadLetter):
+                        outcome, reason = await self._redrive(caller, client, job, item)
+                    else:
+                        outcome, reason = await self._apply(caller, client, job, item)
+                    subject = str(item.schedule_id)
                 counts[outcome] += 1
                 if reason and len(failures) < FAILURES_KEPT:
-                    failures.append((str(item.schedule_id), reason))
+                    failures.append((subject, reason))
             at = self._now()
             done = cursor is None
             saved = dataclasses.replace(
@@ -200,6 +229,73 @@ class BulkRunner:
                 )
                 await self._notify_done(client, job)
                 return job
+
+    async def _occurrences(
+        self, job: BulkJob, client: Client | None, cursor: str | None, size: int
+    ) -> tuple[list[datetime], str | None]:
+        """A backfill's page: the next ``size`` occurrences of its schedule's rule in its range, after the
+        last one handled (``cursor``, epoch ms); the next page's cursor (None: the range is done). A schedule
+        gone or no longer recurring ends the job (each occurrence it meets then fails, naming why)."""
+        f = job.filter
+        assert f.schedule_id is not None and f.due_from is not None and f.due_to is not None
+        start = timing.from_epoch_ms(int(cursor)) + _ONE_MS if cursor else f.due_from
+        left = self._s.backfill_max_fires - job.matched
+        parent = await self._app[keys.STORE].get_schedule(job.client_id, f.schedule_id) if client else None
+        if left <= 0 or start >= f.due_to:
+            return [], None
+        if parent is None or parent.repeat is None:
+            return [start], None  # the one occurrence handled next fails, saying why; the job ends
+        found = backfills.occurrences(parent.repeat, start, f.due_to, min(size, left))
+        page = found[: min(size, left)]
+        more = len(found) > len(page) and len(page) < left
+        return page, (str(timing.to_epoch_ms(page[-1])) if more else None)
+
+    async def _backfill(
+        self, caller: actions.JobCaller, client: Client | None, job: BulkJob, nominal: datetime, pace: Rate | None
+    ) -> tuple[str, str | None]:
+        """Fire one occurrence for a backfill, unless it was sent (by the timeline or a backfill), a calendar
+        excludes it, or it is the timeline's to fire: what it ended as."""
+        store, f = self._app[keys.STORE], job.filter
+        assert f.schedule_id is not None
+        if client is None or not client.active:
+            return FAILED, "client_inactive" if client is not None else "client_gone"
+        parent = await store.get_schedule(job.client_id, f.schedule_id)
+        if parent is None or parent.repeat is None:
+            return FAILED, "gone"
+        if parent.status is Status.CANCELLED:
+            return FAILED, "already_cancelled"
+        if nominal >= parent.fire_at:
+            return UNCHANGED, None  # the pending occurrence, or later: the timeline's to fire (or skip)
+        named = await recurring.named_calendars(store, job.client_id, parent.repeat.calendars, missing_ok=True)
+        if cal.excluded_by(named, nominal) is not None:
+            return UNCHANGED, None
+        if backfills.sent(await _run_at(store, parent, nominal)):
+            return UNCHANGED, None
+        if pace is not None:
+            await pace.wait(job.client_id)
+        await self._rate.wait(job.client_id)
+        at = self._now()
+        row_id = backfills.backfill_id(parent.schedule_id, nominal)
+        key = backfills.reservation_key(parent.schedule_id, nominal)
+        reservation = IdempotencyKey(job.client_id, key, row_id, None, at)
+        bound = await store.reserve_idempotency_key(reservation)
+        if bound is not reservation:  # another backfill, or this one before a takeover, got here first
+            if await idempotency.written(store, bound, 0.0) is not None:
+                return UNCHANGED, None
+            takeover_s = self._s.idempotency_takeover_s
+            if not idempotency.abandoned(bound, at, takeover_s) and bound.created_at is not None:
+                # Its write may still be in flight: wait until it cannot be, then look again.
+                await asyncio.sleep(takeover_s - (at - bound.created_at).total_seconds())
+                if await idempotency.written(store, bound, 0.0) is not None:
+                    return UNCHANGED, None
+            # Its write never landed: written now, due now (a row due long ago could land in a minute its
+            # poller has closed). The same id and fire id: at worst a subscriber sees the fire twice.
+            at = self._now()
+        row = backfills.backfill_row(client, parent, nominal, at)
+        await actions.confirmed_change(
+            caller, at, [row.location.due_at], None, caller.app[keys.CREATES].create(row, at)
+        )
+        return CHANGED, None
 
     async def _schedules(self, job: BulkJob, cursor: str | None, size: int) -> tuple[list[Schedule], str | None]:
         """A page of the schedules the job's filter selects, from ``cursor``; the next page's cursor."""
@@ -325,6 +421,7 @@ class BulkRunner:
             "job_id": str(job.job_id),
             "action": job.action,
             "dry_run": job.dry_run,
+            **({"schedule_id": str(job.filter.schedule_id)} if job.filter.schedule_id is not None else {}),
             "matched": job.matched,
             "changed": job.changed,
             "unchanged": job.unchanged,
@@ -337,3 +434,9 @@ class BulkRunner:
             await notices.notify(self._app[keys.STORE], client, record)
         except StoreUnavailable as exc:
             log.warning("notice_write_failed", kind=notices.BULK_DONE, job_id=str(job.job_id), error=str(exc))
+
+
+async def _run_at(store: Store, parent: Schedule, nominal: datetime) -> Run | None:
+    """The run of ``parent``'s occurrence at ``nominal``, if its runs keep one."""
+    found = await store.list_runs(parent.client_id, parent.schedule_id, nominal + _ONE_MS, 1)
+    return found[0] if found and found[0].nominal_at == nominal else None

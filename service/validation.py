@@ -311,6 +311,15 @@ class PauseRequest(Struct, forbid_unknown_fields=True):
     note: PauseText | UnsetType | None = UNSET
 
 
+class BackfillRequest(Struct, forbid_unknown_fields=True, rename={"start": "from", "end": "to"}):
+    """A backfill of a recurring schedule: each of its occurrences in [``from``, ``to``) (``to`` no later
+    than now) fired once, oldest first, ``rate_per_s`` a second (default ``TICKD_BACKFILL_RATE_PER_S``)."""
+
+    start: Moment
+    end: Moment
+    rate_per_s: Annotated[float, Meta(gt=0, le=100_000)] | UnsetType = UNSET
+
+
 class RedriveRequest(Struct, forbid_unknown_fields=True):
     """When a redriven fire is due: ``at`` (a time already past is due now); absent: now."""
 

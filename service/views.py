@@ -217,6 +217,8 @@ class RunView(Struct, omit_defaults=True):
     events_delivered: int | UnsetType = UNSET
     last_event_at: datetime | UnsetType | None = UNSET
     completed_in_window: bool | UnsetType | None = UNSET
+    # Fired by a backfill (POST .../backfill), not by the schedule's timeline: its fire id ends in :backfill.
+    backfill: bool | UnsetType = UNSET
 
 
 class RunList(Struct):
@@ -493,7 +495,7 @@ def try_views(tries: tuple[Try, ...]) -> list[TryView] | UnsetType:
 def run_view(schedule_id: UUID, run: Run) -> RunView:
     first = run.tries[0] if run.tries else None
     view = RunView(
-        fire_id=timing.fire_id(schedule_id, run.nominal_at),
+        fire_id=timing.fire_id(schedule_id, run.nominal_at, backfill=run.backfill),
         nominal_at=run.nominal_at,
         status=run.status.value,
         attempts=run.attempts,
@@ -502,6 +504,7 @@ def run_view(schedule_id: UUID, run: Run) -> RunView:
         last_error=run.last_error,
         occurrence=run.seq or UNSET,
         tries=try_views(run.tries),
+        backfill=True if run.backfill else UNSET,
     )
     if run.events:
         view.events, view.events_delivered, view.last_event_at = run.events, run.events_done, run.last_event_at
@@ -595,9 +598,21 @@ class BulkFilterView(Struct):
     target: str | None = None
 
 
-class BulkFailure(Struct):
+class BackfillView(Struct):
+    """A backfill's schedule, range (its occurrences in [from, to)) and rate (fires a second)."""
+
+    schedule_id: UUID
+    start: datetime = msgspec.field(name="from")
+    end: datetime = msgspec.field(name="to")
+    rate_per_s: float = 0.0
+
+
+class BulkFailure(Struct, omit_defaults=True):
+    """An item a job could not act on: a schedule, or (a backfill's) one occurrence of its schedule."""
+
     schedule_id: str
     reason: str
+    nominal_at: str | None = None
 
 
 class BulkJobView(Struct):
@@ -607,7 +622,7 @@ class BulkJobView(Struct):
 
     job_id: UUID
     action: str
-    filter: BulkFilterView
+    filter: BulkFilterView | None
     dry_run: bool
     state: str
     matched: int
@@ -618,6 +633,8 @@ class BulkJobView(Struct):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    # A backfill's (action "backfill", no filter): matched counts occurrences, changed those it fired.
+    backfill: BackfillView | None = None
 
 
 class BulkJobList(Struct):
@@ -627,13 +644,14 @@ class BulkJobList(Struct):
 
 def bulk_job_view(job: BulkJob) -> BulkJobView:
     f = job.filter
-    filter_view = BulkFilterView(
-        f"{f.tag[0]}={f.tag[1]}",
-        public_status(f.status) if f.status is not None else None,
-        f.due_from,
-        f.due_to,
-        f.target,
-    )
+    filter_view = backfill = None
+    if f.tag is not None:
+        tag = f"{f.tag[0]}={f.tag[1]}"
+        filter_view = BulkFilterView(
+            tag, public_status(f.status) if f.status is not None else None, f.due_from, f.due_to, f.target
+        )
+    if f.schedule_id is not None and f.due_from is not None and f.due_to is not None:
+        backfill = BackfillView(f.schedule_id, f.due_from, f.due_to, f.rate_per_s or 0.0)
     return BulkJobView(
         job_id=job.job_id,
         action=job.action,
@@ -644,8 +662,16 @@ def bulk_job_view(job: BulkJob) -> BulkJobView:
         changed=job.changed,
         unchanged=job.unchanged,
         failed=job.failed,
-        failures=[BulkFailure(sid, reason) for sid, reason in job.failures],
+        failures=[_failure(job, subject, reason) for subject, reason in job.failures],
         created_at=job.created_at,
         updated_at=job.updated_at,
         finished_at=job.finished_at,
+        backfill=backfill,
     )
+
+
+def _failure(job: BulkJob, subject: str, reason: str) -> BulkFailure:
+    """A backfill keeps the occurrence that failed (its schedule is the job's); other jobs the schedule."""
+    if job.filter.schedule_id is not None:
+        return BulkFailure(str(job.filter.schedule_id), reason, subject)
+    return BulkFailure(subject, reason)

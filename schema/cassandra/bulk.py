@@ -43,24 +43,31 @@ def tag_writes(s: Schedule, now: datetime, retention_s: int) -> list[Write]:
 def encode_filter(f: BulkFilter) -> str:
     return json.dumps(
         {
-            "tag": tag_text(f.tag),
+            "tag": tag_text(f.tag) if f.tag is not None else None,
             "status": f.status.value if f.status is not None else None,
             "from": timing.to_epoch_ms(f.due_from) if f.due_from is not None else None,
             "to": timing.to_epoch_ms(f.due_to) if f.due_to is not None else None,
             "target": f.target,
+            **({"schedule_id": str(f.schedule_id)} if f.schedule_id is not None else {}),
+            **({"rate_per_s": f.rate_per_s} if f.rate_per_s is not None else {}),
         }
     )
 
 
 def decode_filter(text: str) -> BulkFilter:
     raw = json.loads(text)
-    key, _, value = raw["tag"].partition("=")
+    tag: tuple[str, str] | None = None
+    if raw.get("tag") is not None:
+        key, _, value = raw["tag"].partition("=")
+        tag = (key, value)
     return BulkFilter(
-        (key, value),
+        tag,
         Status(raw["status"]) if raw.get("status") else None,
         timing.from_epoch_ms(raw["from"]) if raw.get("from") is not None else None,
         timing.from_epoch_ms(raw["to"]) if raw.get("to") is not None else None,
         raw.get("target"),
+        UUID(raw["schedule_id"]) if raw.get("schedule_id") else None,
+        raw.get("rate_per_s"),
     )
 
 

@@ -30,6 +30,7 @@ def run_write(client_id: str, schedule_id: UUID, run: Run, window_ms: int, ttl_s
         "events": run.events or UNSET_VALUE,
         "window_ms": window_ms or UNSET_VALUE,
         "tries": encode_tries(run.tries) if run.tries else UNSET_VALUE,
+        "backfill": True if run.backfill else UNSET_VALUE,
         "ttl": ttl_s,
     }
     return "record_run", values
@@ -38,7 +39,8 @@ def run_write(client_id: str, schedule_id: UUID, run: Run, window_ms: int, ttl_s
 def waiting_run(s: Schedule, status: Status, fired_at: datetime | None, error: str | None, ttl_s: int) -> Write:
     """The run of the fire ``s`` (its nominal time is ``s.fire_at``) as it stands now."""
     events, window_ms = s.options.expansion if s.options is not None else (0, 0)
-    run = Run(s.fire_at, status, s.attempts, fired_at, error, s.seq, events, tries=s.tries)
+    backfill = s.options is not None and s.options.backfill
+    run = Run(s.fire_at, status, s.attempts, fired_at, error, s.seq, events, tries=s.tries, backfill=backfill)
     return run_write(s.client_id, s.public_id, run, window_ms, ttl_s)
 
 
@@ -52,7 +54,17 @@ def run_writes(outcomes: Sequence[FireOutcome], ttl_of: Callable[[str], int]) ->
         ttl_s = ttl_of(o.client_id)
         if o.event is None:  # the run the fire's outcome ends in
             fired_at = None if o.status is Status.SKIPPED else o.fired_at  # a calendar's: never sent
-            run = Run(o.nominal_at, o.status, o.attempts, fired_at, o.last_error, o.seq, o.events, tries=o.tries)
+            run = Run(
+                o.nominal_at,
+                o.status,
+                o.attempts,
+                fired_at,
+                o.last_error,
+                o.seq,
+                o.events,
+                tries=o.tries,
+                backfill=o.backfill,
+            )
             writes.append(run_write(o.client_id, o.run_id, run, o.window_ms, ttl_s))
             continue
         values = {
@@ -87,6 +99,7 @@ class Runs(Part):
             r.last_error,
             r.seq or 0,
             tries=decode_tries(r.tries),
+            backfill=bool(r.backfill),
         )
         if not r.events:
             return run

@@ -1,23 +1,26 @@
 """Bulk jobs (``service.bulk``): create one (an action on every schedule a tag selects, or on their dead
-letters, or a dry run that counts them), read one's progress, list them, cancel one."""
+letters, or a dry run that counts them), read one's progress, list them, cancel one; and a backfill of one
+recurring schedule's past occurrences (``schema.backfills``), a job of its own kind."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 import structlog
 from aiohttp import web
 from msgspec import Struct, UnsetType
 
+from tickd.schema import backfills, timing
 from tickd.schema.errors import Conflict, NotFound
-from tickd.schema.model import BulkFilter, BulkJob, BulkState, Client, IdempotencyKey, Status
+from tickd.schema.model import BulkFilter, BulkJob, BulkState, Client, IdempotencyKey, Schedule, Status
+from tickd.schema.settings import retention_of
 from tickd.service import audit, dead_letters, idempotency, keys, params
 from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, TooManyRequests, json_response
 from tickd.service.routes.common import conflict, now, read_json
-from tickd.service.validation import BulkJobCreate, decode, parse_time
+from tickd.service.validation import BackfillRequest, BulkJobCreate, decode, parse_time
 from tickd.service.views import BulkJobList, BulkJobView, bulk_job_view
 
 log = structlog.get_logger("tickd.api")
@@ -33,7 +36,7 @@ class BulkListQuery(Struct, forbid_unknown_fields=True):
     cursor: params.Cursor | UnsetType = msgspec.UNSET
 
 
-routes = Routes("bulk-jobs", path_params=(BulkJobPath,))
+routes = Routes("bulk-jobs", path_params=(BulkJobPath, params.SchedulePath))
 
 
 def _filter(body: BulkJobCreate, at: datetime) -> BulkFilter:
@@ -80,6 +83,17 @@ async def create_bulk_job(request: web.Request) -> web.Response:
     if body.action in ("trigger", "redrive") and not body.dry_run and not client.active:
         raise Forbidden(f"this client is deactivated and cannot {body.action}", code="client_inactive")
     request.app[keys.LIMITER].take(client.client_id)
+    stored, replayed = await _started(request, client, raw, body.action, wanted, at, dry_run=body.dry_run)
+    if replayed:
+        return json_response(bulk_job_view(stored), 200, headers={"Idempotent-Replayed": "true"})
+    await audit.changed(request, client.client_id, client, "bulk_job.create", str(stored.job_id), raw)
+    return json_response(bulk_job_view(stored), 202)
+
+
+async def _started(
+    request: web.Request, client: Client, raw: bytes, action: str, wanted: BulkFilter, at: datetime, *, dry_run: bool
+) -> tuple[BulkJob, bool]:
+    """Store a queued job, once per Idempotency-Key: (the job, whether it is an earlier request's)."""
     store = request.app[keys.STORE]
     job_id = uuid.uuid1()
     key = params.headers(params.CreateHeaders, request).idempotency_key
@@ -91,15 +105,15 @@ async def create_bulk_job(request: web.Request) -> web.Response:
             idempotency.check_same_request(bound, digest)
             existing = await store.get_bulk_job(client.client_id, bound.schedule_id)
             if existing is not None:
-                return json_response(bulk_job_view(existing), 200, headers={"Idempotent-Replayed": "true"})
+                return existing, True
             job_id = bound.schedule_id  # its first request stopped before storing the job: store it now
     await _room_for_one_more(request, client)
     job = BulkJob(
         client_id=client.client_id,
         job_id=job_id,
-        action=body.action,
+        action=action,
         filter=wanted,
-        dry_run=body.dry_run,
+        dry_run=dry_run,
         state=BulkState.QUEUED,
         created_at=at,
         updated_at=at,
@@ -108,8 +122,105 @@ async def create_bulk_job(request: web.Request) -> web.Response:
     )
     stored = await store.create_bulk_job(job)
     log.info("bulk_job_created", client_id=client.client_id, job_id=str(job_id), action=job.action, dry_run=job.dry_run)
-    await audit.changed(request, client.client_id, client, "bulk_job.create", str(job_id), raw)
-    return json_response(bulk_job_view(stored), 202)
+    return stored, False
+
+
+_BACKFILL_BODY_MAX = 1024
+
+
+@routes.post(
+    "/v1/schedules/{schedule_id}/backfill",
+    "Backfill a recurring schedule: fire each of its occurrences in a past range once, oldest first",
+    ok=202,
+    also={200: "Replayed (Idempotency-Key)"},
+    request=BackfillRequest,
+    response=BulkJobView,
+    headers=params.CreateHeaders,
+    errors=(403, 409, 429),
+    description="from/to (RFC 3339 or epoch seconds; to no later than now): the occurrences of the schedule's "
+    "rule in [from, to), at most TICKD_BACKFILL_MAX_FIRES (422 too_many_fires), fired rate_per_s a second "
+    "(default TICKD_BACKFILL_RATE_PER_S, at most TICKD_BULK_RATE_PER_S) as a bulk job (action backfill): "
+    "GET /v1/bulk-jobs/{job_id} shows its progress, POST /v1/bulk-jobs/{job_id}/cancel stops it. An "
+    "occurrence its runs show sent (by the schedule's timeline or an earlier backfill), one a calendar of the "
+    "schedule excludes, and the pending occurrence and later ones (the timeline's) are left alone; each fire "
+    "has a fire id of its own (<schedule_id>:<nominal ms>:backfill, X-Tickd-Backfill: true) and its outcome "
+    "is the occurrence's run. from must be within the runs the client keeps (retention_s) for a range the "
+    "schedule lived through (422 history_expired). 409 not_recurring, already_cancelled.",
+)
+async def backfill_schedule(request: web.Request) -> web.Response:
+    client = await request.app[keys.AUTH].client(request)
+    schedule_id = params.path(params.SchedulePath, request).schedule_id
+    raw = await read_json(request, _BACKFILL_BODY_MAX)
+    body = decode(BackfillRequest, raw)
+    if not client.active:
+        raise Forbidden("this client is deactivated and cannot backfill", code="client_inactive")
+    at = now()
+    start, end = timing.truncate_ms(parse_time(body.start, "from")), timing.truncate_ms(parse_time(body.end, "to"))
+    if end <= start:
+        raise Invalid("to must be after from", field="to", code="out_of_range")
+    if end > at:
+        raise Invalid("a backfill covers the past: to must not be after now", field="to", code="out_of_range")
+    settings = request.app[keys.SETTINGS]
+    rate = settings.backfill_rate_per_s if isinstance(body.rate_per_s, UnsetType) else body.rate_per_s
+    if rate > settings.bulk_rate_per_s:
+        raise Invalid(
+            f"rate_per_s must be at most {settings.bulk_rate_per_s:g} (TICKD_BULK_RATE_PER_S)",
+            field="rate_per_s",
+            code="out_of_range",
+        )
+    parent = await request.app[keys.STORE].get_schedule(client.client_id, schedule_id)
+    if parent is None:
+        raise NotFound("no such schedule", field="schedule_id")
+    _backfillable(request, client, parent, start, end, at)
+    request.app[keys.LIMITER].take(client.client_id)
+    wanted = BulkFilter(None, None, start, end, None, parent.schedule_id, rate)
+    job, replayed = await _started(request, client, raw, backfills.ACTION, wanted, at, dry_run=False)
+    if replayed:
+        return json_response(bulk_job_view(job), 200, headers={"Idempotent-Replayed": "true"})
+    fields = {"job_id": str(job.job_id), "from": start.isoformat(), "to": end.isoformat(), "rate_per_s": rate}
+    record = audit.record(
+        request,
+        client.client_id,
+        client,
+        "schedule.backfill",
+        str(parent.schedule_id),
+        at=at,
+        fields=fields,
+        schedule_id=parent.schedule_id,
+        version=parent.version,
+    )
+    await audit.write(request, [record])
+    return json_response(bulk_job_view(job), 202)
+
+
+def _backfillable(
+    request: web.Request, client: Client, parent: Schedule, start: datetime, end: datetime, at: datetime
+) -> None:
+    """Refuse a backfill ``parent`` cannot take, naming why."""
+    if parent.repeat is None:
+        raise conflict("only a recurring schedule has occurrences to backfill", "not_recurring")
+    if parent.status is Status.CANCELLED:
+        raise conflict("the schedule is cancelled", "already_cancelled")
+    settings = request.app[keys.SETTINGS]
+    kept_s = retention_of(client.settings.retention_s, settings.retention_s, settings.retention_max_s)
+    kept_from = at - timedelta(seconds=kept_s)
+    if start < kept_from and end > parent.created_at:
+        raise Invalid(
+            f"runs are kept {kept_s} s (retention_s): which occurrences before {kept_from.isoformat()} the "
+            "schedule sent is no longer known; backfill from then on",
+            field="from",
+            code="history_expired",
+        )
+    most = settings.backfill_max_fires
+    found = backfills.occurrences(parent.repeat, start, end, most)
+    if not found:
+        raise Invalid("the schedule's rule has no occurrence in [from, to)", field="from", code="empty_range")
+    if len(found) > most:
+        raise Invalid(
+            f"more than {most} occurrences in [from, to) (TICKD_BACKFILL_MAX_FIRES); backfill a shorter range",
+            field="to",
+            code="too_many_fires",
+        )
 
 
 async def _room_for_one_more(request: web.Request, client: Client) -> None:

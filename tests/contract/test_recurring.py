@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.contract.conftest import START, Env, FailOn, read_all
+from tickd.schema import backfills
 from tickd.schema import recurrence as rec
 from tickd.schema.errors import StoreUnavailable
-from tickd.schema.model import Chain, EventOf, FireOutcome, Location, Options, Repeat, Schedule, Status
+from tickd.schema.model import Chain, Client, EventOf, FireOutcome, Location, Options, Repeat, Run, Schedule, Status
 from tickd.schema.store import Store
 
 Factory = Callable[..., Schedule]
@@ -319,3 +320,44 @@ async def test_retries_of_two_occurrences_due_in_the_same_millisecond_both_stay(
     rows = await read_all(store, first.instance, a.location.minute)
     waiting = sorted(r.fire_id for r in rows if r.public_id == first.schedule_id and r.status is Status.SCHEDULED)
     assert waiting == sorted([first.fire_id, second.fire_id])
+
+
+async def test_a_backfill_s_fire_is_its_occurrence_s_run_marked_so(
+    env: Env, store: Store, new_schedule: Factory, client_id: str
+) -> None:
+    """A backfill's row (``schema.backfills``): created as a one-time row of its own, retried under its own
+    pointer with the same fire id, and its outcome recorded as the parent's run of that occurrence, marked
+    a backfill's, over the run the timeline left (it skipped the occurrence)."""
+    parent = recurring(env, new_schedule)
+    await store.create_schedule(parent, env.now())
+    nominal = parent.fire_at - timedelta(hours=2)
+    skipped = Run(nominal, Status.SKIPPED, 0, None, "skipped: paused")
+    await store.add_runs(client_id, parent.schedule_id, [skipped])
+    client = Client(client_id, 4, True, "h", START, START)
+    row = backfills.backfill_row(client, parent, nominal, env.later(5))
+    await store.create_schedule(row, env.now())
+    stored = await store.get_schedule(client_id, row.schedule_id)
+    assert stored is not None and stored.fire_id == row.fire_id and stored.options == row.options
+    retried = await store.requeue_schedule(stored, env.later(65), 1, "HTTP 503", env.now())
+    assert retried.fire_id == row.fire_id and retried.fire_at == nominal
+    outcome = FireOutcome(
+        client_id,
+        retried.schedule_id,
+        retried.location,
+        Status.SUCCEEDED,
+        2,
+        env.later(66),
+        nominal_at=nominal,
+        run_of=parent.schedule_id,
+        backfill=True,
+    )
+    await store.record_outcomes([outcome])
+    [run] = await store.list_runs(client_id, parent.schedule_id, None, 10)
+    assert (run.nominal_at, run.status, run.attempts, run.backfill) == (nominal, Status.SUCCEEDED, 2, True)
+    assert not backfills.sent(skipped) and backfills.sent(run)
+    live = FireOutcome(
+        client_id, parent.schedule_id, parent.location, Status.SUCCEEDED, 1, env.later(1), nominal_at=parent.fire_at
+    )
+    await store.record_outcomes([live])
+    newest, _ = await store.list_runs(client_id, parent.schedule_id, None, 10)
+    assert (newest.nominal_at, newest.backfill) == (parent.fire_at, False)
