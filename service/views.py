@@ -136,6 +136,8 @@ class ScheduleView(Struct, omit_defaults=True):
     notice: bool | UnsetType = UNSET
     # A trigger (POST /v1/schedules/{id}/trigger): the schedule it is an extra fire of.
     trigger_of: UUID | UnsetType = UNSET
+    # A backfill's fire of one occurrence (POST .../backfill): the schedule whose occurrence it is (fire_at).
+    backfill_of: UUID | UnsetType = UNSET
     # A paused schedule's pause, when it was given a time or a note.
     pause: PauseView | UnsetType = UNSET
     # A by-key schedule that coalesces bursts of PUTs (service.debounce).
@@ -548,7 +550,10 @@ def schedule_view(s: Schedule, *, payload: bool = True) -> ScheduleView:
         tags=dict(options.tags) if options and options.tags else UNSET,
         pause_after_failures=_or_unset(options.pause_after_failures if options else None),
         notice=True if options and options.notice else UNSET,
-        trigger_of=options.retry_of if options and options.retry_of and not options.repeat else UNSET,
+        trigger_of=options.retry_of
+        if options and options.retry_of and not options.repeat and not options.backfill
+        else UNSET,
+        backfill_of=options.retry_of if options and options.backfill and options.retry_of else UNSET,
         pause=pause_view(s.pause) if s.status is Status.PAUSED and s.pause is not None else UNSET,
         debounce=debounce_view(s.debounce) if s.debounce is not None else UNSET,
     )

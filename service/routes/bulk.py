@@ -5,7 +5,7 @@ recurring schedule's past occurrences (``schema.backfills``), a job of its own k
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 import structlog
@@ -126,6 +126,7 @@ async def _started(
 
 
 _BACKFILL_BODY_MAX = 1024
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @routes.post(
@@ -156,6 +157,8 @@ async def backfill_schedule(request: web.Request) -> web.Response:
         raise Forbidden("this client is deactivated and cannot backfill", code="client_inactive")
     at = now()
     start, end = timing.truncate_ms(parse_time(body.start, "from")), timing.truncate_ms(parse_time(body.end, "to"))
+    if start < _EARLIEST:
+        raise Invalid("from must be in 1970 or later", field="from", code="out_of_range")
     if end <= start:
         raise Invalid("to must be after from", field="to", code="out_of_range")
     if end > at:

@@ -474,6 +474,23 @@ def test_bulk_commands(tickd: Run, dev: Dev) -> None:
     assert code != 0 and "filter.to" in err  # more than 31 days
 
 
+def test_backfill_command(tickd: Run, dev: Dev) -> None:
+    hook = ["--callback-url", f"{dev.url}/healthz", "--callback-method", "GET", "-q"]
+    schedule_id = tickd("schedules", "create", "--cron", "* * * * *", *hook)[1].strip()
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=4)
+    span = ["--from", start.isoformat(), "--to", (start + timedelta(minutes=2)).isoformat()]
+    code, out, _ = tickd("schedules", "backfill", schedule_id, *span, "--wait", "--poll-s", "0.1", "-o", "json")
+    assert code == 0 and (_json(out)["action"], _json(out)["changed"]) == ("backfill", 2)
+    assert _json(out)["backfill"]["schedule_id"] == schedule_id
+    code, out, _ = tickd("schedules", "backfill", schedule_id, *span, "-q")
+    assert code == 0 and len(out.strip()) == 36  # the job id
+    assert tickd("schedules", "backfill", schedule_id, "--from", start.isoformat())[0] == cli.USAGE  # --to
+    code, _, err = tickd(
+        "schedules", "backfill", schedule_id, "--from", "2026-01-01T00:00:00Z", "--to", "2999-01-01T00:00:00Z"
+    )
+    assert code == cli.INVALID and "to" in err
+
+
 def _line(out: str, name: str) -> str:
     """The value of ``name`` in a single object's table (``name  value``)."""
     found = re.search(rf"^{name} +(.*)$", out, flags=re.MULTILINE)

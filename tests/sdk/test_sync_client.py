@@ -650,6 +650,32 @@ def test_bulk_jobs_count_pause_and_list_by_tag(tenant: Tickd, dev: Dev) -> None:
     assert finished.value.code == "already_done"
 
 
+def test_a_backfill_fires_each_past_occurrence_once_as_its_own_run(tenant: Tickd, dev: Dev) -> None:
+    created = tenant.create_schedule(cron="* * * * *", callback=dev.healthz())
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    end = start + timedelta(minutes=3)
+    job = tenant.backfill_schedule(created.schedule_id, start=start, end=end, rate_per_s=10)
+    assert job.action == "backfill" and job.filter is None and job.backfill is not None
+    assert job.backfill["schedule_id"] == created.schedule_id
+    done = tenant.wait_bulk_job(job.job_id, poll_s=0.1, timeout_s=60)
+    assert (done.state, done.matched, done.changed, done.unchanged) == ("done", 3, 3, 0)
+    deadline = time.monotonic() + 30  # tickd-dev's pollers fire them, one a tenth of a second
+    while len(runs := [r for r in tenant.runs(created.schedule_id) if r.backfill and r.status == "succeeded"]) < 3:
+        assert time.monotonic() < deadline, f"the backfill's fires are not all delivered after 30 s: {runs}"
+        time.sleep(0.2)
+    nominals = [start + timedelta(minutes=i) for i in range(3)]
+    assert sorted(r.nominal_at for r in runs) == nominals  # the timeline's own runs are not marked backfill
+    ms = [int(t.timestamp() * 1000) for t in nominals]
+    assert sorted(r.fire_id for r in runs) == [f"{created.schedule_id}:{m}:backfill" for m in ms]
+    again = tenant.wait_bulk_job(
+        tenant.backfill_schedule(created.schedule_id, start=start, end=end).job_id, poll_s=0.1, timeout_s=60
+    )
+    assert (again.matched, again.changed, again.unchanged) == (3, 0, 3)  # each occurrence fired once
+    with pytest.raises(Invalid) as future:
+        tenant.backfill_schedule(created.schedule_id, start=start, end=datetime.now(UTC) + timedelta(hours=1))
+    assert (future.value.field, future.value.code) == ("to", "out_of_range")
+
+
 HOLIDAYS = {"timezone": "Europe/Berlin", "dates": ["2026-12-26", "2026-12-25"]}
 
 

@@ -100,6 +100,8 @@ async def test_each_occurrence_in_the_range_is_written_once_oldest_first_as_a_fi
     assert all(r.public_id == uuid.UUID(sid) and r.repeat is None and r.status is Status.SCHEDULED for r in fires)
     dues = [r.location.due_at for r in fires]
     assert dues == sorted(dues)  # written, so due, in the order of the occurrences
+    view = await ok(await api.get(f"/v1/schedules/{fires[0].schedule_id}", headers=key))
+    assert (view["backfill_of"], view["fire_id"], "trigger_of" in view) == (sid, fires[0].fire_id, False)
     # The schedule's own timeline is untouched: its next occurrence is still ahead.
     current = await ok(await api.get(f"/v1/schedules/{sid}", headers=key))
     assert datetime.fromisoformat(current["fire_at"]) > datetime.now(UTC)
@@ -212,6 +214,10 @@ async def test_an_idempotency_key_replays_the_backfill(api: Api, register: Regis
         ({"to": "2026-01-01T00:00:00Z"}, "from", None),
         ({"from": "2026-01-01T00:00:00", "to": "2026-01-01T01:00:00Z"}, "from", None),
         ({"from": -5, "to": 10}, "from", None),
+        ({"from": "0001-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}, "from", "out_of_range"),
+        ({"from": "1969-12-31T23:59:59Z", "to": "2026-01-01T00:00:00Z"}, "from", "out_of_range"),
+        ({"from": "0001-01-01T00:00:00+01:00", "to": "2026-01-01T00:00:00Z"}, "from", "out_of_range"),
+        ({"from": "2026-01-01T00:00:00Z", "to": "9999-12-31T23:59:59Z"}, "to", "out_of_range"),
         ({"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:01:00Z", "rate_per_s": 0}, "rate_per_s", None),
         ({"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:01:00Z", "rate_per_s": 20_000}, "rate_per_s", None),
         ({"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:01:00Z", "every": "1m"}, "every", None),
@@ -261,6 +267,11 @@ async def test_ranges_the_server_cannot_honour_are_refused_naming_why(api: Api, 
     assert (await backfill(api, other_key, sid, minutes_ago(10), minutes_ago(5))).status == 404
     jobs = await ok(await api.get("/v1/bulk-jobs", headers=key))
     assert jobs["jobs"] == []
+    # Before the schedule existed no run was ever kept: any range then, however old, is backfilled.
+    nine = await recurring(api, key, cron="0 9 * * *")
+    before = datetime.now(UTC) - timedelta(days=1)
+    started = await backfill(api, key, nine, before - timedelta(days=40), before)
+    assert started.status == 202, await started.text()
 
 
 async def test_a_backfill_s_dead_letter_is_redriven_to_its_own_row(api: Api, register: Register, store: Store) -> None:

@@ -192,6 +192,22 @@ class Tickd:
         wanted = calls.bulk_filter(tag, status, due_from, due_to, target)
         return self.send(calls.create_bulk_job(action, wanted, dry_run=dry_run, idempotency_key=idempotency_key))
 
+    def backfill_schedule(
+        self,
+        schedule_id: str,
+        *,
+        start: Time,
+        end: Time,
+        rate_per_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> BulkJob:
+        """Fire each occurrence of a recurring schedule in [``start``, ``end``) (``end`` no later than now)
+        once, oldest first, ``rate_per_s`` a second (default the server's), in the background: a bulk job
+        of action ``backfill`` (follow it with ``wait_bulk_job``, stop it with ``cancel_bulk_job``).
+        Occurrences its runs show sent, by its timeline or an earlier backfill, are left alone; each fire
+        has a fire id of its own (``<schedule_id>:<nominal ms>:backfill``) and is its occurrence's run."""
+        return self.send(calls.backfill_schedule(schedule_id, start, end, rate_per_s, idempotency_key))
+
     def get_bulk_job(self, job_id: str) -> BulkJob:
         return self.send(calls.get_bulk_job(job_id))
 

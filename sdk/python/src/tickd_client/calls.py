@@ -343,6 +343,19 @@ def _filter_value(value: Any) -> Any:
     return time_value(value) if isinstance(value, datetime) else value
 
 
+def backfill_schedule(
+    schedule_id: str, start: Time, end: Time, rate_per_s: float | None, idempotency_key: str | None
+) -> Call[BulkJob]:
+    """Repeatable only with a key (as a bulk job); without one a repeat starts a second backfill, which
+    fires nothing the first fired."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+    body: dict[str, Any] = {"from": time_value(start), "to": time_value(end)}
+    if rate_per_s is not None:
+        body["rate_per_s"] = rate_per_s
+    path = _path("schedules", str(schedule_id), "backfill")
+    return Call("POST", path, _one(BulkJob), body, headers=headers, repeatable=bool(headers))
+
+
 def get_bulk_job(job_id: str) -> Call[BulkJob]:
     return Call("GET", _path("bulk-jobs", str(job_id)), _one(BulkJob))
 

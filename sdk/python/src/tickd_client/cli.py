@@ -252,6 +252,19 @@ def _schedules_list(client: Tickd, args: argparse.Namespace) -> Any:
     return list(itertools.islice(found, args.limit))
 
 
+def _schedules_backfill(client: Tickd, args: argparse.Namespace) -> Any:
+    job = client.backfill_schedule(
+        args.schedule_id,
+        start=_time(args.start),
+        end=_time(args.end),
+        rate_per_s=args.rate_per_s,
+        idempotency_key=args.idempotency_key,
+    )
+    if args.wait:
+        job = client.wait_bulk_job(job.job_id, poll_s=args.poll_s, timeout_s=args.wait_s)
+    return job.job_id if args.quiet else job
+
+
 def _bulk_start(action: str) -> Handler:
     def start(client: Tickd, args: argparse.Namespace) -> Any:
         job = client.create_bulk_job(
@@ -652,6 +665,18 @@ def _schedules(commands: Any, common: argparse.ArgumentParser) -> None:
     trigger.add_argument("schedule_id")
     trigger.add_argument("--idempotency-key", help="the same key triggers once")
     trigger.add_argument("--quiet", "-q", action="store_true", help="print only the trigger's schedule id")
+    backfill = _leaf(
+        group, "backfill", _schedules_backfill, "fire a recurring schedule's past occurrences once each", common
+    )
+    backfill.add_argument("schedule_id")
+    backfill.add_argument("--from", dest="start", required=True, help="its occurrences at or after this time")
+    backfill.add_argument("--to", dest="end", required=True, help="and before this time (no later than now)")
+    backfill.add_argument("--rate-per-s", type=float, help="fires a second (default: the server's)")
+    backfill.add_argument("--wait", action="store_true", help="wait until the backfill is done and print it")
+    backfill.add_argument("--wait-s", type=float, default=3600.0, help="at most this long (default 3600)")
+    backfill.add_argument("--poll-s", type=float, default=1.0, help="how often to look (default 1)")
+    backfill.add_argument("--idempotency-key", help="the same key and request start one backfill")
+    backfill.add_argument("--quiet", "-q", action="store_true", help="print only the job id")
     put = _leaf(group, "put-by-key", _schedules_put_by_key, "create or replace the schedule of a key", common)
     put.add_argument("key", help="your business key: 1-128 of A-Z a-z 0-9 . _ ~ : @ -")
     _schedule_args(put)

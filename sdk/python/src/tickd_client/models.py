@@ -142,6 +142,7 @@ class Schedule:
     pause_after_failures: int | None = None
     notice: bool | None = None  # a notification of yours on its way to your notify target
     trigger_of: str | None = None  # a trigger (``trigger_schedule``): the schedule it is an extra fire of
+    backfill_of: str | None = None  # a backfill's fire (``backfill_schedule``): the schedule whose occurrence it is
     # A paused schedule's pause, when it was paused with a time or a note; None otherwise (cleared by a resume).
     pause: Pause | None = None
     # A by-key schedule that coalesces bursts of PUTs (``put_schedule_by_key(debounce=...)``); None otherwise.
@@ -181,6 +182,8 @@ class Run:
     events_delivered: int | None = None
     last_event_at: datetime | None = None
     completed_in_window: bool | None = None
+    # Fired by a backfill (``backfill_schedule``), not the schedule's timeline: its fire id ends in :backfill.
+    backfill: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,11 +205,13 @@ class BulkJob:
     cancelled; ``filter``: ``tag`` and, if given, ``status``, ``from``, ``to``, ``target``; ``matched``:
     schedules the filter selected so far, ``changed`` those the action changed, ``unchanged`` those
     already as it leaves them (every one, in a dry run), ``failed`` those it could not change (the first
-    few in ``failures``, each ``{"schedule_id", "reason"}``)."""
+    few in ``failures``, each ``{"schedule_id", "reason"}``). A backfill (``backfill_schedule``; action
+    ``backfill``) has no filter but ``backfill``: ``schedule_id``, ``from``, ``to``, ``rate_per_s``; its
+    ``matched`` counts occurrences, ``changed`` those it fired, and a failure names its ``nominal_at``."""
 
     job_id: str
     action: str
-    filter: dict[str, Any]
+    filter: dict[str, Any] | None
     dry_run: bool
     state: str
     matched: int
@@ -217,6 +222,7 @@ class BulkJob:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None = None
+    backfill: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
