@@ -11,17 +11,29 @@ const VERBS = { pause: "Pause", resume: "Resume", cancel: "Cancel", trigger: "Tr
 // What a job counts: schedules, or for a redrive the dead letters of the last 7 days (the API's default).
 const noun = (act, n) => (act === "redrive" ? `dead letter${n === 1 ? "" : "s"}` : `schedule${n === 1 ? "" : "s"}`);
 
+// A backfill (started from a recurring schedule's page): no tag, its schedule and range instead.
+function backfillText(b) {
+  return h("span", { class: "backfill" }, [
+    "occurrences of ",
+    h("a", { href: `#/schedules/${encodeURIComponent(b.schedule_id)}`, class: "mono" }, b.schedule_id.slice(0, 8)),
+    " from ",
+    when(b.from),
+    " to ",
+    when(b.to),
+  ]);
+}
+
 function jobRows(jobs, onStop) {
   const open = (j) => j.state === "queued" || j.state === "running";
   const columns = [
     { label: "Started", cell: (j) => when(j.created_at) },
     { label: "Action", cell: (j) => (j.dry_run ? `count (${j.action})` : j.action) },
-    { label: "Tag", cell: (j) => h("span", { class: "mono" }, j.filter.tag + (j.filter.status ? ` · ${j.filter.status}` : "")) },
+    { label: "Tag", cell: (j) => (j.backfill ? backfillText(j.backfill) : h("span", { class: "mono" }, j.filter.tag + (j.filter.status ? ` · ${j.filter.status}` : ""))) },
     { label: "State", cell: (j) => h("span", { class: "state" }, j.state) },
     { label: "Matched", cell: (j) => h("span", { class: "matched" }, String(j.matched)) },
     { label: "Changed", cell: (j) => String(j.changed) },
     { label: "Unchanged", cell: (j) => String(j.unchanged) },
-    { label: "Failed", cell: (j) => h("span", { title: j.failures.map((f) => `${f.schedule_id}: ${f.reason}`).join("\n") }, String(j.failed)) },
+    { label: "Failed", cell: (j) => h("span", { title: j.failures.map((f) => `${f.nominal_at || f.schedule_id}: ${f.reason}`).join("\n") }, String(j.failed)) },
     { label: "", cell: (j) => (open(j) ? h("button", { type: "button", class: "secondary", onclick: () => onStop(j) }, "Stop") : "") },
   ];
   const shown = table(columns, jobs, (j) => ({ "data-job": j.job_id, "data-state": j.state }));

@@ -225,7 +225,9 @@ function triesSteps(run, dead) {
 function runSteps(run, dead) {
   const steps = [];
   const label = run.occurrence ? `Occurrence #${run.occurrence}` : run.status === "skipped" ? "Occurrence" : "Fire";
-  steps.push(step("fire", `${label} due`, run.nominal_at, [h("span", { class: "step-note mono small wrap" }, run.fire_id)]));
+  // A backfill's fire of the occurrence (POST .../backfill), not the timeline's own: marked so.
+  const mark = run.backfill ? [" ", badge("backfill", "paused")] : [];
+  steps.push(step("fire", `${label} due`, run.nominal_at, [...mark, h("span", { class: "step-note mono small wrap" }, run.fire_id)]));
   if (run.tries) {
     steps.push(...triesSteps(run, dead));
     steps.push(...outcome(run, dead));
@@ -326,6 +328,7 @@ function details(s) {
     ...pauseRows(s.pause),
     ...debounceRows(s.debounce),
     s.trigger_of ? ["Trigger of", h("a", { href: scheduleHref(s.trigger_of), class: "mono wrap" }, s.trigger_of)] : null,
+    s.backfill_of ? ["Backfill of", h("a", { href: scheduleHref(s.backfill_of), class: "mono wrap", id: "s-backfill-of" }, s.backfill_of)] : null,
     ["Fire at", when(s.fire_at)],
     ["Due at", when(s.due_at)],
     ["Fire id", h("span", { class: "mono wrap" }, s.fire_id)],
@@ -358,6 +361,7 @@ const CHANGE_WORDS = {
   "schedule.resume_at_until": "Resumed at its pause's end",
   "schedule.cancel": "Cancelled",
   "schedule.trigger": "Triggered",
+  "schedule.backfill": "Backfill started",
   "schedule.put_by_key": "Put by key",
   "schedule.cancel_by_key": "Cancelled by key",
   "dead_letter.redrive": "Redriven",
@@ -456,6 +460,51 @@ function pause(id, fields, button, onDone) {
   }, body);
 }
 
+// Backfill's "From", "To" and rate, for a recurring schedule: its occurrences in [From, To) fired once each,
+// oldest first (POST /v1/schedules/{id}/backfill, a bulk job). Built once per view and kept across redraws.
+function backfillFields(id, onDone) {
+  const from = h("input", { type: "datetime-local", id: "backfill-from", name: "from", required: true });
+  const to = h("input", { type: "datetime-local", id: "backfill-to", name: "to", required: true });
+  const rate = h("input", { type: "number", id: "backfill-rate", name: "rate_per_s", min: "0.01", step: "any", placeholder: "server's default" });
+  const go = h("button", { type: "submit", id: "backfill-run", class: "secondary" }, "Backfill");
+  async function onSubmit(e) {
+    e.preventDefault();
+    if (from.validity.badInput || to.validity.badInput || !from.value || !to.value) {
+      onDone(notice('Backfill refused: give "From" and "To" a whole date and time each.'));
+      return;
+    }
+    const body = { from: localInputToIso(from.value), to: localInputToIso(to.value) };
+    if (rate.value) body.rate_per_s = Number(rate.value);
+    await busy(go, async () => {
+      try {
+        const job = await api("POST", `/v1/schedules/${seg("schedule", id)}/backfill`, body);
+        onDone(
+          notice(
+            ["Backfill started: job ", h("span", { class: "mono", id: "backfill-job" }, job.job_id), ". Its progress is under ", h("a", { href: "#/bulk" }, "Bulk"), "; each fire shows here as it goes out."],
+            "ok",
+          ),
+        );
+      } catch (err) {
+        onDone(notice(`Backfill refused: ${errorText(err)}`));
+      }
+    });
+  }
+  const el = h(
+    "form",
+    { class: "pause-fields", id: "backfill", "aria-label": "backfill", onsubmit: onSubmit },
+    h("label", {}, "Backfill from", from),
+    h("label", {}, "to (not after now)", to),
+    h("label", {}, "Fires a second", rate),
+    go,
+  );
+  return {
+    el,
+    show(on) {
+      el.hidden = !on;
+    },
+  };
+}
+
 async function trigger(id, button, onDone) {
   if (!window.confirm(`Fire schedule ${id} once now? Its own timeline does not move.`)) return;
   await busy(button, async () => {
@@ -496,7 +545,8 @@ export async function scheduleView(root, id, ctx) {
   const fields = pauseFields();
   const buttons = h("div", { class: "action-buttons" });
   const panes = h("div");
-  const bar = h("div", { class: "actions schedule-actions" }, fields.el, buttons);
+  const backfill = backfillFields(id, (note) => done(note));
+  const bar = h("div", { class: "actions schedule-actions" }, fields.el, buttons, backfill.el);
   mount(root, h("p", {}, h("a", { href: "#/schedules" }, "← Schedules")), h("h2", { class: "mono wrap" }, id), message, body);
   // fire id -> dead letter, read on open (a redriven fire's run no longer says it failed) and, since the
   // poller marks a fire failed before it writes the letter, again every 2 s while a failed fire has none
@@ -546,6 +596,7 @@ export async function scheduleView(root, id, ctx) {
     }
     if (!bar.isConnected) mount(body, bar, panes);
     mount(buttons, scheduleActions(schedule, fields, done));
+    backfill.show(Boolean(schedule.recurrence) && schedule.status !== "cancelled");
     mount(panes, h("div", { class: "columns" }, h("section", {}, h("h3", {}, "Timeline"), timeline(schedule, runs, dead)), h("section", {}, h("h3", {}, "Details"), details(schedule), h("h3", {}, "Changes"), changesList(changes))));
     // A timed pause ends by itself: follow it to its resume too.
     const timed = schedule.status === "paused" && Boolean(schedule.pause && schedule.pause.until);
