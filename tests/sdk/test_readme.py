@@ -183,3 +183,25 @@ def test_the_sdk_readme_debounce_cli_example_runs(fresh: Dev, venv: Path) -> Non
     assert len(re.findall(r"^debounce\.first_put_at +\S+$", shown, flags=re.MULTILINE)) == 2  # get, cancel
     assert re.search(r'^payload +\{"draft": 3\}$', shown, flags=re.MULTILINE)
     assert re.search(r"^status +cancelled$", shown, flags=re.MULTILINE)
+
+
+def _backfill_blocks(language: str) -> list[str]:
+    return _blocks(language, SDK / "README.md", "Backfill")
+
+
+def test_the_sdk_readme_has_one_python_and_one_shell_backfill_example() -> None:
+    assert len(_backfill_blocks("python")) == 1 and len(_backfill_blocks("sh")) == 1
+
+
+def test_the_sdk_readme_backfill_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _backfill_blocks("python")
+    ran = _ran(example, fresh, venv)
+    assert ran.stdout.splitlines() == ["done 6 6", "0 6"]
+
+
+def test_the_sdk_readme_backfill_cli_example_runs(fresh: Dev, venv: Path) -> None:
+    (example,) = _backfill_blocks("sh")
+    ran = _ran(example, fresh, venv, shell=True)
+    assert re.search(r"^action +backfill$", ran.stdout, flags=re.MULTILINE)
+    assert re.search(r"^state +done$", ran.stdout, flags=re.MULTILINE)
+    assert re.search(r"^changed +6$", ran.stdout, flags=re.MULTILINE)
