@@ -9,9 +9,11 @@ The row's ``fire_at`` is the nominal time and ``retry_of`` the schedule, so subs
 id and the occurrence's time; its fire id is the timeline's with ``:backfill`` after it, so a subscriber
 tells it from a live fire, and its outcome is the occurrence's run (``Run.backfill``).
 
-An occurrence is left alone (``skipped``) when its run says the timeline sent it (or is sending it), an
-earlier backfill did, or a calendar of the schedule excludes it; one the timeline passed over without
-sending (paused, skipped by a missed-fire policy or a calendar since removed) is fired.
+An occurrence is left alone when its run says the timeline sent it (or is sending it), an earlier
+backfill did, or a calendar of the schedule excludes it; one the timeline passed over without sending
+(paused, skipped by a missed-fire policy or a calendar since removed) is fired. After the schedule was
+created, an occurrence with no run at all is left alone too: the timeline writes an occurrence's run when
+its fire ends, so one the poller has moved past but is still sending has none yet (``wanted``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,16 @@ def occurrences(repeat: Repeat, start: datetime, end: datetime, limit: int) -> l
 def sent(run: Run | None) -> bool:
     """Whether ``run`` (an occurrence's, or None) says it was sent, or is being sent."""
     return run is not None and run.status in SENT
+
+
+def wanted(run: Run | None, nominal: datetime, created_at: datetime) -> bool:
+    """Whether a backfill fires the occurrence at ``nominal`` of a schedule created at ``created_at``, its
+    run (None: none kept) as read now: not if it was sent; before the schedule existed, if not; after, only
+    if its run says the timeline passed it over (without a run it may be on its way: the poller moves the
+    timeline on before it sends an occurrence, and records the run when the send ends)."""
+    if run is not None:
+        return run.status not in SENT
+    return nominal < created_at
 
 
 def waiting_run(row: Schedule) -> Run:

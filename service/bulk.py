@@ -269,7 +269,7 @@ class BulkRunner:
         named = await recurring.named_calendars(store, job.client_id, parent.repeat.calendars, missing_ok=True)
         if cal.excluded_by(named, nominal) is not None:
             return UNCHANGED, None
-        if backfills.sent(await _run_at(store, parent, nominal)):
+        if not backfills.wanted(await _run_at(store, parent, nominal), nominal, parent.created_at):
             return UNCHANGED, None
         if pace is not None:
             await pace.wait(job.client_id)

@@ -111,6 +111,18 @@ def test_a_run_stops_a_backfill_of_its_occurrence_only_if_it_was_sent() -> None:
         assert not backfills.sent(Run(T0, status, 0, None))
 
 
+def test_after_the_schedule_was_created_only_an_occurrence_its_runs_show_passed_over_is_wanted() -> None:
+    created = T0
+    before, after = T0 - timedelta(hours=1), T0 + timedelta(hours=1)
+    assert backfills.wanted(None, before, created)  # the timeline never ran then
+    assert not backfills.wanted(None, after, created)  # no run yet: it may be on its way
+    skipped = Run(after, Status.SKIPPED, 0, None, "skipped: paused")
+    assert backfills.wanted(skipped, after, created) and backfills.wanted(skipped, before, created)
+    for status in (Status.SCHEDULED, Status.SUCCEEDED, Status.FAILED):
+        assert not backfills.wanted(Run(after, status, 1, after), after, created)
+        assert not backfills.wanted(Run(before, status, 1, before), before, created)
+
+
 def test_a_backfill_s_dead_letter_names_its_occurrence() -> None:
     sid = uuid.UUID(int=7)
     nominal = T0 - timedelta(hours=3)
