@@ -76,15 +76,16 @@ class Rate:
         self._buckets: dict[str, tuple[float, float]] = {}  # client id: (tokens, when counted)
 
     async def wait(self, client_id: str) -> None:
-        while True:
-            clock = asyncio.get_running_loop().time()
-            tokens, at = self._buckets.get(client_id, (self.burst, clock))
-            tokens = min(self.burst, tokens + (clock - at) * self.per_s)
-            if tokens >= 1:
-                self._buckets[client_id] = (tokens - 1, clock)
-                return
-            self._buckets[client_id] = (tokens, clock)
-            await asyncio.sleep((1 - tokens) / self.per_s)
+        """Take a token now, owing it if there is none, and wait out what is owed. Waiting in a loop until
+        a whole token had built up could spin for ever: a sleep of the exact shortfall can leave the count
+        a rounding error short of 1, and the next sleep be too short to move a clock of this size (the
+        simulation's virtual one stood still)."""
+        clock = asyncio.get_running_loop().time()
+        tokens, at = self._buckets.get(client_id, (self.burst, clock))
+        tokens = min(self.burst, tokens + (clock - at) * self.per_s) - 1
+        self._buckets[client_id] = (tokens, clock)
+        if tokens < 0:
+            await asyncio.sleep(-tokens / self.per_s)
 
 
 def replica_id() -> str:
@@ -292,9 +293,7 @@ class BulkRunner:
             # poller has closed). The same id and fire id: at worst a subscriber sees the fire twice.
             at = self._now()
         row = backfills.backfill_row(client, parent, nominal, at)
-        await actions.confirmed_change(
-            caller, at, [row.location.due_at], None, caller.app[keys.CREATES].create(row, at)
-        )
+        await actions.confirmed_change(caller, at, [row.location.due_at], None, store.create_schedule(row, at))
         return CHANGED, None
 
     async def _schedules(self, job: BulkJob, cursor: str | None, size: int) -> tuple[list[Schedule], str | None]:

@@ -123,6 +123,11 @@ class Oracle:
     # Rows left scheduled behind a checkpoint that are stale copies of a fire already completed (see
     # World.left_behind): not a loss, counted so a run can say how often it happened.
     stale_rows: set[str] = field(default_factory=set)
+    # Backfills (``schema.backfills``), read from the store at the end: per schedule, the occurrences a
+    # backfill wrote a fire for (epoch ms) and that fire's due time; each due before ``backfill_until``
+    # must be delivered (or dead-lettered).
+    backfilled: dict[UUID, dict[int, datetime]] = field(default_factory=dict)
+    backfill_until: datetime | None = None
 
     def saw(self, problem: str) -> None:
         self.problems.append(problem)
@@ -161,9 +166,9 @@ class Oracle:
         return key in seen or key in self.dead_letters
 
     def _check_promise(self, p: Promise, ok: dict[UUID, dict[str, list[Delivery]]]) -> list[str]:
-        seen = ok.get(p.schedule_id, {})
+        seen = {k: v for k, v in ok.get(p.schedule_id, {}).items() if not _backfill(k)}
         if p.repeat is not None:
-            return self._check_timeline(p, seen)
+            return self._check_backfills(p, ok.get(p.schedule_id, {})) + self._check_timeline(p, seen)
         # A delivery before the reschedule was acknowledged is allowed: an attempt of it may have been
         # delivered by a node that crashed (or lost its instance) before recording it (seed 74072).
         problems = [
@@ -198,6 +203,23 @@ class Oracle:
             problems.append(f"{p.schedule_id}: fire {p.fire_id} delivered without its latest PUT's payload")
         return problems
 
+    def _check_backfills(self, p: Promise, seen: dict[str, list[Delivery]]) -> list[str]:
+        """No occurrence is delivered both by the timeline and by a backfill, and every fire a backfill
+        wrote (due in time) is delivered or dead-lettered."""
+        problems = []
+        written = self.backfilled.get(p.schedule_id, {})
+        delivered = {_nominal_ms(k) for k in seen if _backfill(k)}
+        if stray := sorted(delivered - set(written)):
+            problems.append(f"{p.schedule_id}: backfill fires delivered that no backfill wrote: {stray[:5]}")
+        if both := sorted(delivered & {_nominal_ms(k) for k in seen if not _backfill(k)}):
+            problems.append(f"{p.schedule_id}: occurrences delivered by the timeline and by a backfill: {both[:5]}")
+        until = self.backfill_until
+        for ms, due in sorted(written.items()):
+            key = f"{timing.fire_id(p.schedule_id, timing.from_epoch_ms(ms))}:{timing.BACKFILL_SUFFIX}"
+            if until is not None and due < until and not self._done(key, seen):
+                problems.append(f"{p.schedule_id}: backfill fire {key} (due {due}) never delivered")
+        return problems
+
     def _on_the_wire(self, p: Promise, fire_id: str, d: Delivery, changed_t: float) -> bool:
         """A debounced fire changed (pushed back, cancelled) at ``changed_t`` (virtual seconds) may still
         arrive as ``d`` if it was already going out then: its node reads the schedule again once it is due
@@ -224,7 +246,10 @@ class Oracle:
             problems.append(f"{p.schedule_id}: occurrences not on its timeline were delivered: {stray[:5]}")
         problems += self._check_missed(p, expected, seen)
         problems += self._check_timed_pauses(p, seen)
-        fired = [n for n in expected if timing.to_epoch_ms(n) not in p.skipped]  # skipped ones are no fires
+        # An occurrence a backfill fired was passed over by the timeline (its run said so before the
+        # backfill's outcome replaced it): to the timeline, one recorded skipped.
+        passed = set(p.skipped) | set(self.backfilled.get(p.schedule_id, {}))
+        fired = [n for n in expected if timing.to_epoch_ms(n) not in passed]  # skipped ones are no fires
         if p.paused_at is not None:
             problems += self._check_auto_pause(p, fired, delivered)
             # Due: the occurrences up to the one whose dead letter paused it (the later ones may have been
@@ -247,7 +272,7 @@ class Oracle:
             {d.fire_id for d in self.deliveries if d.schedule_id == p.schedule_id and not d.ok} if stopped else set()
         )
         for nominal in expected:
-            if timing.to_epoch_ms(nominal) in p.skipped:
+            if timing.to_epoch_ms(nominal) in passed:
                 continue  # recorded skipped: by its missed-fire policy (``_check_missed`` checks when)
             dropped = timing.fire_id(p.schedule_id, nominal) in tried or timing.to_epoch_ms(nominal) in p.superseded
             if stopped is not None and nominal <= stopped and dropped:
@@ -385,6 +410,11 @@ def _keys(fire_id: str, events: int) -> list[str]:
 
 def _nominal_ms(key: str) -> int:
     return int(key.split(":")[1])
+
+
+def _backfill(key: str) -> bool:
+    """A backfill's fire id (``<schedule_id>:<nominal ms>:backfill``), not the timeline's."""
+    return key.endswith(f":{timing.BACKFILL_SUFFIX}")
 
 
 def _occurrences(

@@ -191,3 +191,37 @@ def test_an_auto_pause_needs_its_streak_and_ends_the_timeline() -> None:
     # Before the pause every occurrence is still owed, but one in retry when it landed (seed 55).
     assert any("skipped" in v for v in _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0]))
     assert _auto_pause_verdicts(dead=[2, 3], paused_by=3, delivered=[0], retrying=[1]) == []
+
+
+def _backfill_verdicts(live: list[int], backfilled: list[int], written: list[int]) -> list[str]:
+    """A schedule every 10 s from EPOCH + 100 s; its timeline delivered the occurrences ``live`` (seconds
+    after EPOCH), a backfill wrote fires for ``written`` (all due by the end) and delivered ``backfilled``."""
+    sid = uuid.uuid4()
+    first = EPOCH + timedelta(seconds=100)
+    promise = Promise("c0", sid, first, repeat=Repeat(every_s=10, start_at=first))
+    promise.until = EPOCH + timedelta(seconds=125)
+    oracle = Oracle(guard_s=2.0, start=EPOCH)
+    oracle.promises[sid] = promise
+    oracle.backfill_until = EPOCH + timedelta(seconds=500)
+    oracle.backfilled[sid] = {
+        timing.to_epoch_ms(EPOCH + timedelta(seconds=s)): EPOCH + timedelta(seconds=300) for s in written
+    }
+    instance = InstanceKey("c0", 0)
+    for s in live:
+        fire_id = timing.fire_id(sid, EPOCH + timedelta(seconds=s))
+        oracle.deliveries.append(Delivery(s + 0.5, "n0#1", instance, 1, fire_id, None, sid, 1, True))
+    for s in backfilled:
+        fire_id = timing.fire_id(sid, EPOCH + timedelta(seconds=s), backfill=True)
+        oracle.deliveries.append(Delivery(300.0, "n0#1", instance, 1, fire_id, None, sid, 1, True))
+    return oracle.violations()
+
+
+def test_a_backfill_fires_each_occurrence_it_wrote_once_and_none_the_timeline_sent() -> None:
+    # Before the timeline (80, 90) and one it passed over (110): fine, and 110 counts as done for it.
+    assert _backfill_verdicts([100, 120], [80, 90, 110], [80, 90, 110]) == []
+    both = _backfill_verdicts([100, 110, 120], [110], [110])
+    assert any("by the timeline and by a backfill" in v for v in both), both
+    lost = _backfill_verdicts([100, 120], [80], [80, 90, 110])
+    assert any("backfill fire" in v and "never delivered" in v for v in lost), lost
+    stray = _backfill_verdicts([100, 110, 120], [70], [])
+    assert any("that no backfill wrote" in v for v in stray), stray

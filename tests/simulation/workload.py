@@ -22,8 +22,8 @@ from tests.simulation import peek
 from tests.simulation.oracle import Promise
 from tests.simulation.vloop import ACTOR, VirtualClock
 from tests.simulation.world import API, Endpoint, World
+from tickd.schema import backfills, events, timing
 from tickd.schema import calendars as cal
-from tickd.schema import events, timing
 from tickd.schema.errors import Conflict, NotFound, StoreUnavailable
 from tickd.schema.missed import Missed
 from tickd.schema.model import (
@@ -286,6 +286,10 @@ class Workload:
         self._pause_rng = random.Random(f"pauses-{world.config.seed}")
         # Debounced by-key PUT bursts (``service.debounce``), from a stream of their own.
         self._debounce_rng = random.Random(f"debounce-{world.config.seed}")
+        # Backfills (``schema.backfills``): the jobs made, (client, job id, schedule, from, to), from a
+        # stream of their own.
+        self._backfill_rng = random.Random(f"backfill-{world.config.seed}")
+        self.backfill_jobs: list[tuple[str, uuid.UUID, uuid.UUID, datetime, datetime]] = []
         world.delivery_checks.append(self._check_throttle)
         world.subscribe(self._consume)
 
@@ -309,6 +313,7 @@ class Workload:
             asyncio.create_task(self._calendar_change(end)),
             asyncio.create_task(self._timed_pauses(end)),
             asyncio.create_task(self._debounces(end)),
+            asyncio.create_task(self._backfills(end)),
         ]
         if config.faults:
             actors.append(asyncio.create_task(self._chaos(end)))
@@ -320,6 +325,7 @@ class Workload:
         for name in list(self._runners):
             await self._stop_runner(name)
         await self._close_bulk()
+        await self._close_backfills()
         self._close_promises()
 
     # -- clients ----------------------------------------------------------------------------------------
@@ -659,6 +665,85 @@ class Workload:
                     promise.cancelled_t = (found[1] - world.start).total_seconds()
                 else:
                     promise.unsure(promise.fire_id)
+
+    # -- backfills --------------------------------------------------------------------------------------
+
+    async def _backfills(self, end: float) -> None:
+        """Once in the run: a recurring schedule made with no start (its timeline reaches back before it
+        was made), backfilled a while later over a range from before it was made into its own timeline;
+        and sometimes another that has run a while, over its timeline, where what it skipped (missed-fire
+        policies, timed pauses) is fired and what it sent or is sending is not. Each is started as the API
+        starts one (a bulk job of kind backfill, run by the replicas' runners, one of which ``_bulk``
+        kills meanwhile)."""
+        rng, world = self._backfill_rng, self.world
+        await asyncio.sleep(rng.uniform(0.1, 0.3) * world.config.run_s)
+        made = await self._unanchored(rng.choice(self.client_ids), rng.choice([5, 10]))
+        await asyncio.sleep(rng.uniform(10.0, 60.0))
+        if made is not None and world.loop.time() < end:
+            at = timing.truncate_ms(self.api.clock())
+            await self._backfill(made, at - timedelta(seconds=rng.uniform(40, 120)), at)
+        if rng.random() < 0.5 or world.loop.time() >= end:
+            return
+        at = timing.truncate_ms(self.api.clock())
+        ran = [
+            p
+            for p in world.oracle.promises.values()
+            if p.repeat is not None and p.cancelled_at is None and p.fire_at < at - timedelta(seconds=40)
+        ]
+        if ran:
+            promise = rng.choice(sorted(ran, key=lambda p: str(p.schedule_id)))
+            await self._backfill(promise, promise.fire_at - timedelta(seconds=rng.uniform(0, 20)), at)
+
+    async def _unanchored(self, client_id: str, every_s: int) -> Promise | None:
+        """A recurring schedule as the API makes one from ``every`` alone: anchored one interval after now."""
+        client = await self.api.call(lambda: self.api.store.get_client(client_id))
+        assert client is not None
+        at = timing.truncate_ms(self.api.clock())
+        sid = uuid.UUID(int=self._backfill_rng.getrandbits(128), version=4)
+        first = at + timedelta(seconds=every_s)
+        repeat = Repeat(every_s=every_s, start_at=first, implicit_start=True)
+        location = Location(timing.poller_id_for(sid, client.poller_count), first)
+        callback = _KAFKA if sid.int % 2 else _CALLBACK
+        schedule = Schedule(
+            client_id, sid, location, first, b'{"n":1}', callback, at, options=Options(repeat=repeat), seq=1
+        )
+        try:
+            await self.api.confirmed(at, [first], None, lambda: self.api.store.create_schedules([schedule], at))
+        except StoreUnavailable:
+            return None
+        promise = Promise(client_id, sid, first, repeat=repeat)
+        self.world.oracle.promises[sid] = promise
+        return promise
+
+    async def _backfill(self, promise: Promise, start: datetime, now: datetime) -> None:
+        rng = self._backfill_rng
+        start, stop = timing.truncate_ms(start), timing.truncate_ms(now - timedelta(seconds=rng.uniform(0, 15)))
+        wanted = BulkFilter(None, None, start, stop, None, promise.schedule_id, rng.choice([2.0, 5.0, 20.0]))
+        job_id = uuid.UUID(int=rng.getrandbits(128), version=1)
+        job = BulkJob(promise.client_id, job_id, backfills.ACTION, wanted, False, BulkState.QUEUED, now, now)
+        try:
+            await self.api.retrying(lambda: self.api.store.create_bulk_job(job), tries=5)
+        except StoreUnavailable:
+            return
+        self.backfill_jobs.append((promise.client_id, job_id, promise.schedule_id, start, stop))
+
+    async def _close_backfills(self) -> None:
+        """Each backfill finished; the fires each wrote (read from the store) are the oracle's to check:
+        delivered, and never an occurrence the timeline delivered too."""
+        world = self.world
+        world.oracle.backfill_until = self.api.clock() - timedelta(seconds=world.config.settle_s - 60)
+        for client_id, job_id, sid, start, stop in self.backfill_jobs:
+            job = await world.oracle_call(lambda c=client_id, j=job_id: world.memory.get_bulk_job(c, j))  # type: ignore[misc]
+            if job is None or job.state is not BulkState.DONE:
+                world.oracle.saw(f"backfill {job_id} of {sid} did not finish ({job.state if job else 'gone'})")
+            repeat = world.oracle.promises[sid].repeat
+            assert repeat is not None
+            written = world.oracle.backfilled.setdefault(sid, {})
+            for nominal in backfills.occurrences(repeat, start, stop, 10_000):
+                row_id = backfills.backfill_id(sid, nominal)
+                row = await world.oracle_call(lambda c=client_id, r=row_id: world.memory.get_schedule(c, r))  # type: ignore[misc]
+                if row is not None:
+                    written[timing.to_epoch_ms(nominal)] = row.location.due_at
 
     # -- subscribers ------------------------------------------------------------------------------------
 
