@@ -66,6 +66,8 @@ _RACE_RETRIES = 3
 # What a change ended as.
 CHANGED, UNCHANGED, FAILED = "changed", "unchanged", "failed"
 _ONE_MS = timedelta(milliseconds=1)
+# A backfill saves its progress (and sees a cancel) after about this many seconds of its fires.
+_BACKFILL_PAGE_S = 2.0
 
 
 class Rate:
@@ -107,10 +109,11 @@ class BulkRunner:
         return audit.app_now(self._app)
 
     def page_size(self, job: BulkJob) -> int:
-        """Items per saved page: small enough that a page at the job's rate ends well inside the lease."""
+        """Items per saved page: small enough that a page at the job's rate ends well inside the lease. A
+        backfill's, about two seconds of its fires: a cancel (seen at the next save) stops it that soon."""
         rate = min(self._s.bulk_rate_per_s, job.filter.rate_per_s or self._s.bulk_rate_per_s)
-        fits = int(rate * self._s.bulk_lease_s / 3)
-        return max(1, min(self._s.bulk_page, fits))
+        seconds = _BACKFILL_PAGE_S if job.action == backfills.ACTION else self._s.bulk_lease_s / 3
+        return max(1, min(self._s.bulk_page, int(rate * min(seconds, self._s.bulk_lease_s / 3))))
 
     async def run(self) -> None:
         """Poll the open jobs until cancelled; a store hiccup is logged and the next poll tries again."""
