@@ -695,8 +695,12 @@ class Workload:
             await self._backfill(promise, promise.fire_at - timedelta(seconds=rng.uniform(0, 20)), at)
 
     async def _unanchored(self, client_id: str, every_s: int) -> Promise | None:
-        """A recurring schedule as the API makes one from ``every`` alone: anchored one interval after now."""
-        client = await self.api.call(lambda: self.api.store.get_client(client_id))
+        """A recurring schedule as the API makes one from ``every`` alone: anchored one interval after now
+        (None: not acknowledged, the store failed it)."""
+        try:
+            client = await self.api.call(lambda: self.api.store.get_client(client_id))
+        except StoreUnavailable:
+            return None
         assert client is not None
         at = timing.truncate_ms(self.api.clock())
         sid = uuid.UUID(int=self._backfill_rng.getrandbits(128), version=4)
