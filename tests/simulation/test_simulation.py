@@ -98,6 +98,7 @@ REGRESSIONS: list[tuple[int, bool, str]] = [
     (601925, True, "a missed-fire step passed over 25 occurrences, recorded 20: 4 neither fired nor recorded"),
     (601943, True, "the oracle: a timed pause's own occurrence recorded superseded had been stopped by it"),
     (631019, True, "a debounced PUT's new burst took the millisecond of its fire in retry: the new fire never sent"),
+    (1046, True, "a backfill fired an occurrence recorded superseded that a crashed node had sent"),
     (631861, True, "the oracle: a stale retry row of a fire already delivered, left behind a checkpoint, was no loss"),
     (633980, True, "fire_once: chained in time, held up past its next occurrence's due time, sent anyway"),
 ]
