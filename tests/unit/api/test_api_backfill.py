@@ -310,3 +310,38 @@ async def test_a_backfill_s_dead_letter_is_redriven_to_its_own_row(api: Api, reg
     assert again.location.due_at > row.location.due_at
     current = await ok(await api.get(f"/v1/schedules/{sid}", headers=key))
     assert datetime.fromisoformat(current["fire_at"]) > datetime.now(UTC)  # the timeline did not move
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:01:00Z", "rate_per_s": 1e308}',
+        b'{"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:01:00Z", "rate_per_s": "5"}',
+        b'{"from": "not a time", "to": "2026-01-01T00:01:00Z"}',
+        b'{"from": {}, "to": []}',
+        b'{"from": 100000000000000000000, "to": 10}',
+        b'{"from": "2026-02-30T00:00:00Z", "to": "2026-03-01T00:00:00Z"}',
+        b'{"from": "\\u0000", "to": "\\ud800"}',
+        b"[]",
+        b"null",
+        b"{",
+        b'{"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:01:00Z", "pad": "' + b"x" * 2048 + b'"}',
+    ],
+)
+async def test_hostile_bodies_are_refused_with_a_4xx_and_start_nothing(
+    api: Api, register: Register, raw: bytes
+) -> None:
+    _, key = await register()
+    sid = await recurring(api, key)
+    headers = {**key, "Content-Type": "application/json"}
+    refused = await api.post(f"/v1/schedules/{sid}/backfill", data=raw, headers=headers)
+    assert 400 <= refused.status < 500, (refused.status, await refused.text())
+    assert (await ok(await api.get("/v1/bulk-jobs", headers=key)))["jobs"] == []
+
+
+@pytest.mark.parametrize("path_id", ["not-a-uuid", "%00", "..", "00000000-0000-0000-0000-000000000000" * 3])
+async def test_a_hostile_schedule_id_is_refused(api: Api, register: Register, path_id: str) -> None:
+    _, key = await register()
+    body = {"from": minutes_ago(4).isoformat(), "to": minutes_ago(2).isoformat()}
+    refused = await api.post(f"/v1/schedules/{path_id}/backfill", json=body, headers=key)
+    assert 400 <= refused.status < 500, (refused.status, await refused.text())
