@@ -98,10 +98,5 @@ def wanted(run: Run | None, nominal: datetime, created_at: datetime) -> bool:
     if its run says the timeline passed it over (without a run it may be on its way: the poller moves the
     timeline on before it sends an occurrence, and records the run when the send ends)."""
     if run is not None:
-        return run.status not in SENT
+        return not sent(run)
     return nominal < created_at
-
-
-def waiting_run(row: Schedule) -> Run:
-    """The run of the occurrence ``row`` fires, as it stands once the row is written."""
-    return Run(row.fire_at, Status.SCHEDULED, 0, None, backfill=True)

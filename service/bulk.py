@@ -177,6 +177,8 @@ class BulkRunner:
         pace = Rate(job.filter.rate_per_s, 1.0) if job.filter.rate_per_s else None
         while True:
             size = self.page_size(job)
+            # A page's calendars are read once (a backfill's occurrences all check the same ones).
+            work = recurring.RuleWork(self._s.request_scan_steps, job.client_id)
             found: list[Schedule] | list[DeadLetter] | list[datetime]
             if job.action == "redrive":
                 found, cursor = await self._letters(job, cursor, size)
@@ -188,7 +190,7 @@ class BulkRunner:
             failures = list(job.failures)
             for item in found:
                 if isinstance(item, datetime):
-                    outcome, reason = await self._backfill(caller, client, job, item, pace)
+                    outcome, reason = await self._backfill(caller, client, job, item, pace, work)
                     subject = item.isoformat()
                 else:
                     await self._rate.wait(job.client_id)
@@ -255,7 +257,13 @@ class BulkRunner:
         return page, (str(timing.to_epoch_ms(page[-1])) if more else None)
 
     async def _backfill(
-        self, caller: actions.JobCaller, client: Client | None, job: BulkJob, nominal: datetime, pace: Rate | None
+        self,
+        caller: actions.JobCaller,
+        client: Client | None,
+        job: BulkJob,
+        nominal: datetime,
+        pace: Rate | None,
+        work: recurring.RuleWork,
     ) -> tuple[str, str | None]:
         """Fire one occurrence for a backfill, unless it was sent (by the timeline or a backfill), a calendar
         excludes it, or it is the timeline's to fire: what it ended as."""
@@ -270,7 +278,7 @@ class BulkRunner:
             return FAILED, "already_cancelled"
         if nominal >= parent.fire_at:
             return UNCHANGED, None  # the pending occurrence, or later: the timeline's to fire (or skip)
-        named = await recurring.named_calendars(store, job.client_id, parent.repeat.calendars, missing_ok=True)
+        named = await recurring.named_calendars(store, job.client_id, parent.repeat.calendars, work, missing_ok=True)
         if cal.excluded_by(named, nominal) is not None:
             return UNCHANGED, None
         if not backfills.wanted(await _run_at(store, parent, nominal), nominal, parent.created_at):
@@ -282,16 +290,10 @@ class BulkRunner:
         row_id = backfills.backfill_id(parent.schedule_id, nominal)
         key = backfills.reservation_key(parent.schedule_id, nominal)
         reservation = IdempotencyKey(job.client_id, key, row_id, None, at)
-        bound = await store.reserve_idempotency_key(reservation)
-        if bound is not reservation:  # another backfill, or this one before a takeover, got here first
-            if await idempotency.written(store, bound, 0.0) is not None:
-                return UNCHANGED, None
-            takeover_s = self._s.idempotency_takeover_s
-            if not idempotency.abandoned(bound, at, takeover_s) and bound.created_at is not None:
-                # Its write may still be in flight: wait until it cannot be, then look again.
-                await asyncio.sleep(takeover_s - (at - bound.created_at).total_seconds())
-                if await idempotency.written(store, bound, 0.0) is not None:
-                    return UNCHANGED, None
+        bound = await self._unwritten(reservation)
+        if bound is None:  # another backfill, or this one before a takeover, wrote it
+            return UNCHANGED, None
+        if bound is not reservation:
             # Its write never landed: written now, due now (a row due long ago could land in a minute its
             # poller has closed). The same id and fire id: at worst a subscriber sees the fire twice.
             at = self._now()
@@ -398,21 +400,33 @@ class BulkRunner:
             raise AssertionError(f"unknown bulk action {action!r}")
         return CHANGED, None
 
+    async def _unwritten(self, reservation: IdempotencyKey) -> IdempotencyKey | None:
+        """Reserve ``reservation``'s key for a write of the schedule it names: the reservation to write
+        under (this one, or an earlier writer's whose write never landed), or None when an earlier
+        writer's write is stored. An earlier reservation's write may still be in flight: it is waited out
+        (``TICKD_IDEMPOTENCY_TAKEOVER_S`` from when it was made) before it is taken for never landed."""
+        store = self._app[keys.STORE]
+        bound = await store.reserve_idempotency_key(reservation)
+        if bound is reservation:
+            return bound
+        if await idempotency.written(store, bound, 0.0) is not None:
+            return None
+        takeover_s, at = self._s.idempotency_takeover_s, reservation.created_at or self._now()
+        if not idempotency.abandoned(bound, at, takeover_s) and bound.created_at is not None:
+            await asyncio.sleep(takeover_s - (at - bound.created_at).total_seconds())
+            if await idempotency.written(store, bound, 0.0) is not None:
+                return None
+        return bound
+
     async def _trigger(self, caller: actions.JobCaller, client: Client, job: BulkJob, parent: Schedule) -> bool:
         """Trigger ``parent`` once for this job; False if the job already did (before a takeover)."""
-        store, settings, at = self._app[keys.STORE], self._s, self._now()
+        at = self._now()
         key = f"bulk:{job.job_id}:{parent.schedule_id}"
         reservation = IdempotencyKey(client.client_id, key, triggers.trigger_id(parent.schedule_id, at), None, at)
-        bound = await store.reserve_idempotency_key(reservation)
-        if bound is not reservation:  # an earlier run of this job got here: its trigger, or the same one again
-            takeover_s = settings.idempotency_takeover_s
-            if not idempotency.abandoned(bound, at, takeover_s) and bound.created_at is not None:
-                # Its write may still be in flight: wait until it cannot be, then look (only this job
-                # writes under this key, so what is not there by then never will be).
-                await asyncio.sleep(takeover_s - (at - bound.created_at).total_seconds())
-            if await idempotency.written(store, bound, 0.0) is not None:
-                return False
-            at = bound.created_at or at  # the first attempt's trigger, rebuilt: the same id
+        bound = await self._unwritten(reservation)
+        if bound is None:  # an earlier run of this job wrote it
+            return False
+        at = bound.created_at or at  # the first attempt's trigger, rebuilt (the same id) if it was another's
         await actions.write_trigger(caller, client, parent, at)
         return True
 

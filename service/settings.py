@@ -157,7 +157,7 @@ class ApiSettings:
     bulk_jobs_parallel: int = 4
     bulk_open_max: int = 4
     # Backfills (a bulk job kind, schema.backfills): the most occurrences one may fire (its request counts
-    # them on the event loop: up to 38 ms for 1,000 of a cron rule in a zone with DST, so at most 10,000),
+    # them, in a rule thread: 38 ms of CPU for 1,000 of a cron rule in a zone with DST, so at most 10,000),
     # and the rate (fires a second) one runs at unless its request asks for another (at most
     # TICKD_BULK_RATE_PER_S).
     backfill_max_fires: int = 1000

@@ -16,7 +16,7 @@ from tickd.schema import backfills, timing
 from tickd.schema.errors import Conflict, NotFound
 from tickd.schema.model import BulkFilter, BulkJob, BulkState, Client, IdempotencyKey, Schedule, Status
 from tickd.schema.settings import retention_of
-from tickd.service import audit, dead_letters, idempotency, keys, params
+from tickd.service import audit, dead_letters, idempotency, keys, params, recurring
 from tickd.service.declare import Routes
 from tickd.service.errors import Forbidden, Invalid, TooManyRequests, json_response
 from tickd.service.routes.common import conflict, now, read_json
@@ -174,7 +174,7 @@ async def backfill_schedule(request: web.Request) -> web.Response:
     parent = await request.app[keys.STORE].get_schedule(client.client_id, schedule_id)
     if parent is None:
         raise NotFound("no such schedule", field="schedule_id")
-    _backfillable(request, client, parent, start, end, at)
+    await _backfillable(request, client, parent, start, end, at)
     request.app[keys.LIMITER].take(client.client_id)
     wanted = BulkFilter(None, None, start, end, None, parent.schedule_id, rate)
     job, replayed = await _started(request, client, raw, backfills.ACTION, wanted, at, dry_run=False)
@@ -196,11 +196,13 @@ async def backfill_schedule(request: web.Request) -> web.Response:
     return json_response(bulk_job_view(job), 202)
 
 
-def _backfillable(
+async def _backfillable(
     request: web.Request, client: Client, parent: Schedule, start: datetime, end: datetime, at: datetime
 ) -> None:
-    """Refuse a backfill ``parent`` cannot take, naming why."""
-    if parent.repeat is None:
+    """Refuse a backfill ``parent`` cannot take, naming why. Its occurrences are counted in a rule thread,
+    as a create's rule is searched (``service.recurring.RuleWork``), not on the event loop."""
+    repeat = parent.repeat
+    if repeat is None:
         raise conflict("only a recurring schedule has occurrences to backfill", "not_recurring")
     if parent.status is Status.CANCELLED:
         raise conflict("the schedule is cancelled", "already_cancelled")
@@ -215,7 +217,8 @@ def _backfillable(
             code="history_expired",
         )
     most = settings.backfill_max_fires
-    found = backfills.occurrences(parent.repeat, start, end, most)
+    work = recurring.RuleWork(settings.request_scan_steps, client.client_id)
+    found = await work.run(lambda _: backfills.occurrences(repeat, start, end, most))
     if not found:
         raise Invalid("the schedule's rule has no occurrence in [from, to)", field="from", code="empty_range")
     if len(found) > most:

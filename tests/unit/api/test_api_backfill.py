@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.integration.api_helpers import ADMIN_TOKEN, Api, Register, schedule_body
+from tests.unit.api.test_api_bulk_jobs import finished, ok
 from tests.waiting import until
 from tickd.schema import backfills, timing
 from tickd.schema.model import DeadLetter, FireOutcome, Run, Schedule, Status
@@ -39,11 +40,6 @@ def api_settings() -> ApiSettings:
     )
 
 
-async def ok(resp: Any, status: int = 200) -> Any:
-    assert resp.status == status, await resp.text()
-    return await resp.json()
-
-
 async def recurring(api: Api, key: dict[str, str], **changes: Any) -> str:
     body = schedule_body(**{**EVERY_MINUTE, **changes})
     return str((await ok(await api.post("/v1/schedules", json=body, headers=key), 201))["schedule_id"])
@@ -59,15 +55,9 @@ async def backfill(api: Api, key: dict[str, str], sid: str, start: datetime, end
     return await api.post(f"/v1/schedules/{sid}/backfill", json=body, headers=key)
 
 
-async def finished(api: Api, key: dict[str, str], job_id: str) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-
-    async def done() -> bool:
-        seen.update(await ok(await api.get(f"/v1/bulk-jobs/{job_id}", headers=key)))
-        return seen["state"] in ("done", "cancelled")
-
-    await until(done, 20, f"backfill {job_id} done")
-    return seen
+async def backfilled(api: Api, key: dict[str, str], sid: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """A backfill started (202) and followed until it is done."""
+    return await finished(api, key, (await ok(await backfill(api, key, sid, start, end), 202))["job_id"])
 
 
 async def rows(store: Store, client_id: str, sid: str, nominals: list[datetime]) -> list[Schedule | None]:
@@ -112,15 +102,9 @@ async def test_the_same_range_again_and_an_overlapping_one_fire_only_what_no_bac
 ) -> None:
     client_id, key = await register()
     sid = await recurring(api, key)
-    first = await finished(
-        api, key, (await ok(await backfill(api, key, sid, minutes_ago(10), minutes_ago(5)), 202))["job_id"]
-    )
-    again = await finished(
-        api, key, (await ok(await backfill(api, key, sid, minutes_ago(10), minutes_ago(5)), 202))["job_id"]
-    )
-    wider = await finished(
-        api, key, (await ok(await backfill(api, key, sid, minutes_ago(12), minutes_ago(3)), 202))["job_id"]
-    )
+    first = await backfilled(api, key, sid, minutes_ago(10), minutes_ago(5))
+    again = await backfilled(api, key, sid, minutes_ago(10), minutes_ago(5))
+    wider = await backfilled(api, key, sid, minutes_ago(12), minutes_ago(3))
     assert (first["changed"], first["unchanged"]) == (5, 0)
     assert (again["matched"], again["changed"], again["unchanged"]) == (5, 0, 5)
     assert (wider["matched"], wider["changed"], wider["unchanged"]) == (9, 4, 5)
@@ -144,9 +128,7 @@ async def test_an_occurrence_the_timeline_sent_is_left_one_it_skipped_is_fired(
             Run(failed, Status.FAILED, 3, failed, "HTTP 500"),
         ],
     )
-    done = await finished(
-        api, key, (await ok(await backfill(api, key, sid, start, start + timedelta(minutes=4)), 202))["job_id"]
-    )
+    done = await backfilled(api, key, sid, start, start + timedelta(minutes=4))
     assert (done["matched"], done["changed"], done["unchanged"]) == (4, 2, 2)
     written = await rows(store, client_id, sid, [sent, skipped, failed, start + timedelta(minutes=3)])
     assert [r is not None for r in written] == [False, True, False, True]
@@ -161,9 +143,7 @@ async def test_a_calendar_s_excluded_occurrences_are_not_backfilled(api: Api, re
     }
     await ok(await api.put("/v1/calendars/quiet", json={"timezone": "UTC", "ranges": [blackout]}, headers=key), 201)
     sid = await recurring(api, key, calendars=["quiet"])
-    done = await finished(
-        api, key, (await ok(await backfill(api, key, sid, start, start + timedelta(minutes=7)), 202))["job_id"]
-    )
+    done = await backfilled(api, key, sid, start, start + timedelta(minutes=7))
     assert (done["matched"], done["changed"], done["unchanged"]) == (7, 4, 3)
     written = await rows(store, client_id, sid, [start + timedelta(minutes=i) for i in range(7)])
     assert [r is not None for r in written] == [True, True, False, False, False, True, True]
@@ -281,7 +261,7 @@ async def test_a_backfill_s_dead_letter_is_redriven_to_its_own_row(api: Api, reg
     client_id, key = await register()
     sid = await recurring(api, key)
     nominal = minutes_ago(3)
-    await finished(api, key, (await ok(await backfill(api, key, sid, nominal, minutes_ago(2)), 202))["job_id"])
+    await backfilled(api, key, sid, nominal, minutes_ago(2))
     [row] = await rows(store, client_id, sid, [nominal])
     assert row is not None
     failed_at = datetime.now(UTC).replace(microsecond=0)
